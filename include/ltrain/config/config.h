@@ -1,0 +1,306 @@
+#pragma once
+// The run configuration: one plain struct per section, defaults in the declarations.
+// One name per setting everywhere: the JSON key `optim.lr` is `--set optim.lr=...` is
+// `RunConfig::optim.lr`. Each section lists its keys once, in visit(); parsing, printing,
+// saving and --help all walk that list.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ltrain::config {
+
+// ---- Enumerations, each with its spelled names (the JSON values) ----------------------------
+
+enum class Arch { resnet18, resnet34, resnet50, resnet101, resnet152 };
+enum class Stem { imagenet, cifar };
+enum class DataSource { cifar10, synthetic };
+enum class OptimizerKind { sgd, adamw };
+enum class ScheduleKind { constant, multistep, cosine, onecycle };
+enum class PrecisionMode { fp32 };
+
+template <class E>
+struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> names
+
+template <>
+struct EnumNames<Arch> {
+  static constexpr std::array<std::pair<Arch, const char*>, 5> names{{{Arch::resnet18, "resnet18"},
+                                                                      {Arch::resnet34, "resnet34"},
+                                                                      {Arch::resnet50, "resnet50"},
+                                                                      {Arch::resnet101, "resnet101"},
+                                                                      {Arch::resnet152, "resnet152"}}};
+};
+template <>
+struct EnumNames<Stem> {
+  static constexpr std::array<std::pair<Stem, const char*>, 2> names{
+      {{Stem::imagenet, "imagenet"}, {Stem::cifar, "cifar"}}};
+};
+template <>
+struct EnumNames<DataSource> {
+  static constexpr std::array<std::pair<DataSource, const char*>, 2> names{
+      {{DataSource::cifar10, "cifar10"}, {DataSource::synthetic, "synthetic"}}};
+};
+template <>
+struct EnumNames<OptimizerKind> {
+  static constexpr std::array<std::pair<OptimizerKind, const char*>, 2> names{
+      {{OptimizerKind::sgd, "sgd"}, {OptimizerKind::adamw, "adamw"}}};
+};
+template <>
+struct EnumNames<ScheduleKind> {
+  static constexpr std::array<std::pair<ScheduleKind, const char*>, 4> names{{{ScheduleKind::constant, "constant"},
+                                                                              {ScheduleKind::multistep, "multistep"},
+                                                                              {ScheduleKind::cosine, "cosine"},
+                                                                              {ScheduleKind::onecycle, "onecycle"}}};
+};
+template <>
+struct EnumNames<PrecisionMode> {
+  static constexpr std::array<std::pair<PrecisionMode, const char*>, 1> names{{{PrecisionMode::fp32, "fp32"}}};
+};
+
+/// The JSON spelling of an enum value.
+template <class E>
+const char* to_string(E value) {
+  for (const auto& [v, name] : EnumNames<E>::names)
+    if (v == value) return name;
+  return "?";
+}
+
+// ---- Value constraints, checked while parsing ------------------------------------------------
+
+struct NoLimit {};
+/// lo <= value (or lo < value when `exclusive`) and value <= hi.
+struct Range {
+  double lo;
+  double hi;
+  bool lo_exclusive = false;
+};
+inline Range at_least(double lo) { return {lo, 1e300, false}; }
+inline Range positive() { return {0.0, 1e300, true}; }
+inline Range between(double lo, double hi) { return {lo, hi, false}; }
+
+// ---- Sections ----------------------------------------------------------------------------------
+
+struct RunSection {
+  /// Name of the run; its directory is out_dir/name (a numeric suffix is added if that exists).
+  std::string name = "run";
+  /// Folder that holds run directories.
+  std::string out_dir = "runs";
+  /// Seed of every random choice: initialization, epoch order, augmentation.
+  int64_t seed = 0;
+  /// auto | cpu | cuda | cuda:N ("auto" picks cuda:0 when the build and a GPU allow it).
+  std::string device = "auto";
+  /// Training epochs.
+  int64_t epochs = 10;
+  /// Stop after this many optimizer steps (0: run all epochs).
+  int64_t max_steps = 0;
+  /// Evaluate on the test set every N epochs and after the last (0: only after the last).
+  int64_t eval_every_epochs = 1;
+  /// Read the loss and print progress every N steps (one host sync each time).
+  int64_t log_every_steps = 50;
+  /// CPU threads for LibTorch's intra-op parallelism (0: LibTorch's default).
+  int64_t threads = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v("name", name);
+    v("out_dir", out_dir);
+    v("seed", seed, at_least(0));
+    v("device", device);
+    v("epochs", epochs, at_least(1));
+    v("max_steps", max_steps, at_least(0));
+    v("eval_every_epochs", eval_every_epochs, at_least(0));
+    v("log_every_steps", log_every_steps, at_least(1));
+    v("threads", threads, at_least(0));
+  }
+};
+
+struct ModelSection {
+  /// Network depth.
+  Arch arch = Arch::resnet50;
+  /// imagenet: 7x7 stride-2 conv + 3x3 max-pool (torchvision); cifar: 3x3 stride-1 conv, no pool.
+  Stem stem = Stem::imagenet;
+  /// Output classes.
+  int64_t num_classes = 10;
+  /// Channels of the first stage (torchvision: 64); small values make tiny test models.
+  int64_t width = 64;
+  /// Start each residual branch's last BatchNorm at zero weight (torchvision's option).
+  bool zero_init_residual = false;
+
+  template <class V>
+  void visit(V& v) {
+    v("arch", arch);
+    v("stem", stem);
+    v("num_classes", num_classes, at_least(2));
+    v("width", width, at_least(1));
+    v("zero_init_residual", zero_init_residual);
+  }
+};
+
+struct DataSection {
+  /// cifar10: the binary files under `root`; synthetic: random images of the same shapes.
+  DataSource source = DataSource::cifar10;
+  /// Folder with data_batch_1..5.bin and test_batch.bin.
+  std::string root = "data/cifar-10-batches-bin";
+  /// Training images per step (per micro-step once accumulation exists).
+  int64_t batch_size = 256;
+  /// Images per evaluation batch.
+  int64_t eval_batch_size = 1000;
+  /// Random 32x32 crop of the image padded with zeros by `crop_padding` pixels.
+  bool random_crop = true;
+  /// Zero padding of the random crop, in pixels per side.
+  int64_t crop_padding = 4;
+  /// Mirror half of the training images left-right.
+  bool horizontal_flip = true;
+  /// Subtract `mean` and divide by `std` per channel (after scaling pixels to [0, 1]).
+  bool normalize = true;
+  /// Per-channel mean (R, G, B) of pixels in [0, 1]; CIFAR-10's training set by default.
+  std::vector<double> mean{0.4914, 0.4822, 0.4465};
+  /// Per-channel standard deviation (R, G, B).
+  std::vector<double> std{0.2470, 0.2435, 0.2616};
+  /// Training images of the synthetic source.
+  int64_t synthetic_train_size = 50000;
+  /// Test images of the synthetic source.
+  int64_t synthetic_test_size = 10000;
+
+  template <class V>
+  void visit(V& v) {
+    v("source", source);
+    v("root", root);
+    v("batch_size", batch_size, at_least(1));
+    v("eval_batch_size", eval_batch_size, at_least(1));
+    v("random_crop", random_crop);
+    v("crop_padding", crop_padding, between(0, 16));
+    v("horizontal_flip", horizontal_flip);
+    v("normalize", normalize);
+    v("mean", mean, between(0, 1));
+    v("std", std, positive());
+    v("synthetic_train_size", synthetic_train_size, at_least(1));
+    v("synthetic_test_size", synthetic_test_size, at_least(1));
+  }
+};
+
+struct OptimSection {
+  /// sgd (torch.optim.SGD semantics) or adamw (torch.optim.AdamW).
+  OptimizerKind name = OptimizerKind::sgd;
+  /// Peak learning rate (the schedule scales it).
+  double lr = 0.1;
+  /// SGD momentum.
+  double momentum = 0.9;
+  /// SGD Nesterov momentum.
+  bool nesterov = false;
+  /// L2 penalty (SGD) or decoupled weight decay (AdamW).
+  double weight_decay = 5e-4;
+  /// Exempt BatchNorm weights and all biases from weight decay.
+  bool no_decay_norm_and_bias = false;
+  /// AdamW's beta1, beta2.
+  std::vector<double> betas{0.9, 0.999};
+  /// AdamW's epsilon.
+  double eps = 1e-8;
+
+  template <class V>
+  void visit(V& v) {
+    v("name", name);
+    v("lr", lr, positive());
+    v("momentum", momentum, between(0, 1));
+    v("nesterov", nesterov);
+    v("weight_decay", weight_decay, at_least(0));
+    v("no_decay_norm_and_bias", no_decay_norm_and_bias);
+    v("betas", betas, Range{0, 1, false});
+    v("eps", eps, positive());
+  }
+};
+
+struct LossSection {
+  /// Label smoothing of the cross-entropy loss (torch.nn.CrossEntropyLoss's label_smoothing).
+  double label_smoothing = 0.0;
+
+  template <class V>
+  void visit(V& v) {
+    v("label_smoothing", label_smoothing, Range{0, 1, false});
+  }
+};
+
+struct ScheduleSection {
+  /// constant | multistep | cosine | onecycle, updated every optimizer step.
+  ScheduleKind name = ScheduleKind::cosine;
+  /// Linear warm-up length in epochs (fractions allowed) before the schedule proper.
+  double warmup_epochs = 0.0;
+  /// The warm-up starts at lr * warmup_start_factor.
+  double warmup_start_factor = 0.1;
+  /// multistep: epochs at which the LR is multiplied by `gamma`.
+  std::vector<double> milestones{};
+  /// multistep: the factor applied at each milestone.
+  double gamma = 0.1;
+  /// cosine: the LR reached at the end.
+  double min_lr = 0.0;
+  /// onecycle: fraction of the steps spent rising to the peak LR.
+  double pct_start = 0.3;
+  /// onecycle: the start LR is lr / div_factor.
+  double div_factor = 25.0;
+  /// onecycle: the final LR is the start LR / final_div_factor.
+  double final_div_factor = 1e4;
+
+  template <class V>
+  void visit(V& v) {
+    v("name", name);
+    v("warmup_epochs", warmup_epochs, at_least(0));
+    v("warmup_start_factor", warmup_start_factor, Range{0, 1, false});
+    v("milestones", milestones, positive());
+    v("gamma", gamma, positive());
+    v("min_lr", min_lr, at_least(0));
+    v("pct_start", pct_start, Range{0, 1, true});
+    v("div_factor", div_factor, positive());
+    v("final_div_factor", final_div_factor, positive());
+  }
+};
+
+struct PrecisionSection {
+  /// Numeric precision of the training step (fp32: plain float32 everywhere).
+  PrecisionMode mode = PrecisionMode::fp32;
+
+  template <class V>
+  void visit(V& v) {
+    v("mode", mode);
+  }
+};
+
+struct CheckpointSection {
+  /// Write a checkpoint every N epochs and after the last (0: only after the last).
+  int64_t every_epochs = 1;
+  /// Checkpoints kept in RUN_DIR/checkpoints (older ones are deleted).
+  int64_t keep_last = 3;
+
+  template <class V>
+  void visit(V& v) {
+    v("every_epochs", every_epochs, at_least(0));
+    v("keep_last", keep_last, at_least(1));
+  }
+};
+
+/// Everything a run needs, resolved from JSON files, `extends` and --set overrides.
+struct RunConfig {
+  RunSection run;
+  ModelSection model;
+  DataSection data;
+  OptimSection optim;
+  LossSection loss;
+  ScheduleSection schedule;
+  PrecisionSection precision;
+  CheckpointSection checkpoint;
+
+  template <class V>
+  void visit_sections(V& v) {
+    v.section("run", run);
+    v.section("model", model);
+    v.section("data", data);
+    v.section("optim", optim);
+    v.section("loss", loss);
+    v.section("schedule", schedule);
+    v.section("precision", precision);
+    v.section("checkpoint", checkpoint);
+  }
+};
+
+}  // namespace ltrain::config

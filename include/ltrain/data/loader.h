@@ -1,0 +1,74 @@
+#pragma once
+// The whole dataset lives on the device as uint8; batches are gathered, augmented (random crop
+// with zero padding, horizontal flip) and normalized there, with no host work per step beyond
+// launching kernels and no host-device sync.
+#include <cstdint>
+
+#include <torch/torch.h>
+
+#include "ltrain/config/config.h"
+#include "ltrain/data/cifar10.h"
+
+namespace ltrain::data {
+
+struct Batch {
+  torch::Tensor images;  ///< [B,3,32,32] float32 on the device, normalized
+  torch::Tensor labels;  ///< [B] int64 on the device
+};
+
+/// uint8 [B,3,32,32] -> float32 [B,3,32,32]: x/255, then (x - mean) / std per channel when
+/// data.normalize is on. One fused multiply-add with per-channel scale and shift.
+class Normalizer {
+ public:
+  Normalizer(const config::DataSection& data, const torch::Device& device);
+  torch::Tensor operator()(const torch::Tensor& images_uint8) const;
+
+ private:
+  torch::Tensor scale_;  // [1,3,1,1] float32: 1 / (255 std)
+  torch::Tensor shift_;  // [1,3,1,1] float32: -mean / std
+};
+
+/// Training batches: a seeded order per epoch (drop_last: the remainder is skipped) and
+/// per-image augmentation drawn per epoch, so batch (epoch, index) is a pure function of
+/// (seed, epoch, index) on any device and after any resume.
+class TrainLoader {
+ public:
+  /// `train` must already be on the device the batches are wanted on.
+  TrainLoader(ImageSet train, const config::DataSection& data, uint64_t seed);
+
+  int64_t batch_size() const { return batch_size_; }
+  /// Full batches per epoch (the last partial batch is dropped).
+  int64_t batches_per_epoch() const;
+  /// Draws epoch `epoch`'s order and augmentation parameters (on the CPU, copied once).
+  void set_epoch(int64_t epoch);
+  /// Batch `index` (0-based) of the current epoch.
+  Batch batch(int64_t index) const;
+
+ private:
+  ImageSet train_;
+  Normalizer normalize_;
+  int64_t batch_size_;
+  bool random_crop_;
+  int64_t padding_;
+  bool flip_;
+  uint64_t seed_;
+  torch::Tensor order_;        // [N] int64, the epoch's permutation, on the device
+  torch::Tensor crop_shift_;   // [N,2] int64 (dy, dx) in [-padding, padding], on the device
+  torch::Tensor flip_mask_;    // [N] bool, on the device
+};
+
+/// Test batches: every image once, in file order; the last batch may be smaller.
+class EvalLoader {
+ public:
+  EvalLoader(ImageSet test, const config::DataSection& data);
+  int64_t size() const { return test_.size(); }
+  int64_t num_batches() const;
+  Batch batch(int64_t index) const;
+
+ private:
+  ImageSet test_;
+  Normalizer normalize_;
+  int64_t batch_size_;
+};
+
+}  // namespace ltrain::data

@@ -1,0 +1,58 @@
+#include "support.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace ltrain::testing {
+
+std::optional<std::filesystem::path> cifar_mini_root() {
+  if (const char* env = std::getenv("LTRAIN_CIFAR_MINI"); env && *env) {
+    if (std::filesystem::exists(std::filesystem::path(env) / "test_batch.bin")) return std::filesystem::path(env);
+    return std::nullopt;
+  }
+  const auto beside = std::filesystem::path(LTRAIN_SOURCE_DIR) / ".." / "shared" / "data" / "cifar10-mini";
+  if (std::filesystem::exists(beside / "test_batch.bin")) return beside.lexically_normal();
+  return std::nullopt;
+}
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  std::random_device entropy;
+  path_ = std::filesystem::temp_directory_path() /
+          ("ltrain-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
+           std::to_string(entropy() % 100000));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int run_ltrain(const std::string& args, const std::filesystem::path& log) {
+  const std::string command = std::string(LTRAIN_EXECUTABLE) + " " + args + " > '" + log.string() + "' 2>&1";
+  const int status = std::system(command.c_str());
+  if (status == -1 || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+}  // namespace ltrain::testing

@@ -1,0 +1,49 @@
+#pragma once
+// Helpers shared by the test suites.
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace ltrain::testing {
+
+/// The real CIFAR-10 subset (cifar10-mini) if present: $LTRAIN_CIFAR_MINI, else
+/// ../shared/data/cifar10-mini beside the source tree.
+std::optional<std::filesystem::path> cifar_mini_root();
+
+/// A fresh empty directory under the system temp folder, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// Writes `text` to `path` (creating parent folders).
+void write_file(const std::filesystem::path& path, const std::string& text);
+
+/// Runs the ltrain executable with `args` (shell words), returns its exit code; output goes to `log`.
+int run_ltrain(const std::string& args, const std::filesystem::path& log);
+
+/// Reads a whole file.
+std::string read_file(const std::filesystem::path& path);
+
+}  // namespace ltrain::testing
+
+/// Skips a *_CUDA test on machines without a usable GPU.
+#define LTRAIN_REQUIRE_CUDA()                                                          \
+  do {                                                                                 \
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
+  } while (0)
+
+/// Skips a test that needs cifar10-mini when it is absent, saying so.
+#define LTRAIN_REQUIRE_CIFAR_MINI(root_var)                                                       \
+  auto root_var##_optional = ::ltrain::testing::cifar_mini_root();                                \
+  if (!root_var##_optional) GTEST_SKIP() << "cifar10-mini not found (set LTRAIN_CIFAR_MINI): skipped"; \
+  const std::filesystem::path root_var = *root_var##_optional
