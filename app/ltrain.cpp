@@ -1,7 +1,215 @@
-// ltrain: subcommand dispatch only. Everything else lives in the library.
+// ltrain: parse the command line, call the library, map errors to exit codes. Nothing else.
+#include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
 
-int main() {
-  std::cout << "ltrain\n";
+#include <cxxopts.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ltrain/bench/step_bench.h"
+#include "ltrain/config/load.h"
+#include "ltrain/core/errors.h"
+#include "ltrain/core/log.h"
+#include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/checkpoint.h"
+#include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/setup.h"
+#include "ltrain/engine/trainer.h"
+#include "ltrain/io/tensor_file.h"
+
+namespace {
+
+using ltrain::ExitCode;
+
+constexpr const char* kUsage = R"(usage: ltrain COMMAND [OPTIONS]
+
+Trains torchvision-style ResNets on CIFAR-10 from JSON run configs.
+
+commands:
+  train     train a model:                 ltrain train --config configs/quickstart.json
+  eval      evaluate a checkpoint:         ltrain eval --checkpoint RUN/checkpoints/step-00000390.ltc
+  export    weights to safetensors:        ltrain export --checkpoint CKPT --out resnet.safetensors
+  bench     training-step throughput:      ltrain bench step --config CONFIG
+
+"ltrain COMMAND --help" lists a command's options with their defaults.
+exit codes: 0 success, 1 internal error, 2 usage or config error, 3 data error,
+            4 run failed (non-finite loss, out of memory), 130 interrupted
+)";
+
+/// Parses argv for one command; --help prints the help (plus `extra_help`) and returns nullopt.
+std::optional<cxxopts::ParseResult> parse(cxxopts::Options& options, int argc, char** argv,
+                                          const std::string& extra_help = "") {
+  options.add_options()("verbose", "log debug messages too")("help", "show this help");
+  cxxopts::ParseResult result = options.parse(argc, argv);
+  if (result.count("help")) {
+    std::cout << options.help() << extra_help;
+    return std::nullopt;
+  }
+  if (!result.unmatched().empty())
+    throw ltrain::ConfigError(fmt::format("unexpected argument \"{}\"; see {} --help", result.unmatched().front(),
+                                          options.program()));
+  if (result.count("verbose")) spdlog::set_level(spdlog::level::debug);
+  return result;
+}
+
+std::string required(const cxxopts::ParseResult& args, const std::string& name, const std::string& program) {
+  if (!args.count(name)) throw ltrain::ConfigError(fmt::format("{} needs --{}; see {} --help", program, name, program));
+  return args[name].as<std::string>();
+}
+
+std::vector<std::string> overrides(const cxxopts::ParseResult& args) {
+  return args.count("set") ? args["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+}
+
+void add_set_option(cxxopts::Options& options) {
+  options.add_options()("set", "override a config key, repeatable: --set optim.lr=0.05",
+                        cxxopts::value<std::vector<std::string>>(), "KEY=VALUE");
+}
+
+int run_train(int argc, char** argv) {
+  cxxopts::Options options("ltrain train", "Train a model from a JSON run config.");
+  options.add_options()("config", "run config (JSON)", cxxopts::value<std::string>(), "FILE")(
+      "print-config", "print the resolved config and exit");
+  add_set_option(options);
+  const auto args = parse(options, argc, argv, "\nConfig keys (JSON key == --set key):\n" + ltrain::config::describe_keys());
+  if (!args) return 0;
+  const auto loaded = ltrain::config::load_file(required(*args, "config", "ltrain train"), overrides(*args));
+  if (args->count("print-config")) {
+    std::cout << ltrain::config::to_json(loaded.config).dump(2) << "\n";
+    return 0;
+  }
+  ltrain::engine::train(loaded);
   return 0;
+}
+
+int run_eval(int argc, char** argv) {
+  cxxopts::Options options("ltrain eval", "Evaluate a checkpoint on the test set (its saved config, with overrides).");
+  options.add_options()("checkpoint", "checkpoint file (.ltc)", cxxopts::value<std::string>(), "FILE")(
+      "json", "print the result as JSON on stdout");
+  add_set_option(options);
+  const auto args = parse(options, argc, argv);
+  if (!args) return 0;
+  const std::string path = required(*args, "checkpoint", "ltrain eval");
+  const ltrain::engine::Checkpoint checkpoint = ltrain::engine::read_checkpoint(path);
+  const auto loaded = ltrain::config::load_json(checkpoint.meta.config, path + " (its saved config)", overrides(*args));
+  const torch::Device device = ltrain::engine::resolve_device(loaded);
+  ltrain::models::ResNet model = ltrain::engine::build_model(loaded.config, device);
+  ltrain::engine::load_state_dict(*model, checkpoint.model, path);
+  const ltrain::data::TrainTestSets sets = ltrain::engine::load_data(loaded.config, device);
+  const ltrain::data::EvalLoader loader(sets.test, loaded.config.data);
+  const ltrain::engine::EvalResult result = ltrain::engine::evaluate(model, loader);
+  if (args->count("json")) {
+    std::cout << nlohmann::json{{"checkpoint", path},          {"step", checkpoint.meta.step},
+                                {"accuracy", result.accuracy}, {"loss", result.loss},
+                                {"correct", result.correct},   {"images", result.images}}
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << fmt::format("{} (step {}): test accuracy {:.2f}% ({}/{}), loss {:.4f}\n", path, checkpoint.meta.step,
+                             100.0 * result.accuracy, result.correct, result.images, result.loss);
+  }
+  return 0;
+}
+
+int run_export(int argc, char** argv) {
+  cxxopts::Options options("ltrain export", "Write a checkpoint's model weights as safetensors with torchvision's names.");
+  options.add_options()("checkpoint", "checkpoint file (.ltc)", cxxopts::value<std::string>(), "FILE")(
+      "out", "output file (.safetensors)", cxxopts::value<std::string>(), "FILE");
+  const auto args = parse(options, argc, argv);
+  if (!args) return 0;
+  const std::string path = required(*args, "checkpoint", "ltrain export");
+  const std::string out = required(*args, "out", "ltrain export");
+  const ltrain::engine::Checkpoint checkpoint = ltrain::engine::read_checkpoint(path);
+  const nlohmann::json& model = checkpoint.meta.config.value("model", nlohmann::json::object());
+  std::map<std::string, std::string> metadata{{"format", "pt"},
+                                              {"producer", "ltrain " LTRAIN_VERSION},
+                                              {"source_checkpoint", path},
+                                              {"step", std::to_string(checkpoint.meta.step)}};
+  for (const auto& [key, value] : model.items())
+    metadata["model." + key] = value.is_string() ? value.get<std::string>() : value.dump();
+  ltrain::io::write_safetensors(out, checkpoint.model, metadata);
+  std::cout << fmt::format("wrote {} ({} tensors)\n", out, checkpoint.model.size());
+  return 0;
+}
+
+int run_bench(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) != "step") {
+    if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+      std::cout << "usage: ltrain bench step --config FILE [--set KEY=VALUE]... [--warmup N] [--steps N] [--json]\n";
+      return 0;
+    }
+    throw ltrain::ConfigError("ltrain bench needs a benchmark name: ltrain bench step --config FILE");
+  }
+  cxxopts::Options options("ltrain bench step", "Time training steps of a config (after warm-up steps).");
+  options.add_options()("config", "run config (JSON)", cxxopts::value<std::string>(), "FILE")(
+      "warmup", "untimed steps first", cxxopts::value<int64_t>()->default_value("10"), "N")(
+      "steps", "timed steps", cxxopts::value<int64_t>()->default_value("50"), "N")(
+      "json", "print the result as JSON on stdout");
+  add_set_option(options);
+  const auto args = parse(options, argc - 1, argv + 1);
+  if (!args) return 0;
+  const auto loaded = ltrain::config::load_file(required(*args, "config", "ltrain bench step"), overrides(*args));
+  const int64_t warmup = (*args)["warmup"].as<int64_t>();
+  const int64_t steps = (*args)["steps"].as<int64_t>();
+  if (warmup < 0 || steps < 1) throw ltrain::ConfigError("ltrain bench step: --warmup must be >= 0 and --steps >= 1");
+  const ltrain::bench::StepBenchResult result = ltrain::bench::bench_steps(loaded, warmup, steps);
+  if (args->count("json")) {
+    std::cout << ltrain::bench::to_json(result).dump() << "\n";
+  } else {
+    std::cout << fmt::format("{} batch {}: {:.2f} ms/step, {:.0f} img/s, peak memory {}\n", result.device,
+                             result.batch_size, result.ms_per_step, result.images_per_second,
+                             result.peak_memory_bytes < 0 ? std::string("n/a")
+                                                          : fmt::format("{:.2f} GiB", static_cast<double>(result.peak_memory_bytes) / (1 << 30)));
+  }
+  return 0;
+}
+
+int dispatch(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return static_cast<int>(ExitCode::usage);
+  }
+  const std::string command = argv[1];
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (command == "--version") {
+    std::cout << "ltrain " << LTRAIN_VERSION << " (LibTorch " << ltrain::compat::torch_version()
+              << (ltrain::compat::built_with_cuda() ? ", CUDA" : ", CPU only") << ")\n";
+    return 0;
+  }
+  if (command == "train") return run_train(argc - 1, argv + 1);
+  if (command == "eval") return run_eval(argc - 1, argv + 1);
+  if (command == "export") return run_export(argc - 1, argv + 1);
+  if (command == "bench") return run_bench(argc - 1, argv + 1);
+  throw ltrain::ConfigError(fmt::format("unknown command \"{}\"; run ltrain --help for the list", command));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ltrain::log::init_console(false);
+  try {
+    return dispatch(argc, argv);
+  } catch (const ltrain::UserError& error) {
+    spdlog::error("{}", error.what());
+    return static_cast<int>(error.code());
+  } catch (const cxxopts::exceptions::exception& error) {
+    spdlog::error("{}; see ltrain --help", error.what());
+    return static_cast<int>(ExitCode::usage);
+  } catch (const c10::Error& error) {
+    if (ltrain::compat::is_out_of_memory(error)) {
+      spdlog::error("out of memory ({}): lower data.batch_size or use a smaller model.arch",
+                    ltrain::compat::first_line(error.what_without_backtrace()));
+      return static_cast<int>(ExitCode::runtime);
+    }
+    spdlog::error("internal error in LibTorch: {}", error.what_without_backtrace());
+    return static_cast<int>(ExitCode::internal);
+  } catch (const std::exception& error) {
+    spdlog::error("internal error: {}", error.what());
+    return static_cast<int>(ExitCode::internal);
+  }
 }

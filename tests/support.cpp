@@ -16,8 +16,9 @@ std::optional<std::filesystem::path> cifar_mini_root() {
     if (std::filesystem::exists(std::filesystem::path(env) / "test_batch.bin")) return std::filesystem::path(env);
     return std::nullopt;
   }
-  const auto beside = std::filesystem::path(LTRAIN_SOURCE_DIR) / ".." / "shared" / "data" / "cifar10-mini";
-  if (std::filesystem::exists(beside / "test_batch.bin")) return beside.lexically_normal();
+  const std::filesystem::path source(LTRAIN_SOURCE_DIR);
+  for (const auto& candidate : {source / "data" / "cifar10-mini", source / ".." / "shared" / "data" / "cifar10-mini"})
+    if (std::filesystem::exists(candidate / "test_batch.bin")) return candidate.lexically_normal();
   return std::nullopt;
 }
 

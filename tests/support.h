@@ -8,8 +8,8 @@
 
 namespace ltrain::testing {
 
-/// The real CIFAR-10 subset (cifar10-mini) if present: $LTRAIN_CIFAR_MINI, else
-/// ../shared/data/cifar10-mini beside the source tree.
+/// The real CIFAR-10 subset (cifar10-mini) if present: $LTRAIN_CIFAR_MINI, else data/cifar10-mini
+/// in the source tree, else ../shared/data/cifar10-mini beside it.
 std::optional<std::filesystem::path> cifar_mini_root();
 
 /// A fresh empty directory under the system temp folder, removed when the object dies.

@@ -149,10 +149,11 @@ std::string join(const std::vector<std::string>& items, const char* separator) {
 [[noreturn]] void throw_unknown_key(const std::string& source, const std::string& prefix, const std::string& key,
                                     const std::vector<std::string>& known) {
   const std::string path = join_key(prefix, key);
+  // The closest known key within two edits, or one that the typed key starts with ("optimizer").
   std::string best;
   size_t best_distance = 3;
   for (const auto& k : known) {
-    const size_t d = edit_distance(key, k);
+    const size_t d = key.rfind(k, 0) == 0 || k.rfind(key, 0) == 0 ? 1 : edit_distance(key, k);
     if (d < best_distance) best_distance = d, best = k;
   }
   if (!best.empty())
@@ -375,26 +376,10 @@ struct KeyDescriber {
 
 // ---- Checks across keys ------------------------------------------------------------------------
 
-class Validator {
- public:
-  Validator(const LoadedConfig& loaded, const std::string& default_source)
-      : loaded_(loaded), resolved_(to_json(loaded.config)), default_source_(default_source) {}
-
-  /// Throws "<source>: <key> = <value>: <message>" if `ok` is false.
-  void require(bool ok, const std::string& key, const std::string& message) const {
-    if (ok) return;
-    auto it = loaded_.origin.find(key);
-    const std::string& source = it == loaded_.origin.end() ? default_source_ : it->second;
-    const auto dot = key.find('.');
-    const json& value = resolved_[key.substr(0, dot)][key.substr(dot + 1)];
-    throw ConfigError(fmt::format("{}: {} = {}: {}", source, key, value.dump(), message));
-  }
-
- private:
-  const LoadedConfig& loaded_;
-  json resolved_;
-  const std::string& default_source_;
-};
+/// Throws config_error(loaded, key, message) unless `ok`.
+void require(const LoadedConfig& loaded, bool ok, const std::string& key, const std::string& message) {
+  if (!ok) throw config_error(loaded, key, message);
+}
 
 bool valid_device(const std::string& device) {
   if (device == "auto" || device == "cpu" || device == "cuda") return true;
@@ -402,28 +387,27 @@ bool valid_device(const std::string& device) {
   return std::all_of(device.begin() + 5, device.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-void validate(const LoadedConfig& loaded, const std::string& default_source) {
+void validate(const LoadedConfig& loaded) {
   const RunConfig& c = loaded.config;
-  const Validator check(loaded, default_source);
 
-  check.require(!c.run.name.empty() && c.run.name.find('/') == std::string::npos && c.run.name != "." &&
+  require(loaded, !c.run.name.empty() && c.run.name.find('/') == std::string::npos && c.run.name != "." &&
                     c.run.name != "..",
                 "run.name", "expected a folder name without '/'");
-  check.require(valid_device(c.run.device), "run.device", "expected auto, cpu, cuda or cuda:N");
-  check.require(c.data.mean.size() == 3, "data.mean", "expected a list of 3 numbers (R, G, B)");
-  check.require(c.data.std.size() == 3, "data.std", "expected a list of 3 numbers (R, G, B)");
-  check.require(c.optim.betas.size() == 2, "optim.betas", "expected a list of 2 numbers (beta1, beta2)");
-  check.require(!c.optim.nesterov || (c.optim.name == OptimizerKind::sgd && c.optim.momentum > 0), "optim.nesterov",
+  require(loaded, valid_device(c.run.device), "run.device", "expected auto, cpu, cuda or cuda:N");
+  require(loaded, c.data.mean.size() == 3, "data.mean", "expected a list of 3 numbers (R, G, B)");
+  require(loaded, c.data.std.size() == 3, "data.std", "expected a list of 3 numbers (R, G, B)");
+  require(loaded, c.optim.betas.size() == 2, "optim.betas", "expected a list of 2 numbers (beta1, beta2)");
+  require(loaded, !c.optim.nesterov || (c.optim.name == OptimizerKind::sgd && c.optim.momentum > 0), "optim.nesterov",
                 "Nesterov momentum needs optim.name \"sgd\" and optim.momentum > 0");
-  check.require(c.schedule.name != ScheduleKind::onecycle || c.schedule.warmup_epochs == 0, "schedule.warmup_epochs",
+  require(loaded, c.schedule.name != ScheduleKind::onecycle || c.schedule.warmup_epochs == 0, "schedule.warmup_epochs",
                 "the onecycle schedule has its own warm-up (schedule.pct_start); set schedule.warmup_epochs to 0");
-  check.require(c.schedule.warmup_epochs < static_cast<double>(c.run.epochs), "schedule.warmup_epochs",
+  require(loaded, c.schedule.warmup_epochs < static_cast<double>(c.run.epochs), "schedule.warmup_epochs",
                 fmt::format("expected fewer epochs than run.epochs ({})", c.run.epochs));
-  check.require(std::is_sorted(c.schedule.milestones.begin(), c.schedule.milestones.end()) &&
+  require(loaded, std::is_sorted(c.schedule.milestones.begin(), c.schedule.milestones.end()) &&
                     std::adjacent_find(c.schedule.milestones.begin(), c.schedule.milestones.end()) ==
                         c.schedule.milestones.end(),
                 "schedule.milestones", "expected epochs in increasing order");
-  check.require(c.schedule.name != ScheduleKind::multistep || !c.schedule.milestones.empty(), "schedule.milestones",
+  require(loaded, c.schedule.name != ScheduleKind::multistep || !c.schedule.milestones.empty(), "schedule.milestones",
                 "the multistep schedule needs at least one milestone epoch");
 }
 
@@ -434,7 +418,8 @@ LoadedConfig resolve(Document doc, const std::vector<std::string>& overrides, co
   loaded.config.visit_sections(reader);
   reader.reject_unknown_sections();
   loaded.origin = std::move(doc.origin);
-  validate(loaded, default_source);
+  loaded.source = default_source;
+  validate(loaded);
   return loaded;
 }
 
@@ -456,6 +441,14 @@ LoadedConfig load_json(const nlohmann::json& document, const std::string& source
   Document doc;
   doc.root = document;
   return resolve(std::move(doc), overrides, source);
+}
+
+ConfigError config_error(const LoadedConfig& loaded, const std::string& key, const std::string& message) {
+  auto it = loaded.origin.find(key);
+  const std::string& source = it == loaded.origin.end() ? loaded.source : it->second;
+  const auto dot = key.find('.');
+  const json value = to_json(loaded.config)[key.substr(0, dot)][key.substr(dot + 1)];
+  return ConfigError(fmt::format("{}: {} = {}: {}", source, key, value.dump(), message));
 }
 
 nlohmann::json to_json(const RunConfig& config) {

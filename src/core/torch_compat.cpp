@@ -2,12 +2,18 @@
 
 #include <cstring>
 
+#if LTRAIN_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 
 namespace ltrain::compat {
 
 std::string torch_version() { return TORCH_VERSION; }
 
 int cuda_device_count() { return built_with_cuda() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
+std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
 
 bool is_out_of_memory(const std::exception& error) {
   // LibTorch 2.x throws c10::OutOfMemoryError; older releases a c10::Error whose text says so.
@@ -17,6 +23,36 @@ bool is_out_of_memory(const std::exception& error) {
 
 void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+}
+
+void set_tf32(bool matmul, bool convolutions) {
+  at::globalContext().setAllowTF32CuBLAS(matmul);
+  at::globalContext().setAllowTF32CuDNN(convolutions);
+}
+
+void set_cudnn(bool benchmark, bool deterministic) {
+  at::globalContext().setBenchmarkCuDNN(benchmark);
+  at::globalContext().setDeterministicCuDNN(deterministic);
+}
+
+void reset_peak_memory(const torch::Device& device) {
+#if LTRAIN_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#else
+  (void)device;
+#endif
+}
+
+int64_t peak_memory_bytes(const torch::Device& device) {
+#if LTRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+#else
+  (void)device;
+#endif
+  return -1;
 }
 
 }  // namespace ltrain::compat

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ltrain/config/config.h"
+#include "ltrain/core/errors.h"
 
 namespace ltrain::config {
 
@@ -18,7 +19,13 @@ struct LoadedConfig {
   RunConfig config;
   /// "optim.lr" -> "configs/x.json" or "--set optim.lr=0.05"; keys left at their default are absent.
   std::map<std::string, std::string> origin;
+  /// The top config file (or document) the config was loaded from.
+  std::string source;
 };
+
+/// A ConfigError about `key` ("section.name"): "<file that set it>: <key> = <value>: <message>".
+/// For checks that need more than the config, e.g. whether the device exists.
+ConfigError config_error(const LoadedConfig& loaded, const std::string& key, const std::string& message);
 
 /// Reads `path`, following "extends" (relative to the file that names it), applies each
 /// "key.path=value" override in order (the value is JSON, or else a plain string) and validates.

@@ -3,6 +3,7 @@
 // Parameter and buffer names, their order, shapes and initialization match torchvision's
 // resnet18/34/50/101/152, so state dicts move between the two unchanged (io/safetensors).
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <torch/torch.h>
@@ -11,17 +12,99 @@
 
 namespace ltrain::models {
 
+/// One residual block: relu(residual_branch(x) + shortcut(x)). The shortcut is x itself, or
+/// `downsample` (1x1 conv with the block's stride + BatchNorm) where the block changes the
+/// resolution or the channel count. Each block is one unit of layer1..layer4, the grain at which
+/// activation checkpointing can cut the network.
+class ResidualBlockImpl : public torch::nn::Module {
+ public:
+  /// [B,C_in,H,W] -> [B,C_out,H/stride,W/stride].
+  torch::Tensor forward(torch::Tensor x);
+
+  /// The BatchNorm that ends the residual branch (bn2 basic, bn3 bottleneck): zero_init_residual
+  /// starts its weight at 0 so that the block begins as the identity.
+  virtual torch::nn::BatchNorm2d& last_norm() = 0;
+
+ protected:
+  /// The residual branch without the final ReLU: [B,C_in,H,W] -> [B,C_out,H/stride,W/stride].
+  virtual torch::Tensor residual_branch(torch::Tensor x) = 0;
+
+  /// Registers the projection shortcut (may be empty). Called last by the subclass constructors,
+  /// because torchvision registers `downsample` after the branch's convs and norms.
+  void register_downsample(torch::nn::Sequential projection);
+
+ private:
+  torch::nn::Sequential downsample{nullptr};
+};
+
+/// ResNet-18/34 block: 3x3 conv (stride) -> BN -> ReLU -> 3x3 conv -> BN; out = planes channels.
+class BasicBlockImpl : public ResidualBlockImpl {
+ public:
+  /// Output channels per `planes`.
+  static constexpr int64_t expansion = 1;
+
+  /// `projection`: the shortcut's conv+BN, or an empty holder when x can be added unchanged.
+  BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection);
+
+  torch::nn::BatchNorm2d& last_norm() override { return bn2; }
+
+ protected:
+  torch::Tensor residual_branch(torch::Tensor x) override;
+
+ private:
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+};
+
+/// ResNet-50/101/152 block (v1.5): 1x1 conv -> BN -> ReLU -> 3x3 conv (stride) -> BN -> ReLU ->
+/// 1x1 conv -> BN; inner width = planes, out = 4 * planes channels.
+class BottleneckImpl : public ResidualBlockImpl {
+ public:
+  /// Output channels per `planes`.
+  static constexpr int64_t expansion = 4;
+
+  /// `projection`: the shortcut's conv+BN, or an empty holder when x can be added unchanged.
+  BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection);
+
+  torch::nn::BatchNorm2d& last_norm() override { return bn3; }
+
+ protected:
+  torch::Tensor residual_branch(torch::Tensor x) override;
+
+ private:
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+};
+
 /// ResNet: stem -> layer1..layer4 -> global average pool -> fc.
+/// forward() == forward_head(every block of blocks(), in order, applied to forward_stem(x)).
 class ResNetImpl : public torch::nn::Module {
  public:
   explicit ResNetImpl(const config::ModelSection& options);
 
-  /// [B,3,H,W] float -> logits [B,num_classes] float.
+  /// [B,3,H,W] float -> logits [B,num_classes] float. Any H,W >= 32; any memory format.
   torch::Tensor forward(torch::Tensor x);
+
+  /// conv1 + bn1 + ReLU (+ 3x3/2 max-pool for the imagenet stem):
+  /// [B,3,H,W] -> [B,width,H/4,W/4] (imagenet) or [B,width,H,W] (cifar).
+  torch::Tensor forward_stem(torch::Tensor images);
+
+  /// Global average pool + fc: [B,C,h,w] -> [B,num_classes].
+  torch::Tensor forward_head(torch::Tensor features);
+
+  /// layer1..layer4, each a Sequential of residual blocks named "0", "1", ...
+  std::vector<torch::nn::Sequential> stages() const;
+
+  /// Every residual block in forward order (layer1.0 ... layer4.N).
+  std::vector<std::shared_ptr<ResidualBlockImpl>> blocks() const;
 
   const config::ModelSection& options() const { return options_; }
 
  private:
+  /// torchvision's init: kaiming-normal (fan_out, relu) convs, BN weight 1 / bias 0, optional zero
+  /// last-BN per block. Linear keeps LibTorch's default init (the same as PyTorch's).
+  void initialize_weights();
+
   config::ModelSection options_;
   torch::nn::Conv2d conv1{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr};

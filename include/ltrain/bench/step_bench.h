@@ -1,0 +1,28 @@
+#pragma once
+// Training-step throughput of a config: warm-up steps, then timed steps between two device syncs.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ltrain/config/load.h"
+
+namespace ltrain::bench {
+
+struct StepBenchResult {
+  std::string device;
+  int64_t batch_size = 0;
+  int64_t steps = 0;
+  double seconds = 0.0;
+  double ms_per_step = 0.0;
+  double images_per_second = 0.0;
+  int64_t peak_memory_bytes = -1;  ///< -1 where the device cannot tell (the CPU)
+  double final_loss = 0.0;         ///< mean training loss over the timed steps (finite if all went well)
+};
+
+/// Times `steps` training steps of the config's model, data and optimizer after `warmup` steps.
+StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps);
+
+nlohmann::json to_json(const StepBenchResult& result);
+
+}  // namespace ltrain::bench

@@ -1,0 +1,36 @@
+#pragma once
+// Turning a config into the objects of a run: device, model, data. Shared by train, eval and bench.
+#include <torch/torch.h>
+
+#include "ltrain/config/load.h"
+#include "ltrain/data/loader.h"
+#include "ltrain/models/resnet.h"
+#include "ltrain/optim/optimizer.h"
+
+namespace ltrain::engine {
+
+/// run.device as a torch::Device. ConfigError (naming the key and its file) when this build or
+/// this machine cannot provide it.
+torch::Device resolve_device(const config::LoadedConfig& loaded);
+
+/// Seeds LibTorch's generators with run.seed and sets the CPU thread count.
+void apply_runtime_settings(const config::RunConfig& config);
+
+/// A freshly initialized model (seeded from run.seed) on `device`.
+models::ResNet build_model(const config::RunConfig& config, const torch::Device& device);
+
+/// Named parameters in registration order, as the optimizer and checkpoints name them.
+optim::NamedTensors named_parameters(const torch::nn::Module& module);
+
+/// Parameters and buffers in PyTorch's state_dict order (a module's own parameters, then its own
+/// buffers, then its children's), with PyTorch's dotted names.
+optim::NamedTensors state_dict(const torch::nn::Module& module);
+
+/// Copies `tensors` (state_dict names) into `module`'s parameters and buffers. DataError naming
+/// `source` and the first missing, unexpected or misshapen tensor.
+void load_state_dict(torch::nn::Module& module, const optim::NamedTensors& tensors, const std::string& source);
+
+/// The dataset `data` names, loaded and moved to `device`.
+data::TrainTestSets load_data(const config::RunConfig& config, const torch::Device& device);
+
+}  // namespace ltrain::engine

@@ -1,0 +1,41 @@
+#pragma once
+// The run directory and what goes into it besides checkpoints: the resolved config, and the
+// metrics as CSV (for spreadsheets and plots) and JSON lines (for programs).
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+namespace ltrain::io {
+
+/// Creates OUT_DIR/NAME, or OUT_DIR/NAME-2, -3, ... when that exists: a new run never writes into
+/// an earlier run's folder. RunError when the folder cannot be created.
+std::filesystem::path create_run_dir(const std::filesystem::path& out_dir, const std::string& name);
+
+/// Writes `text` to `file` through a temporary file and a rename.
+void write_text_file(const std::filesystem::path& file, const std::string& text);
+
+/// One row of metrics: "step" rows at log intervals, "epoch" rows after each epoch.
+struct MetricsRow {
+  std::string kind;  ///< "step" or "epoch"
+  int64_t epoch = 0;  ///< 1-based epoch the row belongs to
+  int64_t step = 0;   ///< optimizer steps done so far
+  std::map<std::string, double> values;  ///< keys from MetricsLog::columns()
+};
+
+/// Appends rows to RUN_DIR/metrics.csv and RUN_DIR/metrics.jsonl, flushed after each row.
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::filesystem::path& run_dir);
+  void write(const MetricsRow& row);
+
+  /// The value columns, in CSV order.
+  static const std::vector<std::string>& columns();
+
+ private:
+  std::ofstream csv_;
+  std::ofstream jsonl_;
+};
+
+}  // namespace ltrain::io

@@ -1,0 +1,61 @@
+#pragma once
+// SGD and AdamW with torch.optim's arithmetic, driven by device-resident state: the learning
+// rate (and AdamW's step count) are 0-dim tensors on the parameters' device, so a step needs no
+// host value and no host sync. The host writes the LR before each step with set_lr().
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ltrain/config/config.h"
+
+namespace ltrain::optim {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+/// Parameters that share a weight decay.
+struct ParamGroup {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params;
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  /// One update of every parameter from its .grad(), with the LR held in lr().
+  virtual void step() = 0;
+
+  /// Optimizer state by name, e.g. "momentum_buffer/layer1.0.conv1.weight" (for checkpoints).
+  virtual NamedTensors state() const = 0;
+  /// Copies `state` (as returned by state()) into this optimizer; missing or misshapen entries
+  /// are errors that name them.
+  void load_state(const NamedTensors& state);
+
+  /// Sets every gradient to zero in place (gradients stay allocated, at fixed addresses).
+  void zero_grad();
+  /// Writes the learning rate for the next step (a device fill, no sync).
+  void set_lr(double lr) { lr_.fill_(lr); }
+  /// The learning rate: 0-dim float32 on the parameters' device.
+  const torch::Tensor& lr() const { return lr_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+ protected:
+  Optimizer(std::vector<ParamGroup> groups, const torch::Device& device);
+  std::vector<ParamGroup> groups_;
+  torch::Tensor lr_;
+};
+
+/// Splits named parameters into decay / no-decay groups: with `no_decay_norm_and_bias`, every
+/// parameter with at most one dimension (BatchNorm weights and biases, all biases) gets no decay.
+std::vector<ParamGroup> make_param_groups(const NamedTensors& named_parameters, double weight_decay,
+                                          bool no_decay_norm_and_bias);
+
+/// The optimizer `optim.name` names, over `named_parameters` (all on one device).
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, const NamedTensors& named_parameters);
+
+}  // namespace ltrain::optim

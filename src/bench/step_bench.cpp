@@ -1,0 +1,60 @@
+#include "ltrain/bench/step_bench.h"
+
+#include <chrono>
+
+#include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/setup.h"
+#include "ltrain/engine/train_step.h"
+
+namespace ltrain::bench {
+
+StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps) {
+  const config::RunConfig& config = loaded.config;
+  const torch::Device device = engine::resolve_device(loaded);
+  engine::apply_runtime_settings(config);
+  const data::TrainTestSets sets = engine::load_data(config, device);
+  data::TrainLoader loader(sets.train, config.data, static_cast<uint64_t>(config.run.seed));
+  if (loader.batches_per_epoch() == 0)
+    throw config::config_error(loaded, "data.batch_size", "larger than the training set; use a smaller batch");
+  models::ResNet model = engine::build_model(config, device);
+  const auto optimizer = optim::make_optimizer(config.optim, engine::named_parameters(*model));
+  optimizer->set_lr(config.optim.lr);
+  engine::TrainStep train_step(model, *optimizer, config);
+
+  int64_t epoch = 0;
+  int64_t index = 0;
+  auto run_steps = [&](int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      if (index == 0) loader.set_epoch(epoch);
+      train_step.run(loader.batch(index));
+      if (++index == loader.batches_per_epoch()) index = 0, ++epoch;
+    }
+  };
+  run_steps(warmup);
+  train_step.take_totals();  // syncs: warm-up work is done before the clock starts
+  compat::reset_peak_memory(device);
+  const auto start = std::chrono::steady_clock::now();
+  run_steps(steps);
+  const engine::StepTotals totals = train_step.take_totals();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  StepBenchResult result;
+  result.device = device.str();
+  result.batch_size = config.data.batch_size;
+  result.steps = steps;
+  result.seconds = seconds;
+  result.ms_per_step = 1e3 * seconds / static_cast<double>(steps);
+  result.images_per_second = static_cast<double>(steps * config.data.batch_size) / seconds;
+  result.peak_memory_bytes = compat::peak_memory_bytes(device);
+  result.final_loss = totals.mean_loss();
+  return result;
+}
+
+nlohmann::json to_json(const StepBenchResult& r) {
+  return {{"device", r.device},           {"batch_size", r.batch_size},
+          {"steps", r.steps},             {"seconds", r.seconds},
+          {"ms_per_step", r.ms_per_step}, {"images_per_second", r.images_per_second},
+          {"peak_memory_bytes", r.peak_memory_bytes}, {"final_loss", r.final_loss}};
+}
+
+}  // namespace ltrain::bench

@@ -1,0 +1,82 @@
+#include "ltrain/io/run_files.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <system_error>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ltrain/core/errors.h"
+
+namespace ltrain::io {
+namespace fs = std::filesystem;
+
+fs::path create_run_dir(const fs::path& out_dir, const std::string& name) {
+  std::error_code error;
+  fs::create_directories(out_dir, error);
+  if (error)
+    throw RunError(fmt::format("{}: cannot create the runs folder ({}); set run.out_dir to a writable folder",
+                               out_dir.string(), error.message()));
+  for (int suffix = 1;; ++suffix) {
+    const fs::path candidate = out_dir / (suffix == 1 ? name : fmt::format("{}-{}", name, suffix));
+    // create_directory is atomic: false means another run (or an earlier one) owns the name.
+    if (fs::create_directory(candidate, error)) return candidate;
+    if (error)
+      throw RunError(fmt::format("{}: cannot create the run folder ({}); set run.out_dir to a writable folder",
+                                 candidate.string(), error.message()));
+  }
+}
+
+void write_text_file(const fs::path& file, const std::string& text) {
+  const fs::path temporary = file.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out)
+      throw RunError(fmt::format("{}: cannot write (disk full or read-only?); free space or choose another run.out_dir",
+                                 file.string()));
+  }
+  if (std::rename(temporary.c_str(), file.c_str()) != 0)
+    throw RunError(fmt::format("{}: cannot rename the temporary file into place", file.string()));
+}
+
+const std::vector<std::string>& MetricsLog::columns() {
+  static const std::vector<std::string> names{"lr",        "train_loss", "train_acc",  "test_loss",
+                                              "test_acc",  "img_per_s",  "elapsed_s"};
+  return names;
+}
+
+MetricsLog::MetricsLog(const fs::path& run_dir) {
+  const fs::path csv_path = run_dir / "metrics.csv";
+  const bool new_csv = !fs::exists(csv_path);
+  csv_.open(csv_path, std::ios::app);
+  jsonl_.open(run_dir / "metrics.jsonl", std::ios::app);
+  if (!csv_ || !jsonl_) throw RunError(fmt::format("{}: cannot open the metrics files for writing", run_dir.string()));
+  if (new_csv) {
+    csv_ << "kind,epoch,step";
+    for (const auto& column : columns()) csv_ << ',' << column;
+    csv_ << '\n' << std::flush;
+  }
+}
+
+void MetricsLog::write(const MetricsRow& row) {
+  for (const auto& [key, value] : row.values)
+    if (std::find(columns().begin(), columns().end(), key) == columns().end())
+      throw std::logic_error("MetricsLog: unknown metrics column " + key);
+  nlohmann::json record{{"kind", row.kind}, {"epoch", row.epoch}, {"step", row.step}};
+  csv_ << row.kind << ',' << row.epoch << ',' << row.step;
+  for (const auto& column : columns()) {
+    csv_ << ',';
+    auto it = row.values.find(column);
+    if (it == row.values.end()) continue;
+    csv_ << fmt::format("{:.6g}", it->second);
+    record[column] = std::isfinite(it->second) ? nlohmann::json(it->second) : nlohmann::json(nullptr);
+  }
+  csv_ << '\n' << std::flush;
+  jsonl_ << record.dump() << '\n' << std::flush;
+}
+
+}  // namespace ltrain::io

@@ -1,0 +1,194 @@
+#include "ltrain/models/resnet.h"
+
+#include <array>
+#include <string>
+#include <utility>
+
+namespace ltrain::models {
+namespace {
+
+/// Padding kernel/2 keeps H,W (divided by the stride); no bias, since every conv feeds a BatchNorm.
+torch::nn::Conv2d conv_no_bias(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride) {
+  return torch::nn::Conv2d(
+      torch::nn::Conv2dOptions(in_channels, out_channels, kernel).stride(stride).padding(kernel / 2).bias(false));
+}
+
+/// PyTorch's defaults, spelled out because torchvision's weights were trained with them.
+torch::nn::BatchNorm2d norm(int64_t channels) {
+  return torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(channels).eps(1e-5).momentum(0.1));
+}
+
+/// What a depth is made of.
+struct ArchSpec {
+  bool bottleneck;
+  std::array<int64_t, 4> blocks_per_stage;
+};
+
+ArchSpec arch_spec(config::Arch arch) {
+  switch (arch) {
+    case config::Arch::resnet18: return {false, {2, 2, 2, 2}};
+    case config::Arch::resnet34: return {false, {3, 4, 6, 3}};
+    case config::Arch::resnet50: return {true, {3, 4, 6, 3}};
+    case config::Arch::resnet101: return {true, {3, 4, 23, 3}};
+    case config::Arch::resnet152: return {true, {3, 8, 36, 3}};
+  }
+  TORCH_CHECK(false, "unknown ResNet arch ", static_cast<int>(arch));
+}
+
+/// layer1..layer4 and the channel count they end with (the fc's input features).
+struct Stages {
+  std::array<torch::nn::Sequential, 4> layers;
+  int64_t out_channels;
+};
+
+/// Builds the four stages from `Block` (BasicBlockImpl or BottleneckImpl). Stage i has
+/// planes = width * 2^i; its first block halves H,W (except in layer1) and gets a projection
+/// shortcut whenever stride or channels change. Modules are created in torchvision's order
+/// (a block's downsample before its convs), so the random init draws come in the same order.
+template <class Block>
+Stages make_stages(int64_t width, const std::array<int64_t, 4>& blocks_per_stage) {
+  Stages stages{{}, width};
+  int64_t in_channels = width;  // the stem's output
+  for (size_t stage = 0; stage < stages.layers.size(); ++stage) {
+    const int64_t planes = width << stage;
+    const int64_t out_channels = planes * Block::expansion;
+    torch::nn::Sequential layer;
+    for (int64_t index = 0; index < blocks_per_stage[stage]; ++index) {
+      const int64_t stride = (stage > 0 && index == 0) ? 2 : 1;
+      torch::nn::Sequential projection{nullptr};
+      if (stride != 1 || in_channels != out_channels)
+        projection = torch::nn::Sequential(conv_no_bias(in_channels, out_channels, 1, stride), norm(out_channels));
+      layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection)));
+      in_channels = out_channels;
+    }
+    stages.layers[stage] = layer;
+  }
+  stages.out_channels = in_channels;
+  return stages;
+}
+
+}  // namespace
+
+// ---- Residual blocks ---------------------------------------------------------------------------
+
+torch::Tensor ResidualBlockImpl::forward(torch::Tensor x) {
+  torch::Tensor shortcut = downsample ? downsample->forward(x) : x;
+  torch::Tensor out = residual_branch(std::move(x));
+  // In place, as torchvision does: BatchNorm's backward needs its input, not its output, so the
+  // branch's output buffer can take the sum and the ReLU instead of two fresh allocations.
+  return out.add_(shortcut).relu_();
+}
+
+void ResidualBlockImpl::register_downsample(torch::nn::Sequential projection) {
+  if (projection) downsample = register_module("downsample", std::move(projection));
+}
+
+BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride,
+                               torch::nn::Sequential projection) {
+  conv1 = register_module("conv1", conv_no_bias(in_channels, planes, 3, stride));
+  bn1 = register_module("bn1", norm(planes));
+  conv2 = register_module("conv2", conv_no_bias(planes, planes, 3, 1));
+  bn2 = register_module("bn2", norm(planes));
+  register_downsample(std::move(projection));
+}
+
+torch::Tensor BasicBlockImpl::residual_branch(torch::Tensor x) {
+  x = bn1->forward(conv1->forward(x)).relu_();  // [B,planes,H/s,W/s]
+  return bn2->forward(conv2->forward(x));
+}
+
+BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride,
+                               torch::nn::Sequential projection) {
+  conv1 = register_module("conv1", conv_no_bias(in_channels, planes, 1, 1));
+  bn1 = register_module("bn1", norm(planes));
+  conv2 = register_module("conv2", conv_no_bias(planes, planes, 3, stride));  // v1.5: stride here
+  bn2 = register_module("bn2", norm(planes));
+  conv3 = register_module("conv3", conv_no_bias(planes, planes * expansion, 1, 1));
+  bn3 = register_module("bn3", norm(planes * expansion));
+  register_downsample(std::move(projection));
+}
+
+torch::Tensor BottleneckImpl::residual_branch(torch::Tensor x) {
+  x = bn1->forward(conv1->forward(x)).relu_();  // [B,planes,H,W]
+  x = bn2->forward(conv2->forward(x)).relu_();  // [B,planes,H/s,W/s]
+  return bn3->forward(conv3->forward(x));             // [B,4*planes,H/s,W/s]
+}
+
+// ---- ResNet ------------------------------------------------------------------------------------
+
+ResNetImpl::ResNetImpl(const config::ModelSection& options) : options_(options) {
+  const int64_t width = options_.width;
+  if (options_.stem == config::Stem::imagenet) {
+    conv1 = register_module("conv1", conv_no_bias(3, width, 7, 2));
+  } else {
+    conv1 = register_module("conv1", conv_no_bias(3, width, 3, 1));
+  }
+  bn1 = register_module("bn1", norm(width));
+
+  const ArchSpec spec = arch_spec(options_.arch);
+  Stages stages = spec.bottleneck ? make_stages<BottleneckImpl>(width, spec.blocks_per_stage)
+                                  : make_stages<BasicBlockImpl>(width, spec.blocks_per_stage);
+  const std::array<torch::nn::Sequential*, 4> layer_members{&layer1, &layer2, &layer3, &layer4};
+  for (size_t stage = 0; stage < layer_members.size(); ++stage)
+    *layer_members[stage] = register_module("layer" + std::to_string(stage + 1), stages.layers[stage]);
+
+  fc = register_module("fc", torch::nn::Linear(stages.out_channels, options_.num_classes));
+  initialize_weights();
+}
+
+void ResNetImpl::initialize_weights() {
+  torch::NoGradGuard no_grad;
+  // Pre-order over the registered modules, the order of torchvision's self.modules().
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (auto* conv = module->as<torch::nn::Conv2d>()) {
+      torch::nn::init::kaiming_normal_(conv->weight, /*a=*/0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* batch_norm = module->as<torch::nn::BatchNorm2d>()) {
+      torch::nn::init::ones_(batch_norm->weight);
+      torch::nn::init::zeros_(batch_norm->bias);
+    }
+  }
+  if (options_.zero_init_residual) {
+    for (const auto& block : blocks()) torch::nn::init::zeros_(block->last_norm()->weight);
+  }
+}
+
+torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  x = forward_stem(std::move(x));                       // [B,width,H',W']
+  for (auto& layer : stages()) x = layer->forward(x);   // [B,8*width*expansion,H'/8,W'/8]
+  return forward_head(std::move(x));                    // [B,num_classes]
+}
+
+torch::Tensor ResNetImpl::forward_stem(torch::Tensor images) {
+  torch::Tensor x = bn1->forward(conv1->forward(images)).relu_();
+  if (options_.stem == config::Stem::imagenet) x = torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
+  return x;
+}
+
+torch::Tensor ResNetImpl::forward_head(torch::Tensor features) {
+  // flatten (a reshape), not view: correct whatever the memory format of the pooled map.
+  torch::Tensor pooled = torch::flatten(torch::adaptive_avg_pool2d(features, {1, 1}), 1);  // [B,C]
+  return fc->forward(pooled);
+}
+
+std::vector<torch::nn::Sequential> ResNetImpl::stages() const { return {layer1, layer2, layer3, layer4}; }
+
+std::vector<std::shared_ptr<ResidualBlockImpl>> ResNetImpl::blocks() const {
+  std::vector<std::shared_ptr<ResidualBlockImpl>> result;
+  for (const auto& layer : stages()) {
+    for (size_t index = 0; index < layer->size(); ++index) {
+      auto block = std::dynamic_pointer_cast<ResidualBlockImpl>(layer->ptr(index));
+      TORCH_INTERNAL_ASSERT(block, "stage module ", index, " is not a residual block");
+      result.push_back(std::move(block));
+    }
+  }
+  return result;
+}
+
+int64_t count_parameters(const torch::nn::Module& module) {
+  int64_t total = 0;
+  for (const auto& parameter : module.parameters(/*recurse=*/true))
+    if (parameter.requires_grad()) total += parameter.numel();
+  return total;
+}
+
+}  // namespace ltrain::models

@@ -1,0 +1,109 @@
+// The ltrain executable as a user meets it: help texts, exit codes, one-line errors.
+#include <gtest/gtest.h>
+
+#include "ltrain/io/tensor_file.h"
+#include "support.h"
+
+namespace ltrain {
+namespace {
+
+using testing::read_file;
+using testing::run_ltrain;
+using testing::TempDir;
+using testing::write_file;
+
+TEST(Cli, HelpListsCommandsAndOptionsWithDefaults) {
+  TempDir dir;
+  EXPECT_EQ(run_ltrain("--help", dir.path() / "out"), 0);
+  const std::string top = read_file(dir.path() / "out");
+  for (const char* command : {"train", "eval", "export", "bench"}) EXPECT_NE(top.find(command), std::string::npos);
+  EXPECT_EQ(run_ltrain("train --help", dir.path() / "out"), 0);
+  const std::string train = read_file(dir.path() / "out");
+  EXPECT_NE(train.find("--config"), std::string::npos);
+  EXPECT_NE(train.find("optim.lr"), std::string::npos);
+  EXPECT_NE(train.find("(default 0.1)"), std::string::npos);
+  EXPECT_EQ(run_ltrain("bench step --help", dir.path() / "out"), 0);
+  EXPECT_NE(read_file(dir.path() / "out").find("(default: 50)"), std::string::npos);
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  TempDir dir;
+  EXPECT_EQ(run_ltrain("", dir.path() / "out"), 2);
+  EXPECT_EQ(run_ltrain("fly", dir.path() / "out"), 2);
+  EXPECT_NE(read_file(dir.path() / "out").find("unknown command \"fly\""), std::string::npos);
+  EXPECT_EQ(run_ltrain("train", dir.path() / "out"), 2);
+  EXPECT_NE(read_file(dir.path() / "out").find("ltrain train needs --config"), std::string::npos);
+  EXPECT_EQ(run_ltrain("train --config x.json --bogus", dir.path() / "out"), 2);
+}
+
+TEST(Cli, ConfigErrorIsOneLineAndExitsTwo) {
+  TempDir dir;
+  write_file(dir.path() / "bad.json", R"({"optim": {"lr": -1}})");
+  EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "bad.json").string(), dir.path() / "out"), 2);
+  const std::string out = read_file(dir.path() / "out");
+  EXPECT_NE(out.find((dir.path() / "bad.json").string() + ": optim.lr = -1: expected a number > 0"), std::string::npos)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
+TEST(Cli, MissingDataExitsThreeAndCreatesNoRun) {
+  TempDir dir;
+  write_file(dir.path() / "c.json",
+             R"({"run": {"out_dir": ")" + (dir.path() / "runs").string() + R"("}, "data": {"root": "/nonexistent"}})");
+  EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "c.json").string(), dir.path() / "out"), 3);
+  const std::string out = read_file(dir.path() / "out");
+  EXPECT_NE(out.find("/nonexistent/data_batch_1.bin"), std::string::npos) << out;
+  EXPECT_NE(out.find("scripts/get-cifar10.sh"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs" / "run"));
+}
+
+TEST(Cli, CpuBuildRefusesCudaDevice) {
+  if (LTRAIN_WITH_CUDA) GTEST_SKIP() << "CUDA build";
+  TempDir dir;
+  write_file(dir.path() / "c.json", R"({"run": {"device": "cuda"}})");
+  EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "c.json").string(), dir.path() / "out"), 2);
+  EXPECT_NE(read_file(dir.path() / "out").find("run.device = \"cuda\": this ltrain was built against a CPU-only LibTorch"),
+            std::string::npos);
+}
+
+TEST(Cli, BadCheckpointExitsThree) {
+  TempDir dir;
+  write_file(dir.path() / "junk.ltc", "junk");
+  EXPECT_EQ(run_ltrain("eval --checkpoint " + (dir.path() / "junk.ltc").string(), dir.path() / "out"), 3);
+  EXPECT_NE(read_file(dir.path() / "out").find("not an ltrain checkpoint"), std::string::npos);
+  EXPECT_EQ(run_ltrain("export --checkpoint " + (dir.path() / "none.ltc").string() + " --out x.safetensors",
+                       dir.path() / "out"),
+            3);
+}
+
+TEST(Cli, TrainEvalExportOnSyntheticData) {
+  TempDir dir;
+  write_file(dir.path() / "c.json", R"({
+    "run": {"out_dir": ")" + (dir.path() / "runs").string() + R"(", "name": "cli", "epochs": 1, "device": "cpu"},
+    "model": {"arch": "resnet18", "width": 4},
+    "data": {"source": "synthetic", "synthetic_train_size": 128, "synthetic_test_size": 50, "batch_size": 64}})");
+  ASSERT_EQ(run_ltrain("train --config " + (dir.path() / "c.json").string(), dir.path() / "train.out"), 0)
+      << read_file(dir.path() / "train.out");
+  const auto checkpoint = dir.path() / "runs" / "cli" / "checkpoints" / "step-00000002.ltc";
+  ASSERT_TRUE(std::filesystem::exists(checkpoint));
+
+  ASSERT_EQ(run_ltrain("eval --json --checkpoint " + checkpoint.string(), dir.path() / "eval.out"), 0)
+      << read_file(dir.path() / "eval.out");
+  const std::string eval_out = read_file(dir.path() / "eval.out");
+  const auto result = nlohmann::json::parse(eval_out.substr(eval_out.find('{')));
+  EXPECT_EQ(result["images"], 50);
+  EXPECT_EQ(result["step"], 2);
+
+  const auto weights = dir.path() / "w.safetensors";
+  ASSERT_EQ(run_ltrain("export --checkpoint " + checkpoint.string() + " --out " + weights.string(), dir.path() / "x.out"),
+            0);
+  std::map<std::string, std::string> metadata;
+  const io::NamedTensors tensors = io::read_safetensors(weights, &metadata);
+  EXPECT_EQ(tensors.front().first, "conv1.weight");
+  EXPECT_EQ(tensors.back().first, "fc.bias");
+  EXPECT_EQ(metadata.at("model.arch"), "resnet18");
+  EXPECT_EQ(metadata.at("format"), "pt");
+}
+
+}  // namespace
+}  // namespace ltrain

@@ -1,0 +1,552 @@
+// The data module: CIFAR-10 reader, synthetic source, normalization, train/eval loaders and
+// their augmentation, checked against straightforward per-sample references.
+#include <cstdint>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "ltrain/core/errors.h"
+#include "ltrain/data/cifar10.h"
+#include "ltrain/data/loader.h"
+#include "support.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ltrain::DataError;
+using ltrain::config::DataSection;
+using ltrain::data::Batch;
+using ltrain::data::EvalLoader;
+using ltrain::data::ImageSet;
+using ltrain::data::Normalizer;
+using ltrain::data::TrainLoader;
+using ltrain::testing::TempDir;
+using ltrain::testing::write_file;
+
+// ---- helpers ------------------------------------------------------------------------------------
+
+/// The pixel byte a test file holds for record `record`, channel `c`, row `y`, column `x`.
+uint8_t pattern_pixel(int record, int c, int y, int x) {
+  return static_cast<uint8_t>((record * 31 + c * 101 + y * 7 + x * 3) % 256);
+}
+
+/// One 3073-byte record: the label, then the R, G, B planes, each row-major 32x32.
+std::string make_record(int record, int label) {
+  std::string bytes(1, static_cast<char>(label));
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 32; ++y)
+      for (int x = 0; x < 32; ++x) bytes.push_back(static_cast<char>(pattern_pixel(record, c, y, x)));
+  return bytes;
+}
+
+std::string make_records(const std::vector<int>& labels, int first_record = 0) {
+  std::string bytes;
+  for (size_t i = 0; i < labels.size(); ++i) bytes += make_record(first_record + static_cast<int>(i), labels[i]);
+  return bytes;
+}
+
+/// The message of the DataError that `action` throws ("" and a test failure if none).
+template <class Action>
+std::string data_error_of(Action action) {
+  try {
+    action();
+  } catch (const DataError& error) {
+    EXPECT_EQ(error.code(), ltrain::ExitCode::data);
+    return error.what();
+  }
+  ADD_FAILURE() << "no DataError thrown";
+  return "";
+}
+
+/// Random images with pixels in 1-255 (0 is left to the padding) and labels 0..N-1, so a
+/// batch's labels say which images it holds.
+ImageSet indexed_images(int64_t count, uint64_t seed) {
+  auto generator = at::detail::createCPUGenerator(seed);
+  ImageSet set;
+  set.images = torch::randint(1, 256, {count, 3, 32, 32}, generator, torch::TensorOptions().dtype(torch::kUInt8));
+  set.labels = torch::arange(count, torch::TensorOptions().dtype(torch::kInt64));
+  return set;
+}
+
+DataSection loader_config(int64_t batch_size, bool random_crop, int64_t padding, bool flip) {
+  DataSection data;
+  data.batch_size = batch_size;
+  data.eval_batch_size = batch_size;
+  data.random_crop = random_crop;
+  data.crop_padding = padding;
+  data.horizontal_flip = flip;
+  return data;
+}
+
+/// torchvision's ToTensor() + Normalize(mean, std), written out: (x/255 - mean) / std.
+torch::Tensor reference_normalize(const torch::Tensor& images_uint8, const DataSection& data) {
+  const auto mean = torch::tensor(data.mean).to(torch::kFloat32).view({1, 3, 1, 1});
+  const auto std = torch::tensor(data.std).to(torch::kFloat32).view({1, 3, 1, 1});
+  return (images_uint8.to(torch::kFloat32) / 255.0 - mean) / std;
+}
+
+/// torchvision's RandomCrop(32, padding) with top = padding + dy, left = padding + dx, then
+/// RandomHorizontalFlip: [3,32,32] uint8 -> [3,32,32] uint8.
+torch::Tensor reference_crop_flip(const torch::Tensor& image, int64_t padding, int64_t dy, int64_t dx, bool flip) {
+  const auto padded = torch::constant_pad_nd(image, {padding, padding, padding, padding}, 0);
+  auto crop = padded.slice(1, padding + dy, padding + dy + 32).slice(2, padding + dx, padding + dx + 32);
+  return flip ? crop.flip({2}) : crop;
+}
+
+bool close(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && torch::allclose(a, b, /*rtol=*/0.0, /*atol=*/1e-5);
+}
+
+struct Augmentation {
+  int64_t dy;
+  int64_t dx;
+  bool flip;
+};
+
+/// For each image of `batch`, the one (dy, dx, flip) whose torchvision reference it equals;
+/// fails the test where none or several match.
+std::vector<Augmentation> identify_augmentations(const Batch& batch, const ImageSet& set, const DataSection& data,
+                                                 int64_t padding, bool flips) {
+  std::vector<Augmentation> candidates;
+  for (int64_t dy = -padding; dy <= padding; ++dy)
+    for (int64_t dx = -padding; dx <= padding; ++dx)
+      for (bool flip : {false, true})
+        if (flip == false || flips) candidates.push_back({dy, dx, flip});
+
+  std::vector<Augmentation> found;
+  for (int64_t b = 0; b < batch.labels.size(0); ++b) {
+    const auto image = set.images[batch.labels[b].item<int64_t>()];
+    std::vector<torch::Tensor> references;
+    for (const auto& candidate : candidates)
+      references.push_back(reference_crop_flip(image, padding, candidate.dy, candidate.dx, candidate.flip));
+    const auto normalized = reference_normalize(torch::stack(references), data);  // [K,3,32,32]
+    const auto matches = (normalized - batch.images[b].unsqueeze(0)).abs().amax({1, 2, 3}).lt(1e-5);
+    const auto matching = torch::nonzero(matches);
+    EXPECT_EQ(matching.size(0), 1) << "image " << b << " matches " << matching.size(0) << " references";
+    found.push_back(matching.size(0) > 0 ? candidates[static_cast<size_t>(matching[0][0].item<int64_t>())]
+                                         : Augmentation{99, 99, false});
+  }
+  return found;
+}
+
+std::vector<Batch> epoch_batches(TrainLoader& loader, int64_t epoch) {
+  loader.set_epoch(epoch);
+  std::vector<Batch> batches;
+  for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) batches.push_back(loader.batch(i));
+  return batches;
+}
+
+std::string read_bytes(const fs::path& file, int64_t offset, int64_t count) {
+  std::ifstream in(file, std::ios::binary);
+  in.seekg(offset);
+  std::string bytes(static_cast<size_t>(count), '\0');
+  in.read(bytes.data(), count);
+  EXPECT_TRUE(in) << "cannot read " << count << " bytes at " << offset << " of " << file;
+  return bytes;
+}
+
+int byte_at(const std::string& bytes, int64_t offset) { return static_cast<uint8_t>(bytes[static_cast<size_t>(offset)]); }
+
+// ---- reader ---------------------------------------------------------------------------------------
+
+TEST(CifarReader, ReadsLabelsAndRedGreenBluePlanes) {
+  TempDir dir;
+  const auto file = dir.path() / "data_batch_1.bin";
+  write_file(file, make_records({3, 0, 9}));
+  const auto set = ltrain::data::read_cifar10_file(file);
+
+  ASSERT_EQ(set.images.sizes(), torch::IntArrayRef({3, 3, 32, 32}));
+  EXPECT_EQ(set.images.scalar_type(), torch::kUInt8);
+  ASSERT_EQ(set.labels.sizes(), torch::IntArrayRef({3}));
+  EXPECT_EQ(set.labels.scalar_type(), torch::kInt64);
+  EXPECT_TRUE(torch::equal(set.labels, torch::tensor({3, 0, 9}, torch::kInt64)));
+  // The first 1024 pixel bytes are red, then green, then blue, each row-major.
+  for (int record : {0, 2})
+    for (int c : {0, 1, 2})
+      for (auto [y, x] : {std::pair{0, 0}, std::pair{0, 31}, std::pair{1, 0}, std::pair{17, 5}, std::pair{31, 31}})
+        EXPECT_EQ(set.images[record][c][y][x].item<int>(), pattern_pixel(record, c, y, x))
+            << "record " << record << " channel " << c << " y " << y << " x " << x;
+}
+
+TEST(CifarReader, TruncatedFileNamesTheFileAndTheRecordSize) {
+  TempDir dir;
+  const auto file = dir.path() / "data_batch_2.bin";
+  write_file(file, make_records({1, 2}) + "12345");
+  EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar10_file(file); }),
+            file.string() +
+                ": 6151 bytes is not a whole number of 3073-byte CIFAR-10 records: the file is truncated or not "
+                "CIFAR-10 binary; fetch it again with scripts/get-cifar10.sh");
+}
+
+TEST(CifarReader, EmptyFileIsAnError) {
+  TempDir dir;
+  const auto file = dir.path() / "test_batch.bin";
+  write_file(file, "");
+  EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar10_file(file); }),
+            file.string() +
+                ": empty file (0 bytes): the download was interrupted; fetch it again with scripts/get-cifar10.sh");
+}
+
+TEST(CifarReader, LabelAboveNineNamesTheFileAndTheRecord) {
+  TempDir dir;
+  const auto file = dir.path() / "data_batch_3.bin";
+  write_file(file, make_records({4, 7, 200, 12}));
+  EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar10_file(file); }),
+            file.string() +
+                ": record 2 (byte offset 6146) has label 200 (expected 0-9): not a CIFAR-10 binary file; fetch it "
+                "again with scripts/get-cifar10.sh");
+}
+
+TEST(CifarReader, MissingFileSaysHowToGetTheData) {
+  TempDir dir;
+  const auto file = dir.path() / "nowhere" / "data_batch_1.bin";
+  EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar10_file(file); }),
+            file.string() +
+                ": no such file; run scripts/get-cifar10.sh (or point data.root at a folder with data_batch_1..5.bin "
+                "and test_batch.bin)");
+  // A missing root names its first file.
+  const auto message = data_error_of([&] { ltrain::data::read_cifar10(dir.path() / "nowhere"); });
+  EXPECT_NE(message.find((dir.path() / "nowhere" / "data_batch_1.bin").string() + ": no such file"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("scripts/get-cifar10.sh"), std::string::npos) << message;
+}
+
+TEST(CifarReader, MissingLaterFileIsNamed) {
+  TempDir dir;
+  for (int part = 1; part <= 4; ++part) write_file(dir.path() / ("data_batch_" + std::to_string(part) + ".bin"), make_records({1}));
+  write_file(dir.path() / "test_batch.bin", make_records({1}));
+  const auto message = data_error_of([&] { ltrain::data::read_cifar10(dir.path()); });
+  EXPECT_NE(message.find((dir.path() / "data_batch_5.bin").string() + ": no such file"), std::string::npos) << message;
+}
+
+TEST(CifarReader, ConcatenatesTrainFilesInOrder) {
+  TempDir dir;
+  // File k holds records whose labels are k (and file 2 holds two records), so the order shows.
+  int record = 0;
+  std::vector<int64_t> expected;
+  for (int part = 1; part <= 5; ++part) {
+    const std::vector<int> labels(part == 2 ? 2 : 1, part);
+    write_file(dir.path() / ("data_batch_" + std::to_string(part) + ".bin"), make_records(labels, record));
+    record += static_cast<int>(labels.size());
+    expected.insert(expected.end(), labels.begin(), labels.end());
+  }
+  write_file(dir.path() / "test_batch.bin", make_records({0, 8, 9}, 100));
+  const auto sets = ltrain::data::read_cifar10(dir.path());
+
+  EXPECT_TRUE(torch::equal(sets.train.labels, torch::tensor(expected, torch::kInt64)));
+  ASSERT_EQ(sets.train.images.size(0), 6);
+  for (int r = 0; r < 6; ++r) EXPECT_EQ(sets.train.images[r][1][2][3].item<int>(), pattern_pixel(r, 1, 2, 3));
+  EXPECT_TRUE(torch::equal(sets.test.labels, torch::tensor({0, 8, 9}, torch::kInt64)));
+  EXPECT_EQ(sets.test.images[2][2][31][0].item<int>(), pattern_pixel(102, 2, 31, 0));
+}
+
+TEST(CifarReader, LoadSetsDispatchesOnSource) {
+  TempDir dir;
+  for (int part = 1; part <= 5; ++part) write_file(dir.path() / ("data_batch_" + std::to_string(part) + ".bin"), make_records({part}));
+  write_file(dir.path() / "test_batch.bin", make_records({7, 7}));
+  DataSection data;
+  data.root = dir.path().string();
+  const auto files = ltrain::data::load_sets(data, 0);
+  EXPECT_EQ(files.train.size(), 5);
+  EXPECT_EQ(files.test.size(), 2);
+
+  data.source = ltrain::config::DataSource::synthetic;
+  data.synthetic_train_size = 12;
+  data.synthetic_test_size = 5;
+  const auto synthetic = ltrain::data::load_sets(data, 4);
+  EXPECT_EQ(synthetic.train.size(), 12);
+  EXPECT_EQ(synthetic.test.size(), 5);
+  EXPECT_TRUE(torch::equal(synthetic.train.images, ltrain::data::make_synthetic(12, 5, 4).train.images));
+}
+
+// ---- the real subset -------------------------------------------------------------------------------
+
+TEST(CifarMini, SizesAndBalancedClasses) {
+  LTRAIN_REQUIRE_CIFAR_MINI(root);
+  const auto sets = ltrain::data::read_cifar10(root);
+  ASSERT_EQ(sets.train.images.sizes(), torch::IntArrayRef({5000, 3, 32, 32}));
+  ASSERT_EQ(sets.test.images.sizes(), torch::IntArrayRef({1000, 3, 32, 32}));
+  EXPECT_TRUE(torch::equal(torch::bincount(sets.train.labels), torch::full({10}, 500, torch::kInt64)));
+  EXPECT_TRUE(torch::equal(torch::bincount(sets.test.labels), torch::full({10}, 100, torch::kInt64)));
+}
+
+TEST(CifarMini, RecordsEqualTheRawFileBytes) {
+  LTRAIN_REQUIRE_CIFAR_MINI(root);
+  const auto sets = ltrain::data::read_cifar10(root);
+  // Pixel (c, y, x) of a record is its byte 1 + 1024 c + 32 y + x.
+  const auto check = [](const torch::Tensor& image, int64_t label, const std::string& record, const char* what) {
+    EXPECT_EQ(label, byte_at(record, 0)) << what;
+    for (int c : {0, 1, 2})
+      for (auto [y, x] : {std::pair{0, 0}, std::pair{0, 1}, std::pair{1, 0}, std::pair{16, 9}, std::pair{31, 31}})
+        EXPECT_EQ(image[c][y][x].item<int>(), byte_at(record, 1 + 1024 * c + 32 * y + x))
+            << what << " channel " << c << " y " << y << " x " << x;
+  };
+  check(sets.test.images[0], sets.test.labels[0].item<int64_t>(), read_bytes(root / "test_batch.bin", 0, 3073),
+        "first test record");
+  // The last train image is the last record of data_batch_5.bin.
+  check(sets.train.images[4999], sets.train.labels[4999].item<int64_t>(),
+        read_bytes(root / "data_batch_5.bin", 999 * 3073, 3073), "last train record");
+  // The 1001st train image is the first record of data_batch_2.bin.
+  check(sets.train.images[1000], sets.train.labels[1000].item<int64_t>(),
+        read_bytes(root / "data_batch_2.bin", 0, 3073), "first record of data_batch_2");
+}
+
+// ---- synthetic source ---------------------------------------------------------------------------------
+
+TEST(DataSynthetic, ShapesTypesAndRanges) {
+  const auto sets = ltrain::data::make_synthetic(300, 40, 1);
+  ASSERT_EQ(sets.train.images.sizes(), torch::IntArrayRef({300, 3, 32, 32}));
+  ASSERT_EQ(sets.test.images.sizes(), torch::IntArrayRef({40, 3, 32, 32}));
+  EXPECT_EQ(sets.train.images.scalar_type(), torch::kUInt8);
+  EXPECT_EQ(sets.train.labels.scalar_type(), torch::kInt64);
+  EXPECT_EQ(sets.test.labels.sizes(), torch::IntArrayRef({40}));
+  EXPECT_EQ(sets.train.labels.min().item<int64_t>(), 0);
+  EXPECT_EQ(sets.train.labels.max().item<int64_t>(), 9);
+  // Uniform pixels: the full byte range shows up.
+  EXPECT_EQ(sets.train.images.min().item<int>(), 0);
+  EXPECT_EQ(sets.train.images.max().item<int>(), 255);
+}
+
+TEST(DataSynthetic, SameSeedSameDataOtherSeedOtherData) {
+  const auto first = ltrain::data::make_synthetic(64, 16, 5);
+  const auto again = ltrain::data::make_synthetic(64, 16, 5);
+  const auto other = ltrain::data::make_synthetic(64, 16, 6);
+  EXPECT_TRUE(torch::equal(first.train.images, again.train.images));
+  EXPECT_TRUE(torch::equal(first.train.labels, again.train.labels));
+  EXPECT_TRUE(torch::equal(first.test.images, again.test.images));
+  EXPECT_FALSE(torch::equal(first.train.images, other.train.images));
+  EXPECT_FALSE(torch::equal(first.train.labels, other.train.labels));
+  EXPECT_FALSE(torch::equal(first.train.images.narrow(0, 0, 16), first.test.images));
+}
+
+TEST(DataSynthetic, LeavesTheGlobalGeneratorAlone) {
+  torch::manual_seed(123);
+  const auto expected = torch::rand({8});
+  torch::manual_seed(123);
+  const auto sets = ltrain::data::make_synthetic(64, 8, 9);
+  TrainLoader loader(sets.train, loader_config(16, true, 4, true), 9);
+  loader.set_epoch(2);
+  EXPECT_TRUE(torch::equal(torch::rand({8}), expected));
+}
+
+TEST(DataImageSet, ToMovesBothTensors) {
+  const auto sets = ltrain::data::make_synthetic(4, 2, 0);
+  const auto moved = sets.train.to(torch::Device(torch::kCPU));
+  EXPECT_TRUE(torch::equal(moved.images, sets.train.images));
+  EXPECT_TRUE(torch::equal(moved.labels, sets.train.labels));
+  EXPECT_EQ(ImageSet{}.size(), 0);
+}
+
+// ---- normalization --------------------------------------------------------------------------------------
+
+TEST(LoaderNormalizer, MatchesToTensorThenNormalize) {
+  DataSection data;
+  const auto images = indexed_images(4, 3).images;
+  images[0][0][0][0] = 0;  // both ends of the byte range
+  images[0][1][0][0] = 255;
+  const auto normalized = Normalizer(data, torch::Device(torch::kCPU))(images);
+  EXPECT_EQ(normalized.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(normalized.is_contiguous());
+  EXPECT_TRUE(close(normalized, reference_normalize(images, data)));
+
+  data.normalize = false;
+  EXPECT_TRUE(close(Normalizer(data, torch::Device(torch::kCPU))(images), images.to(torch::kFloat32) / 255.0));
+}
+
+// ---- training loader ------------------------------------------------------------------------------------
+
+TEST(LoaderTrain, WithoutAugmentationABatchIsTheNormalizedImagesInOrder) {
+  const auto set = indexed_images(40, 1);
+  const auto data = loader_config(8, false, 4, false);
+  TrainLoader loader(set, data, 11);
+  loader.set_epoch(0);
+  const auto batch = loader.batch(2);
+  EXPECT_EQ(batch.images.sizes(), torch::IntArrayRef({8, 3, 32, 32}));
+  EXPECT_EQ(batch.images.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(batch.images.is_contiguous());
+  EXPECT_TRUE(close(batch.images, reference_normalize(set.images.index_select(0, batch.labels), data)));
+}
+
+TEST(LoaderTrain, ZeroShiftAndNoFlipIsIdentity) {
+  const auto set = indexed_images(40, 2);
+  const auto data = loader_config(8, true, 0, false);  // the crop path with padding 0
+  TrainLoader loader(set, data, 12);
+  for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
+    const auto batch = loader.batch(i);
+    EXPECT_TRUE(close(batch.images, reference_normalize(set.images.index_select(0, batch.labels), data)));
+  }
+}
+
+TEST(LoaderTrain, FlipOnlyMirrorsAboutHalfTheImages) {
+  const auto set = indexed_images(128, 3);
+  const auto data = loader_config(32, false, 4, true);
+  TrainLoader loader(set, data, 13);
+  loader.set_epoch(1);
+  int64_t flipped = 0;
+  for (const auto& batch : epoch_batches(loader, 1)) {
+    // Each image is either itself or tensor.flip(3) of itself, normalized.
+    const auto originals = set.images.index_select(0, batch.labels);
+    const auto plain = reference_normalize(originals, data);
+    const auto mirrored = reference_normalize(originals.flip({3}), data);
+    for (int64_t b = 0; b < batch.labels.size(0); ++b) {
+      const bool is_plain = close(batch.images[b], plain[b]);
+      const bool is_mirrored = close(batch.images[b], mirrored[b]);
+      EXPECT_NE(is_plain, is_mirrored) << "image " << batch.labels[b].item<int64_t>();
+      flipped += is_mirrored ? 1 : 0;
+    }
+  }
+  EXPECT_GT(flipped, 128 / 4);
+  EXPECT_LT(flipped, 3 * 128 / 4);
+}
+
+TEST(LoaderTrain, CropOnlyEqualsPaddedSlices) {
+  const auto set = indexed_images(128, 4);
+  const int64_t padding = 2;
+  const auto data = loader_config(32, true, padding, false);
+  TrainLoader loader(set, data, 14);
+  std::set<int64_t> seen_dy;
+  std::set<int64_t> seen_dx;
+  for (const auto& batch : epoch_batches(loader, 0))
+    for (const auto& found : identify_augmentations(batch, set, data, padding, /*flips=*/false)) {
+      seen_dy.insert(found.dy);
+      seen_dx.insert(found.dx);
+    }
+  // Every shift in [-padding, padding] occurs, and no other.
+  EXPECT_EQ(seen_dy, (std::set<int64_t>{-2, -1, 0, 1, 2}));
+  EXPECT_EQ(seen_dx, (std::set<int64_t>{-2, -1, 0, 1, 2}));
+}
+
+TEST(LoaderTrain, CropThenFlipEqualsTorchvisionReference) {
+  const auto set = indexed_images(64, 5);
+  const int64_t padding = 3;
+  const auto data = loader_config(16, true, padding, true);
+  TrainLoader loader(set, data, 15);
+  int64_t flipped = 0;
+  int64_t shifted = 0;
+  for (const auto& batch : epoch_batches(loader, 2))
+    for (const auto& found : identify_augmentations(batch, set, data, padding, /*flips=*/true)) {
+      flipped += found.flip ? 1 : 0;
+      shifted += (found.dy != 0 || found.dx != 0) ? 1 : 0;
+    }
+  EXPECT_GT(flipped, 0);
+  EXPECT_LT(flipped, 64);
+  EXPECT_GT(shifted, 32);
+}
+
+TEST(LoaderTrain, PaddedPixelsAreMinusMeanOverStd) {
+  ImageSet white{torch::full({32, 3, 32, 32}, 255, torch::kUInt8), torch::arange(32, torch::kInt64)};
+  const auto data = loader_config(32, true, 4, true);
+  TrainLoader loader(white, data, 16);
+  const auto images = loader.batch(0).images;  // [32,3,32,32]
+  for (int64_t c = 0; c < 3; ++c) {
+    const auto plane = images.select(1, c);
+    const float padded = static_cast<float>(-data.mean[c] / data.std[c]);
+    const float white_value = static_cast<float>((1.0 - data.mean[c]) / data.std[c]);
+    const auto is_padded = (plane - padded).abs().lt(1e-5);
+    const auto is_white = (plane - white_value).abs().lt(1e-5);
+    EXPECT_TRUE(is_padded.logical_or(is_white).all().item<bool>()) << "channel " << c;
+    EXPECT_GT(is_padded.sum().item<int64_t>(), 0) << "channel " << c;
+    EXPECT_GT(is_white.sum().item<int64_t>(), 0) << "channel " << c;
+  }
+}
+
+TEST(LoaderTrain, SameSeedAndEpochSameBatches) {
+  const auto set = indexed_images(100, 6);
+  const auto data = loader_config(16, true, 4, true);
+  TrainLoader first(set, data, 21);
+  TrainLoader second(set, data, 21);
+  const auto a = epoch_batches(first, 3);
+  epoch_batches(first, 4);
+  const auto again = epoch_batches(first, 3);  // the same loader, back to epoch 3
+  const auto b = epoch_batches(second, 3);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::equal(a[i].images, b[i].images)) << "batch " << i;
+    EXPECT_TRUE(torch::equal(a[i].labels, b[i].labels)) << "batch " << i;
+    EXPECT_TRUE(torch::equal(a[i].images, again[i].images)) << "batch " << i;
+    EXPECT_TRUE(torch::equal(a[i].labels, again[i].labels)) << "batch " << i;
+  }
+}
+
+TEST(LoaderTrain, OtherEpochOrSeedOtherOrder) {
+  const auto set = indexed_images(100, 7);
+  const auto data = loader_config(16, true, 4, true);
+  TrainLoader loader(set, data, 22);
+  TrainLoader other_seed(set, data, 23);
+  loader.set_epoch(0);
+  const auto epoch0 = loader.batch(0).labels;
+  loader.set_epoch(1);
+  EXPECT_FALSE(torch::equal(loader.batch(0).labels, epoch0));
+  other_seed.set_epoch(0);
+  EXPECT_FALSE(torch::equal(other_seed.batch(0).labels, epoch0));
+}
+
+TEST(LoaderTrain, EachImageAtMostOncePerEpochAndTheRemainderDropped) {
+  const auto set = indexed_images(100, 8);
+  TrainLoader loader(set, loader_config(16, true, 4, true), 24);
+  EXPECT_EQ(loader.batch_size(), 16);
+  EXPECT_EQ(loader.batches_per_epoch(), 6);  // 100 / 16, the last 4 images dropped
+  std::vector<torch::Tensor> labels;
+  for (const auto& batch : epoch_batches(loader, 5)) {
+    EXPECT_EQ(batch.labels.size(0), 16);
+    labels.push_back(batch.labels);
+  }
+  const auto all = torch::cat(labels);
+  EXPECT_EQ(std::get<0>(torch::_unique(all)).size(0), 96);
+  EXPECT_GE(all.min().item<int64_t>(), 0);
+  EXPECT_LT(all.max().item<int64_t>(), 100);
+  EXPECT_THROW(loader.batch(6), std::out_of_range);
+}
+
+TEST(LoaderTrain, BatchLargerThanTheSetIsAConfigError) {
+  EXPECT_THROW(TrainLoader(indexed_images(10, 9), loader_config(16, false, 4, false), 0), ltrain::ConfigError);
+}
+
+// ---- evaluation loader -----------------------------------------------------------------------------------
+
+TEST(LoaderEval, CoversEveryImageOnceWithAShortLastBatch) {
+  const auto set = indexed_images(10, 10);
+  const auto data = loader_config(4, true, 4, true);  // augmentation settings must not apply
+  EvalLoader loader(set, data);
+  EXPECT_EQ(loader.size(), 10);
+  ASSERT_EQ(loader.num_batches(), 3);
+  std::vector<int64_t> sizes;
+  std::vector<torch::Tensor> labels;
+  std::vector<torch::Tensor> images;
+  for (int64_t i = 0; i < loader.num_batches(); ++i) {
+    const auto batch = loader.batch(i);
+    sizes.push_back(batch.labels.size(0));
+    labels.push_back(batch.labels);
+    images.push_back(batch.images);
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2}));
+  EXPECT_TRUE(torch::equal(torch::cat(labels), torch::arange(10, torch::kInt64)));
+  EXPECT_TRUE(close(torch::cat(images), reference_normalize(set.images, data)));
+  EXPECT_THROW(loader.batch(3), std::out_of_range);
+}
+
+// ---- on a GPU ----------------------------------------------------------------------------------------------
+
+TEST(LoaderDevice, SameBatchesAsOnTheCpu_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  const auto set = indexed_images(100, 11);
+  const auto data = loader_config(16, true, 4, true);
+  TrainLoader cpu(set, data, 31);
+  TrainLoader gpu(set.to(torch::Device(torch::kCUDA)), data, 31);
+  const auto expected = epoch_batches(cpu, 2);
+  const auto got = epoch_batches(gpu, 2);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(got[i].images.is_cuda());
+    EXPECT_TRUE(torch::equal(got[i].labels.cpu(), expected[i].labels)) << "batch " << i;
+    EXPECT_TRUE(close(got[i].images.cpu(), expected[i].images)) << "batch " << i;
+  }
+  EvalLoader eval(set.to(torch::Device(torch::kCUDA)), data);
+  EXPECT_TRUE(close(eval.batch(eval.num_batches() - 1).images.cpu(), EvalLoader(set, data).batch(6).images));
+}
+
+}  // namespace

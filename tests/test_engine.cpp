@@ -1,0 +1,139 @@
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "ltrain/config/load.h"
+#include "ltrain/engine/checkpoint.h"
+#include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/setup.h"
+#include "ltrain/engine/trainer.h"
+#include "ltrain/io/tensor_file.h"
+#include "support.h"
+
+namespace ltrain::engine {
+namespace {
+
+using ltrain::testing::read_file;
+using ltrain::testing::TempDir;
+
+/// A small ResNet-18 on the real mini subset: a few seconds per epoch on two cores.
+config::LoadedConfig tiny_run(const TempDir& dir, const std::filesystem::path& data_root,
+                              std::vector<std::string> extra = {}) {
+  std::vector<std::string> overrides{"run.out_dir=" + dir.path().string(), "run.name=tiny", "run.epochs=3",
+                                     "run.log_every_steps=10", "run.device=cpu", "model.arch=resnet18",
+                                     "model.stem=cifar", "model.width=8", "data.root=" + data_root.string(),
+                                     "data.batch_size=100", "optim.lr=0.05", "schedule.name=onecycle"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return config::load_json(nlohmann::json::object(), "test", overrides);
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& file) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+TEST(Trainer, ShortRunOnCifarMiniLearns) {
+  LTRAIN_REQUIRE_CIFAR_MINI(root);
+  TempDir dir;
+  const TrainResult result = train(tiny_run(dir, root));
+  EXPECT_EQ(result.epochs, 3);
+  EXPECT_EQ(result.steps, 3 * 50);  // 5000 images, batch 100, drop_last
+  EXPECT_GT(result.final_test_accuracy, 0.25) << "chance is 0.10";
+
+  const auto rows = read_jsonl(result.run_dir / "metrics.jsonl");
+  std::vector<double> epoch_losses;
+  for (const auto& row : rows)
+    if (row["kind"] == "epoch") epoch_losses.push_back(row["train_loss"].get<double>());
+  ASSERT_EQ(epoch_losses.size(), 3u);
+  EXPECT_LT(epoch_losses.back(), epoch_losses.front() - 0.1);
+
+  // The run directory holds what the loop promised.
+  for (const char* name : {"config.json", "train.log", "metrics.csv", "metrics.jsonl", "summary.json"})
+    EXPECT_TRUE(std::filesystem::exists(result.run_dir / name)) << name;
+  EXPECT_EQ(config::load_json(nlohmann::json::parse(read_file(result.run_dir / "config.json")), "saved")
+                .config.model.width,
+            8);
+  EXPECT_NE(read_file(result.run_dir / "train.log").find("resolved config"), std::string::npos);
+
+  // keep_last 3: one checkpoint per epoch, all kept; evaluating the last one reproduces the run's
+  // own final evaluation exactly.
+  const auto last = result.run_dir / "checkpoints" / checkpoint_file_name(150);
+  ASSERT_TRUE(std::filesystem::exists(last));
+  const Checkpoint checkpoint = read_checkpoint(last);
+  EXPECT_EQ(checkpoint.meta.epoch, 3);
+  EXPECT_EQ(checkpoint.meta.step, 150);
+  EXPECT_FALSE(checkpoint.optimizer.empty());
+  const auto loaded = config::load_json(checkpoint.meta.config, "checkpoint");
+  models::ResNet model = build_model(loaded.config, torch::kCPU);
+  load_state_dict(*model, checkpoint.model, last.string());
+  const auto sets = load_data(loaded.config, torch::kCPU);
+  const EvalResult again = evaluate(model, data::EvalLoader(sets.test, loaded.config.data));
+  EXPECT_EQ(again.images, 1000);
+  EXPECT_DOUBLE_EQ(again.accuracy, result.final_test_accuracy);
+}
+
+TEST(Trainer, MaxStepsAndKeepLast) {
+  LTRAIN_REQUIRE_CIFAR_MINI(root);
+  TempDir dir;
+  const TrainResult result =
+      train(tiny_run(dir, root, {"run.max_steps=12", "data.batch_size=400", "checkpoint.keep_last=1",
+                                 "model.stem=imagenet", "schedule.name=constant"}));
+  EXPECT_EQ(result.steps, 12);
+  EXPECT_EQ(result.epochs, 1);  // 12 steps per epoch of 5000/400
+  int checkpoints = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(result.run_dir / "checkpoints"))
+    ++checkpoints;
+  EXPECT_EQ(checkpoints, 1);
+}
+
+TEST(Trainer, SameSeedSameRun) {
+  TempDir dir;
+  const std::vector<std::string> synthetic{"data.source=synthetic", "data.synthetic_train_size=256",
+                                           "data.synthetic_test_size=64", "data.batch_size=64", "run.epochs=1",
+                                           "model.stem=imagenet"};
+  const TrainResult a = train(tiny_run(dir, "unused", synthetic));
+  const TrainResult b = train(tiny_run(dir, "unused", synthetic));
+  EXPECT_NE(a.run_dir, b.run_dir);
+  const Checkpoint ca = read_checkpoint(a.run_dir / "checkpoints" / checkpoint_file_name(4));
+  const Checkpoint cb = read_checkpoint(b.run_dir / "checkpoints" / checkpoint_file_name(4));
+  ASSERT_EQ(ca.model.size(), cb.model.size());
+  for (size_t i = 0; i < ca.model.size(); ++i) EXPECT_TRUE(torch::equal(ca.model[i].second, cb.model[i].second));
+}
+
+TEST(Checkpoint, LoadStateDictNamesTheMismatch) {
+  config::ModelSection small;
+  small.arch = config::Arch::resnet18;
+  small.width = 4;
+  models::ResNet model(small);
+  optim::NamedTensors tensors = state_dict(*model);
+  tensors.back().second = torch::zeros({3});  // fc.bias with the wrong number of classes
+  try {
+    load_state_dict(*model, tensors, "w.safetensors");
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "w.safetensors: tensor \"fc.bias\" has shape [3], the model expects [10] (check model.num_classes and "
+              "model.width)");
+  }
+  tensors.pop_back();
+  EXPECT_THROW(load_state_dict(*model, tensors, "w"), DataError);
+}
+
+TEST(Checkpoint, StateDictOrderIsPyTorchs) {
+  config::ModelSection small;
+  small.arch = config::Arch::resnet18;
+  small.width = 4;
+  models::ResNet model(small);
+  const optim::NamedTensors state = state_dict(*model);
+  ASSERT_GE(state.size(), 7u);
+  const std::vector<std::string> first{"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
+                                       "bn1.running_var", "bn1.num_batches_tracked", "layer1.0.conv1.weight"};
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(state[i].first, first[i]);
+  EXPECT_EQ(state.back().first, "fc.bias");
+}
+
+}  // namespace
+}  // namespace ltrain::engine

@@ -1,0 +1,157 @@
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "ltrain/core/errors.h"
+#include "ltrain/io/run_files.h"
+#include "ltrain/io/tensor_file.h"
+#include "support.h"
+
+namespace ltrain::io {
+namespace {
+
+using ltrain::testing::read_file;
+using ltrain::testing::TempDir;
+using ltrain::testing::write_file;
+
+NamedTensors sample_tensors() {
+  torch::manual_seed(0);
+  return {{"conv.weight", torch::randn({8, 3, 3, 3})},
+          {"bn.num_batches_tracked", torch::tensor(17, torch::kInt64)},
+          {"half", torch::randn({5}).to(torch::kFloat16)},
+          {"bytes", torch::randint(0, 255, {7}, torch::kUInt8)},
+          {"empty", torch::zeros({0, 4})}};
+}
+
+void expect_equal(const NamedTensors& a, const NamedTensors& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_EQ(a[i].second.scalar_type(), b[i].second.scalar_type()) << a[i].first;
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+  }
+}
+
+TEST(TensorFile, Crc32KnownValue) {
+  const std::string text = "123456789";  // the standard check value of CRC-32
+  EXPECT_EQ(crc32(text.data(), text.size()), 0xCBF43926u);
+  EXPECT_EQ(crc32(text.data() + 4, 5, crc32(text.data(), 4)), 0xCBF43926u);  // incremental
+}
+
+TEST(TensorFile, SafetensorsRoundTripWithMetadata) {
+  TempDir dir;
+  const auto file = dir.path() / "w.safetensors";
+  write_safetensors(file, sample_tensors(), {{"format", "pt"}});
+  std::map<std::string, std::string> metadata;
+  expect_equal(read_safetensors(file, &metadata), sample_tensors());
+  EXPECT_EQ(metadata.at("format"), "pt");
+  // Layout: 8-byte little-endian header length, then a JSON header padded to 8 bytes.
+  const std::string bytes = read_file(file);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  EXPECT_EQ(header % 8, 0u);
+  EXPECT_EQ(bytes[8], '{');
+  EXPECT_NE(bytes.find("\"dtype\":\"F32\""), std::string::npos);
+  EXPECT_NE(bytes.find("\"data_offsets\""), std::string::npos);
+}
+
+TEST(TensorFile, SafetensorsRejectsGarbage) {
+  TempDir dir;
+  write_file(dir.path() / "bad.safetensors", "not a tensor file at all");
+  try {
+    read_safetensors(dir.path() / "bad.safetensors");
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir.path() / "bad.safetensors").string() +
+                                         ": not a valid safetensors file (header length beyond the end of the file)");
+  }
+}
+
+TEST(TensorFile, ArchiveRoundTrip) {
+  TempDir dir;
+  TensorArchive archive{{{"kind", "test"}, {"step", 12}}, sample_tensors()};
+  write_archive(dir.path() / "a.ltc", archive);
+  const TensorArchive back = read_archive(dir.path() / "a.ltc");
+  EXPECT_EQ(back.info, archive.info);
+  expect_equal(back.tensors, archive.tensors);
+  // No temporary file is left beside it.
+  int files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path())) ++files;
+  EXPECT_EQ(files, 1);
+}
+
+std::string read_error(const std::filesystem::path& file) {
+  try {
+    read_archive(file);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(TensorFile, ArchiveDetectsTruncationBitFlipsAndForeignFiles) {
+  TempDir dir;
+  const auto good = dir.path() / "good.ltc";
+  write_archive(good, {{{"kind", "test"}}, sample_tensors()});
+  const std::string bytes = read_file(good);
+
+  write_file(dir.path() / "cut.ltc", bytes.substr(0, bytes.size() - 100));
+  EXPECT_EQ(read_error(dir.path() / "cut.ltc"),
+            (dir.path() / "cut.ltc").string() +
+                ": checkpoint is truncated (its end marker is missing): it was not completely written; use an earlier "
+                "checkpoint");
+
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] = static_cast<char>(flipped[bytes.size() / 2] ^ 0x10);
+  write_file(dir.path() / "flip.ltc", flipped);
+  EXPECT_EQ(read_error(dir.path() / "flip.ltc"),
+            (dir.path() / "flip.ltc").string() + ": checkpoint is damaged (checksum mismatch); use an earlier checkpoint");
+
+  write_file(dir.path() / "foreign.ltc", "PK\x03\x04 a zip file, say");
+  EXPECT_EQ(read_error(dir.path() / "foreign.ltc"),
+            (dir.path() / "foreign.ltc").string() + ": not an ltrain checkpoint (wrong magic number)");
+
+  std::string newer = bytes;
+  newer[8] = 99;  // format version
+  write_file(dir.path() / "newer.ltc", newer);
+  EXPECT_NE(read_error(dir.path() / "newer.ltc").find("format version 99 is not supported"), std::string::npos);
+
+  EXPECT_EQ(read_error(dir.path() / "missing.ltc"), (dir.path() / "missing.ltc").string() + ": no such checkpoint file");
+}
+
+TEST(TensorFile, FailedWriteKeepsThePreviousFile) {
+  TempDir dir;
+  const auto file = dir.path() / "ckpt.ltc";
+  write_archive(file, {{{"kind", "first"}}, sample_tensors()});
+  // A folder that cannot hold the temporary file: the write fails, the old file stays intact.
+  EXPECT_THROW(write_archive(dir.path() / "no-such-folder" / "ckpt.ltc", {{{"kind", "x"}}, {}}), RunError);
+  EXPECT_EQ(read_archive(file).info["kind"], "first");
+}
+
+TEST(RunFiles, RunDirectoryNeverReused) {
+  TempDir dir;
+  EXPECT_EQ(create_run_dir(dir.path(), "exp").filename(), "exp");
+  EXPECT_EQ(create_run_dir(dir.path(), "exp").filename(), "exp-2");
+  EXPECT_EQ(create_run_dir(dir.path(), "exp").filename(), "exp-3");
+}
+
+TEST(RunFiles, MetricsCsvAndJsonLines) {
+  TempDir dir;
+  {
+    MetricsLog log(dir.path());
+    log.write({"step", 1, 50, {{"lr", 0.1}, {"train_loss", 2.5}}});
+    log.write({"epoch", 1, 97, {{"test_acc", 0.25}}});
+    EXPECT_THROW(log.write({"step", 1, 1, {{"no_such_column", 1.0}}}), std::logic_error);
+  }
+  EXPECT_EQ(read_file(dir.path() / "metrics.csv"),
+            "kind,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,img_per_s,elapsed_s\n"
+            "step,1,50,0.1,2.5,,,,,\n"
+            "epoch,1,97,,,,,0.25,,\n");
+  EXPECT_EQ(read_file(dir.path() / "metrics.jsonl"),
+            "{\"epoch\":1,\"kind\":\"step\",\"lr\":0.1,\"step\":50,\"train_loss\":2.5}\n"
+            "{\"epoch\":1,\"kind\":\"epoch\",\"step\":97,\"test_acc\":0.25}\n");
+}
+
+}  // namespace
+}  // namespace ltrain::io

@@ -1,0 +1,407 @@
+// ResNet architecture, names, init and forward, checked against torchvision's numbers.
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "ltrain/config/config.h"
+#include "ltrain/models/resnet.h"
+
+namespace {
+
+using ltrain::config::Arch;
+using ltrain::config::ModelSection;
+using ltrain::config::Stem;
+using ltrain::models::ResNet;
+
+constexpr Arch kAllArchs[] = {Arch::resnet18, Arch::resnet34, Arch::resnet50, Arch::resnet101, Arch::resnet152};
+
+ModelSection model_options(Arch arch, int64_t width, Stem stem = Stem::imagenet, int64_t num_classes = 10) {
+  ModelSection options;
+  options.arch = arch;
+  options.width = width;
+  options.stem = stem;
+  options.num_classes = num_classes;
+  return options;
+}
+
+/// PyTorch's state_dict() order: a module's own parameters, then its buffers, then its children's
+/// entries, depth first in registration order.
+void collect_state(const torch::nn::Module& module, const std::string& prefix,
+                   std::vector<std::pair<std::string, torch::Tensor>>& out) {
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) out.emplace_back(prefix + item.key(), item.value());
+  for (const auto& item : module.named_buffers(/*recurse=*/false)) out.emplace_back(prefix + item.key(), item.value());
+  for (const auto& child : module.named_children()) collect_state(*child.value(), prefix + child.key() + ".", out);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> state_dict(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> entries;
+  collect_state(module, "", entries);
+  return entries;
+}
+
+std::vector<std::string> state_dict_names(const torch::nn::Module& module) {
+  std::vector<std::string> names;
+  for (const auto& entry : state_dict(module)) names.push_back(entry.first);
+  return names;
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// torchvision's state_dict names for a depth, written from its documented layout (independently
+/// of ltrain's builder): stem, then per block conv1/bn1/conv2/bn2[/conv3/bn3][/downsample], fc.
+std::vector<std::string> torchvision_state_names(const std::vector<int>& blocks_per_stage, bool bottleneck) {
+  std::vector<std::string> names;
+  auto add_conv = [&](const std::string& prefix) { names.push_back(prefix + ".weight"); };
+  auto add_norm = [&](const std::string& prefix) {
+    for (const char* leaf : {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"})
+      names.push_back(prefix + "." + leaf);
+  };
+  add_conv("conv1");
+  add_norm("bn1");
+  for (size_t stage = 0; stage < blocks_per_stage.size(); ++stage) {
+    for (int block = 0; block < blocks_per_stage[stage]; ++block) {
+      const std::string prefix = "layer" + std::to_string(stage + 1) + "." + std::to_string(block);
+      const int convs = bottleneck ? 3 : 2;
+      for (int index = 1; index <= convs; ++index) {
+        add_conv(prefix + ".conv" + std::to_string(index));
+        add_norm(prefix + ".bn" + std::to_string(index));
+      }
+      // torchvision: a projection where stride != 1 or channels change, i.e. the first block of
+      // layer2..4, and of layer1 too for bottlenecks (width -> 4*width).
+      if (block == 0 && (stage > 0 || bottleneck)) {
+        add_conv(prefix + ".downsample.0");
+        add_norm(prefix + ".downsample.1");
+      }
+    }
+  }
+  names.push_back("fc.weight");
+  names.push_back("fc.bias");
+  return names;
+}
+
+/// Spatial size [H,W] after the stem and after each of layer1..layer4.
+std::vector<std::vector<int64_t>> stage_sizes(ResNet& model, const torch::Tensor& images) {
+  std::vector<std::vector<int64_t>> sizes;
+  torch::Tensor x = model->forward_stem(images);
+  sizes.push_back({x.size(2), x.size(3)});
+  for (auto& layer : model->stages()) {
+    x = layer->forward(x);
+    sizes.push_back({x.size(2), x.size(3)});
+  }
+  return sizes;
+}
+
+// ---- Architecture --------------------------------------------------------------------------------
+
+TEST(ResNet, ParameterCountsMatchTorchvision) {
+  const std::vector<std::pair<Arch, int64_t>> expected = {{Arch::resnet18, 11'181'642},
+                                                          {Arch::resnet34, 21'289'802},
+                                                          {Arch::resnet50, 23'528'522},
+                                                          {Arch::resnet101, 42'520'650},
+                                                          {Arch::resnet152, 58'164'298}};
+  for (const auto& [arch, count] : expected) {
+    ResNet model(model_options(arch, 64));
+    EXPECT_EQ(ltrain::models::count_parameters(*model), count) << ltrain::config::to_string(arch);
+  }
+  ResNet imagenet_head(model_options(Arch::resnet50, 64, Stem::imagenet, 1000));
+  EXPECT_EQ(ltrain::models::count_parameters(*imagenet_head), 25'557'032);
+}
+
+TEST(ResNet, CountParametersSkipsFrozenParameters) {
+  ResNet model(model_options(Arch::resnet18, 8));
+  const int64_t all = ltrain::models::count_parameters(*model);
+  model->named_parameters()["fc.weight"].set_requires_grad(false);
+  EXPECT_EQ(ltrain::models::count_parameters(*model), all - 10 * 64);  // fc: [10, 8*8*1]
+}
+
+TEST(ResNet, OutputShapeForEveryDepthAndStem) {
+  torch::manual_seed(0);
+  const torch::Tensor images = torch::randn({2, 3, 32, 32});
+  for (Arch arch : kAllArchs) {
+    for (Stem stem : {Stem::imagenet, Stem::cifar}) {
+      ResNet model(model_options(arch, 8, stem));
+      const torch::Tensor logits = model->forward(images);
+      const std::string label = std::string(ltrain::config::to_string(arch)) + "/" + ltrain::config::to_string(stem);
+      EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 10})) << label;
+      EXPECT_EQ(logits.scalar_type(), torch::kFloat32) << label;
+      EXPECT_TRUE(torch::isfinite(logits).all().item<bool>()) << label;
+    }
+  }
+}
+
+TEST(ResNet, AcceptsNonSquareInputsAndOtherClassCounts) {
+  torch::manual_seed(0);
+  const torch::Tensor images = torch::randn({2, 3, 40, 57});
+  for (Stem stem : {Stem::imagenet, Stem::cifar}) {
+    ResNet model(model_options(Arch::resnet18, 8, stem, 7));
+    EXPECT_EQ(model->forward(images).sizes(), (std::vector<int64_t>{2, 7})) << ltrain::config::to_string(stem);
+  }
+}
+
+TEST(ResNet, LayerShapesOfResNet50) {
+  ResNet model(model_options(Arch::resnet50, 64));
+  auto parameters = model->named_parameters();
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> expected = {
+      {"conv1.weight", {64, 3, 7, 7}},
+      {"layer1.0.conv1.weight", {64, 64, 1, 1}},
+      {"layer1.0.conv2.weight", {64, 64, 3, 3}},
+      {"layer1.0.conv3.weight", {256, 64, 1, 1}},
+      {"layer1.0.downsample.0.weight", {256, 64, 1, 1}},
+      {"layer1.1.conv1.weight", {64, 256, 1, 1}},
+      {"layer2.0.conv1.weight", {128, 256, 1, 1}},
+      {"layer2.0.downsample.0.weight", {512, 256, 1, 1}},
+      {"layer3.5.conv2.weight", {256, 256, 3, 3}},
+      {"layer4.2.conv3.weight", {2048, 512, 1, 1}},
+      {"layer4.2.bn3.weight", {2048}},
+      {"fc.weight", {10, 2048}},
+      {"fc.bias", {10}}};
+  for (const auto& [name, shape] : expected) {
+    ASSERT_TRUE(parameters.contains(name)) << name;
+    EXPECT_EQ(parameters[name].sizes(), shape) << name;
+  }
+}
+
+TEST(ResNet, BottleneckStridesOnItsThreeByThreeConv) {
+  ResNet model(model_options(Arch::resnet50, 8));
+  auto modules = model->named_modules();
+  auto stride_of = [&](const std::string& name) {
+    return torch::IntArrayRef(modules[name]->as<torch::nn::Conv2d>()->options.stride()).vec();
+  };
+  EXPECT_EQ(stride_of("layer2.0.conv1"), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(stride_of("layer2.0.conv2"), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(stride_of("layer2.0.downsample.0"), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(stride_of("layer2.1.conv2"), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(stride_of("layer1.0.downsample.0"), (std::vector<int64_t>{1, 1}));
+}
+
+// ---- Names and order (state dicts move to and from torchvision unchanged) ------------------------
+
+TEST(ResNet, StateDictNamesAndOrderOfResNet50MatchTorchvision) {
+  ResNet model(model_options(Arch::resnet50, 8));
+  const std::vector<std::string> names = state_dict_names(*model);
+  ASSERT_EQ(names.size(), 320u);
+  const std::vector<std::string> first = {"conv1.weight",        "bn1.weight",          "bn1.bias",
+                                          "bn1.running_mean",    "bn1.running_var",     "bn1.num_batches_tracked",
+                                          "layer1.0.conv1.weight", "layer1.0.bn1.weight"};
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 8), first);
+  EXPECT_EQ(names[18], "layer1.0.conv3.weight");
+  EXPECT_EQ(names[24], "layer1.0.downsample.0.weight");
+  EXPECT_EQ(names[29], "layer1.0.downsample.1.num_batches_tracked");
+  EXPECT_EQ(names[30], "layer1.1.conv1.weight");
+  const std::vector<std::string> last = {"layer4.2.conv3.weight", "layer4.2.bn3.weight",
+                                         "layer4.2.bn3.bias",     "layer4.2.bn3.running_mean",
+                                         "layer4.2.bn3.running_var", "layer4.2.bn3.num_batches_tracked",
+                                         "fc.weight",             "fc.bias"};
+  EXPECT_EQ(std::vector<std::string>(names.end() - 8, names.end()), last);
+  EXPECT_EQ(names, torchvision_state_names({3, 4, 6, 3}, /*bottleneck=*/true));
+
+  const auto parameters = model->named_parameters();
+  ASSERT_EQ(parameters.size(), 161u);
+  EXPECT_EQ(parameters.keys().front(), "conv1.weight");
+  EXPECT_EQ(parameters.keys()[1], "bn1.weight");
+  EXPECT_EQ(parameters.keys()[3], "layer1.0.conv1.weight");
+  EXPECT_EQ(parameters.keys()[parameters.size() - 2], "fc.weight");
+  EXPECT_EQ(parameters.keys().back(), "fc.bias");
+  EXPECT_EQ(model->named_buffers().size(), 159u);  // 53 BatchNorms x (mean, var, count)
+}
+
+TEST(ResNet, StateDictNamesOfEveryDepthMatchTorchvision) {
+  const std::vector<std::pair<Arch, std::vector<int>>> layouts = {{Arch::resnet18, {2, 2, 2, 2}},
+                                                                  {Arch::resnet34, {3, 4, 6, 3}},
+                                                                  {Arch::resnet50, {3, 4, 6, 3}},
+                                                                  {Arch::resnet101, {3, 4, 23, 3}},
+                                                                  {Arch::resnet152, {3, 8, 36, 3}}};
+  for (const auto& [arch, blocks] : layouts) {
+    ResNet model(model_options(arch, 4));
+    const bool bottleneck = arch != Arch::resnet18 && arch != Arch::resnet34;
+    EXPECT_EQ(state_dict_names(*model), torchvision_state_names(blocks, bottleneck)) << ltrain::config::to_string(arch);
+  }
+  ResNet resnet18(model_options(Arch::resnet18, 64));
+  EXPECT_EQ(state_dict(*resnet18).size(), 122u);  // torchvision resnet18: 122 entries, 62 parameters
+  EXPECT_EQ(resnet18->named_parameters().size(), 62u);
+}
+
+// ---- Stems -----------------------------------------------------------------------------------------
+
+TEST(ResNet, StemKernelAndStageResolutions) {
+  torch::manual_seed(0);
+  const torch::Tensor images = torch::randn({2, 3, 32, 32});
+
+  ResNet imagenet(model_options(Arch::resnet18, 64, Stem::imagenet));
+  EXPECT_EQ(imagenet->named_parameters()["conv1.weight"].sizes(), (std::vector<int64_t>{64, 3, 7, 7}));
+  ResNet cifar(model_options(Arch::resnet18, 64, Stem::cifar));
+  EXPECT_EQ(cifar->named_parameters()["conv1.weight"].sizes(), (std::vector<int64_t>{64, 3, 3, 3}));
+  // Same names either way: the max-pool has no parameters.
+  EXPECT_EQ(state_dict_names(*imagenet), state_dict_names(*cifar));
+
+  // Tiny models for the forward: [H,W] after stem, layer1, layer2, layer3, layer4.
+  ResNet imagenet_small(model_options(Arch::resnet18, 8, Stem::imagenet));
+  ResNet cifar_small(model_options(Arch::resnet18, 8, Stem::cifar));
+  using Sizes = std::vector<std::vector<int64_t>>;
+  EXPECT_EQ(stage_sizes(imagenet_small, images), (Sizes{{8, 8}, {8, 8}, {4, 4}, {2, 2}, {1, 1}}));
+  EXPECT_EQ(stage_sizes(cifar_small, images), (Sizes{{32, 32}, {32, 32}, {16, 16}, {8, 8}, {4, 4}}));
+  EXPECT_EQ(imagenet_small->forward_stem(images).size(1), 8);
+}
+
+TEST(ResNet, BlocksInOrderComposeToForward) {
+  torch::manual_seed(0);
+  const std::vector<std::pair<Arch, size_t>> block_counts = {
+      {Arch::resnet18, 8}, {Arch::resnet34, 16}, {Arch::resnet50, 16}, {Arch::resnet101, 33}, {Arch::resnet152, 50}};
+  for (const auto& [arch, count] : block_counts) {
+    ResNet model(model_options(arch, 4));
+    EXPECT_EQ(model->blocks().size(), count) << ltrain::config::to_string(arch);
+  }
+
+  ResNet model(model_options(Arch::resnet50, 8, Stem::cifar));
+  model->eval();
+  const torch::Tensor images = torch::randn({2, 3, 32, 32});
+  torch::Tensor x = model->forward_stem(images);
+  for (const auto& block : model->blocks()) x = block->forward(x);
+  EXPECT_TRUE(torch::equal(model->forward_head(x), model->forward(images)));
+}
+
+// ---- Initialization ----------------------------------------------------------------------------------
+
+TEST(ResNet, ConvWeightsAreKaimingNormalFanOut) {
+  torch::manual_seed(1);
+  ResNet model(model_options(Arch::resnet50, 64));
+  int checked = 0;
+  for (const auto& item : model->named_parameters()) {
+    const torch::Tensor& weight = item.value();
+    if (weight.dim() != 4) continue;
+    const double fan_out = static_cast<double>(weight.size(0) * weight.size(2) * weight.size(3));
+    const double expected_std = std::sqrt(2.0 / fan_out);
+    const double n = static_cast<double>(weight.numel());
+    // The sample std has a relative standard error of ~1/sqrt(2n): allow 6 of them.
+    EXPECT_NEAR(weight.std().item<double>() / expected_std, 1.0, 6.0 / std::sqrt(2.0 * n)) << item.key();
+    EXPECT_NEAR(weight.mean().item<double>() / expected_std, 0.0, 6.0 / std::sqrt(n)) << item.key();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 53);
+  // Normal, not uniform: ~4.55% of the draws lie beyond 2 std (a uniform of that std has none).
+  const torch::Tensor big = model->named_parameters()["layer4.0.conv2.weight"];  // 512*512*9 draws
+  const double beyond = (big.abs() > 2.0 * std::sqrt(2.0 / (512.0 * 9.0))).to(torch::kDouble).mean().item<double>();
+  EXPECT_NEAR(beyond, 0.0455, 0.002);
+}
+
+TEST(ResNet, BatchNormStartsAtIdentityAndLinearKeepsDefaultInit) {
+  ResNet model(model_options(Arch::resnet50, 8));
+  int norms = 0;
+  for (const auto& item : model->named_modules()) {
+    auto* batch_norm = item.value()->as<torch::nn::BatchNorm2d>();
+    if (batch_norm == nullptr) continue;
+    ++norms;
+    EXPECT_TRUE(torch::all(batch_norm->weight == 1).item<bool>()) << item.key();
+    EXPECT_TRUE(torch::all(batch_norm->bias == 0).item<bool>()) << item.key();
+    EXPECT_TRUE(torch::all(batch_norm->running_mean == 0).item<bool>()) << item.key();
+    EXPECT_TRUE(torch::all(batch_norm->running_var == 1).item<bool>()) << item.key();
+    EXPECT_DOUBLE_EQ(batch_norm->options.eps(), 1e-5);
+    EXPECT_DOUBLE_EQ(batch_norm->options.momentum().value(), 0.1);
+  }
+  EXPECT_EQ(norms, 53);
+
+  // PyTorch's Linear default: weight and bias uniform in +-1/sqrt(in_features), not all zero.
+  auto parameters = model->named_parameters();
+  const double bound = 1.0 / std::sqrt(256.0);  // fc in = 8 * width(8) * 4
+  for (const char* name : {"fc.weight", "fc.bias"}) {
+    const torch::Tensor& value = parameters[name];
+    EXPECT_LE(value.abs().max().item<double>(), bound) << name;
+    EXPECT_GT(value.abs().max().item<double>(), 0.5 * bound) << name;
+  }
+}
+
+TEST(ResNet, ZeroInitResidualZeroesTheLastNormOfEachBlock) {
+  const std::vector<std::pair<Arch, std::string>> cases = {{Arch::resnet50, ".bn3.weight"},
+                                                           {Arch::resnet18, ".bn2.weight"}};
+  for (const auto& [arch, last_norm] : cases) {
+    for (bool zero_init : {false, true}) {
+      ModelSection options = model_options(arch, 8);
+      options.zero_init_residual = zero_init;
+      ResNet model(options);
+      size_t zeroed = 0;
+      for (const auto& item : model->named_parameters()) {
+        const std::string& name = item.key();
+        if (!ends_with(name, ".weight") || item.value().dim() != 1 || name == "fc.weight") continue;
+        const bool is_last_norm = name.rfind("layer", 0) == 0 && ends_with(name, last_norm);
+        const float expected = zero_init && is_last_norm ? 0.0f : 1.0f;
+        EXPECT_TRUE(torch::all(item.value() == expected).item<bool>()) << name << " zero_init=" << zero_init;
+        if (torch::all(item.value() == 0).item<bool>()) ++zeroed;
+      }
+      EXPECT_EQ(zeroed, zero_init ? model->blocks().size() : 0u) << ltrain::config::to_string(arch);
+    }
+  }
+}
+
+TEST(ResNet, SameSeedGivesIdenticalWeights) {
+  auto build = [](uint64_t seed) {
+    torch::manual_seed(seed);
+    return ResNet(model_options(Arch::resnet18, 8));
+  };
+  const auto first = state_dict(*build(42));
+  const auto again = state_dict(*build(42));
+  const auto other = state_dict(*build(43));
+  ASSERT_EQ(first.size(), again.size());
+  bool any_difference = false;
+  for (size_t index = 0; index < first.size(); ++index) {
+    EXPECT_TRUE(torch::equal(first[index].second, again[index].second)) << first[index].first;
+    if (!torch::equal(first[index].second, other[index].second)) any_difference = true;
+  }
+  EXPECT_TRUE(any_difference) << "another seed must give other weights";
+}
+
+// ---- Forward paths -------------------------------------------------------------------------------
+
+TEST(ResNet, ChannelsLastGivesTheSameLogits) {
+  torch::manual_seed(3);
+  const torch::Tensor images = torch::randn({2, 3, 32, 32});
+  for (Stem stem : {Stem::imagenet, Stem::cifar}) {
+    ResNet model(model_options(Arch::resnet50, 8, stem));
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const torch::Tensor reference = model->forward(images);
+    const torch::Tensor input_only = model->forward(images.contiguous(torch::MemoryFormat::ChannelsLast));
+    EXPECT_TRUE(torch::allclose(input_only, reference, 1e-4, 1e-5)) << ltrain::config::to_string(stem);
+
+    // Weights in channels_last too, the way the trainer converts a model.
+    for (auto& parameter : model->parameters())
+      if (parameter.dim() == 4) parameter.set_data(parameter.data().contiguous(torch::MemoryFormat::ChannelsLast));
+    const torch::Tensor all_channels_last = model->forward(images.contiguous(torch::MemoryFormat::ChannelsLast));
+    EXPECT_TRUE(torch::allclose(all_channels_last, reference, 1e-4, 1e-5)) << ltrain::config::to_string(stem);
+  }
+}
+
+TEST(ResNet, BackwardReachesEveryParameter) {
+  torch::manual_seed(4);
+  for (Arch arch : {Arch::resnet18, Arch::resnet50}) {
+    ResNet model(model_options(arch, 8, Stem::cifar));
+    const torch::Tensor images = torch::randn({4, 3, 32, 32});
+    const torch::Tensor labels = torch::randint(0, 10, {4}, torch::kLong);
+    torch::nn::functional::cross_entropy(model->forward(images), labels).backward();
+    for (const auto& item : model->named_parameters()) {
+      const torch::Tensor& grad = item.value().grad();
+      ASSERT_TRUE(grad.defined()) << item.key();
+      EXPECT_TRUE(torch::isfinite(grad).all().item<bool>()) << item.key();
+      EXPECT_GT(grad.abs().sum().item<double>(), 0.0) << item.key();
+    }
+  }
+}
+
+TEST(ResNet, TrainingForwardUpdatesRunningStats) {
+  torch::manual_seed(5);
+  ResNet model(model_options(Arch::resnet18, 8, Stem::cifar));
+  model->forward(torch::randn({2, 3, 32, 32}) * 3 + 1);
+  auto buffers = model->named_buffers();
+  EXPECT_EQ(buffers["bn1.num_batches_tracked"].item<int64_t>(), 1);
+  EXPECT_FALSE(torch::all(buffers["bn1.running_mean"] == 0).item<bool>());
+  model->eval();
+  model->forward(torch::randn({2, 3, 32, 32}));
+  EXPECT_EQ(buffers["bn1.num_batches_tracked"].item<int64_t>(), 1);
+}
+
+}  // namespace
