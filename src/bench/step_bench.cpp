@@ -40,6 +40,9 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
 
   StepBenchResult result;
   result.device = device.str();
+  result.arch = config::to_string(config.model.arch);
+  result.stem = config::to_string(config.model.stem);
+  result.precision = config::to_string(config.precision.mode);
   result.batch_size = config.data.batch_size;
   result.steps = steps;
   result.seconds = seconds;
@@ -51,7 +54,8 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
 }
 
 nlohmann::json to_json(const StepBenchResult& r) {
-  return {{"device", r.device},           {"batch_size", r.batch_size},
+  return {{"device", r.device},           {"arch", r.arch}, {"stem", r.stem}, {"precision", r.precision},
+          {"batch_size", r.batch_size},
           {"steps", r.steps},             {"seconds", r.seconds},
           {"ms_per_step", r.ms_per_step}, {"images_per_second", r.images_per_second},
           {"peak_memory_bytes", r.peak_memory_bytes}, {"final_loss", r.final_loss}};

@@ -30,6 +30,9 @@ torch::Device resolve_device(const config::LoadedConfig& loaded) {
 void apply_runtime_settings(const config::RunConfig& config) {
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   if (config.run.threads > 0) torch::set_num_threads(static_cast<int>(config.run.threads));
+  // LibTorch lets cuDNN use TF32 by default; fp32 means IEEE float32.
+  compat::set_tf32(/*matmul=*/false, /*convolutions=*/false);
+  compat::set_cudnn(config.precision.cudnn_benchmark, /*deterministic=*/false);
 }
 
 models::ResNet build_model(const config::RunConfig& config, const torch::Device& device) {

@@ -11,6 +11,9 @@ namespace ltrain::bench {
 
 struct StepBenchResult {
   std::string device;
+  std::string arch;       ///< model.arch
+  std::string stem;       ///< model.stem
+  std::string precision;  ///< precision.mode
   int64_t batch_size = 0;
   int64_t steps = 0;
   double seconds = 0.0;

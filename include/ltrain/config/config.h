@@ -257,12 +257,15 @@ struct ScheduleSection {
 };
 
 struct PrecisionSection {
-  /// Numeric precision of the training step (fp32: plain float32 everywhere).
+  /// Numeric precision of the training step (fp32: IEEE float32 everywhere, TF32 off).
   PrecisionMode mode = PrecisionMode::fp32;
+  /// Let cuDNN time its convolution algorithms on the first steps and keep the fastest.
+  bool cudnn_benchmark = false;
 
   template <class V>
   void visit(V& v) {
     v("mode", mode);
+    v("cudnn_benchmark", cudnn_benchmark);
   }
 };
 

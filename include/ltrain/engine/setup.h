@@ -13,7 +13,7 @@ namespace ltrain::engine {
 /// this machine cannot provide it.
 torch::Device resolve_device(const config::LoadedConfig& loaded);
 
-/// Seeds LibTorch's generators with run.seed and sets the CPU thread count.
+/// Seeds LibTorch's generators with run.seed; sets the CPU thread count, TF32 and cuDNN switches.
 void apply_runtime_settings(const config::RunConfig& config);
 
 /// A freshly initialized model (seeded from run.seed) on `device`.

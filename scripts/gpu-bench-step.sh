@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Training-step throughput of ltrain and of PyTorch Python (scripts/bench_pytorch.py) on the same
+# GPU in one call, written side by side: OUT/ltrain.jsonl, OUT/pytorch.json, OUT/step-table.md.
+#
+#   scripts/gpu-bench-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
+#                             [--batch-sizes "256 512"] [--precision "fp32"] [--steps 50] [--warmup 15]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out="${1:?usage: scripts/gpu-bench-step.sh OUT [options]}"
+shift
+ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json
+batch_sizes="256 512" precisions="fp32" steps=50 warmup=15
+while (($#)); do
+  case "$1" in
+    --ltrain) ltrain="$2" ;;
+    --config) config="$2" ;;
+    --batch-sizes) batch_sizes="$2" ;;
+    --precision) precisions="$2" ;;
+    --steps) steps="$2" ;;
+    --warmup) warmup="$2" ;;
+    *) echo "gpu-bench-step: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+mkdir -p "$out"
+: >"$out/ltrain.jsonl"
+
+for precision in $precisions; do
+  for batch in $batch_sizes; do
+    "$ltrain" bench step --config "$config" --set "data.batch_size=$batch" --set "precision.mode=$precision" \
+      --warmup "$warmup" --steps "$steps" --json | tee -a "$out/ltrain.jsonl"
+  done
+done
+
+arch=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['arch'])" "$out/ltrain.jsonl")
+stem=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['stem'])" "$out/ltrain.jsonl")
+# shellcheck disable=SC2086
+python3 scripts/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes $batch_sizes --precision $precisions \
+  --channels-last off --modes eager --steps "$steps" --warmup "$warmup" --json "$out/pytorch.json"
+python3 scripts/bench_report.py --ltrain "$out/ltrain.jsonl" --pytorch "$out/pytorch.json" | tee "$out/step-table.md"
