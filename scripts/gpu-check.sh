@@ -26,12 +26,16 @@ step "environment"
 
 if ((!skip_build)); then
   step "build"
-  bash scripts/gpu-host-build.sh >"$work/build.log" 2>&1 || { echo "build failed"; tail -40 "$work/build.log"; status=1; }
+  if ! bash scripts/gpu-host-build.sh >"$work/build.log" 2>&1; then
+    # Keep the call useful: report the warnings, then build without -Werror.
+    echo "build with -Werror failed:"; grep -E "error|warning" "$work/build.log" | head -20; status=1
+    bash scripts/gpu-host-build.sh --no-werror >"$work/build-nowerror.log" 2>&1 || tail -30 "$work/build-nowerror.log"
+  fi
 fi
 [ -x build-gpu/ltrain ] || { echo "no build-gpu/ltrain"; tar -czf "$out/results.tar.gz" -C "$out" work; exit 1; }
 
 step "tests"
-ctest --test-dir build-gpu --output-on-failure --timeout 600 >"$work/ctest.log" 2>&1 || status=1
+ctest --test-dir build-gpu --output-on-failure --timeout 240 -j 8 >"$work/ctest.log" 2>&1 || status=1
 tail -5 "$work/ctest.log"
 grep -E "_CUDA|Failed|SKIPPED" "$work/ctest.log" | head -20
 
@@ -44,11 +48,14 @@ step "step benchmark, ltrain vs PyTorch"
 bash scripts/gpu-bench-step.sh "$work/bench" >"$work/bench.log" 2>&1 || status=1
 cat "$work/bench/step-table.md" 2>/dev/null || tail -20 "$work/bench.log"
 
-if [ -f data/cifar-10-batches-bin/test_batch.bin ]; then
-  step "ResNet-50 on the full CIFAR-10, $epochs epochs"
+# The full CIFAR-10 when present, else the real mini subset.
+data_root=data/cifar-10-batches-bin
+[ -f "$data_root/test_batch.bin" ] || data_root=data/cifar10-mini
+if [ -f "$data_root/test_batch.bin" ]; then
+  step "ResNet-50 on $data_root, $epochs epochs"
   build-gpu/ltrain train --config configs/resnet50.json --set run.out_dir="$work/runs" --set run.epochs="$epochs" \
-    --set precision.cudnn_benchmark=true >"$work/train-resnet50.log" 2>&1 || status=1
-  grep -E "epoch .* test|done:|error" "$work/train-resnet50.log" | tail -12
+    --set data.root="$data_root" --set precision.cudnn_benchmark=true >"$work/train-resnet50.log" 2>&1 || status=1
+  grep -E "data |epoch .* test|done:|error" "$work/train-resnet50.log" | tail -14
 fi
 
 cp "$work"/bench/step-table.md "$work"/parity.json "$out/" 2>/dev/null

@@ -111,7 +111,8 @@ check_runtime_libs() {
 }
 
 main() {
-  local build_dir="build-gpu" prefix=".carry/prefix" debs=".carry/debs" torch_prefix=""
+  local build_dir="$REPO_ROOT/build-gpu" prefix="$REPO_ROOT/.carry/prefix" debs="$REPO_ROOT/.carry/debs"
+  local torch_prefix=""
   local cuda_arch="90" jobs="" werror=ON tests=ON configure_only=0 extra=()
   while (( $# )); do
     case "$1" in
@@ -131,6 +132,8 @@ main() {
     esac
   done
   [[ -z "$jobs" || "$jobs" =~ ^[1-9][0-9]*$ ]] || die 2 "--jobs expects a positive integer, got '$jobs'"
+  # Paths given on the command line are relative to where the script was started.
+  build_dir="$(realpath -m "$build_dir")"; prefix="$(realpath -m "$prefix")"; debs="$(realpath -m "$debs")"
 
   cd "$REPO_ROOT"
   [[ "$(uname -m)" == x86_64 ]] || die 3 "the bundle holds amd64 packages; this host is $(uname -m)"
@@ -140,7 +143,6 @@ main() {
   done
 
   unpack_bundle "$debs" "$prefix"
-  prefix="$(cd "$prefix" && pwd)"
   local usr="$prefix/usr"
 
   if [[ -n "$torch_prefix" ]]; then TORCH_PREFIX="$torch_prefix"; fi
@@ -152,6 +154,8 @@ main() {
   if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
     export PATH="/usr/local/cuda/bin:$PATH"
   fi
+  # torch's CMake files take the architectures from TORCH_CUDA_ARCH_LIST ("9.0"); they warn that
+  # they ignore CMAKE_CUDA_ARCHITECTURES, which is passed too for CMake's own CUDA language setup.
   export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-$(sed -E 's/([0-9]+)([0-9][a-z]?)/\1.\2/g; s/;/ /g' <<<"$cuda_arch")}"
 
   local args=(-S "$REPO_ROOT" -B "$build_dir" -G Ninja
@@ -162,7 +166,7 @@ main() {
   local pkg sub
   while read -r pkg sub; do
     [[ -d "$usr/$sub" ]] || die 3 "$pkg's CMake files are missing in the prefix ($usr/$sub): make the bundle again"
-    args+=("-D${pkg}_DIR=$usr/$sub")
+    args+=("-D${pkg}_DIR:PATH=$usr/$sub")
   done <<<"$PKG_DIRS"
   info "cmake ${args[*]} ${extra[*]}"
   cmake "${args[@]}" "${extra[@]}" || die 4 "CMake configure failed (see above)"

@@ -47,7 +47,8 @@ int64_t peak_memory_bytes(const torch::Device& device) {
 #if LTRAIN_WITH_CUDA
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    // Entry 0 of a stat array is the aggregate over pool types (the StatType enum's namespace moved in 2.x).
+    return stats.allocated_bytes[0].peak;
   }
 #else
   (void)device;
