@@ -1,10 +1,9 @@
 #include "support.h"
 
-#include <atomic>
 #include <cstdlib>
 #include <fstream>
-#include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,12 +22,12 @@ std::optional<std::filesystem::path> cifar_mini_root() {
 }
 
 TempDir::TempDir() {
-  static std::atomic<int> counter{0};
-  std::random_device entropy;
-  path_ = std::filesystem::temp_directory_path() /
-          ("ltrain-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
-           std::to_string(entropy() % 100000));
-  std::filesystem::create_directories(path_);
+  // mkdtemp creates a unique folder atomically. (std::random_device crashed in test processes
+  // linked against the pip torch wheel on the GPU host, so it is not used here.)
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/ltrain-test-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("TempDir: mkdtemp failed for " + pattern);
+  path_ = pattern;
 }
 
 TempDir::~TempDir() {

@@ -1,6 +1,7 @@
 #include "ltrain/engine/setup.h"
 
 #include <algorithm>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -29,7 +30,9 @@ torch::Device resolve_device(const config::LoadedConfig& loaded) {
 
 void apply_runtime_settings(const config::RunConfig& config) {
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-  if (config.run.threads > 0) torch::set_num_threads(static_cast<int>(config.run.threads));
+  // LibTorch's default counts physical cores only (1 on a 2-vCPU machine); use every core.
+  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(static_cast<int>(config.run.threads > 0 ? config.run.threads : cores));
   // LibTorch lets cuDNN use TF32 by default; fp32 means IEEE float32.
   compat::set_tf32(/*matmul=*/false, /*convolutions=*/false);
   compat::set_cudnn(config.precision.cudnn_benchmark, /*deterministic=*/false);

@@ -99,7 +99,7 @@ struct RunSection {
   int64_t eval_every_epochs = 1;
   /// Read the loss and print progress every N steps (one host sync each time).
   int64_t log_every_steps = 50;
-  /// CPU threads for LibTorch's intra-op parallelism (0: LibTorch's default).
+  /// CPU threads for LibTorch's intra-op parallelism (0: one per CPU core the OS reports).
   int64_t threads = 0;
 
   template <class V>
