@@ -41,10 +41,11 @@ import torch
 import torch.nn as nn
 import torchvision
 
+from torchvision_models import NUM_CLASSES, build_model
+
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 MODES = ("eager", "compile", "graph")
-NUM_CLASSES = 10
 IMAGE_SIZE = 32
 DATA_POOL = 4            # distinct pre-generated batches, cycled through
 GRAPH_SIDE_WARMUP = 3    # eager iterations on a side stream before capture (the docs use 3)
@@ -102,15 +103,6 @@ def autocast(amp_dtype, cache_enabled=True):
     if amp_dtype is None:
         return contextlib.nullcontext()
     return torch.autocast("cuda", dtype=amp_dtype, cache_enabled=cache_enabled)
-
-
-def build_model(arch, stem):
-    """torchvision ResNet with 10 classes; the cifar stem is a 3x3/1 conv1 and no maxpool."""
-    model = getattr(torchvision.models, arch)(num_classes=NUM_CLASSES)
-    if stem == "cifar":
-        model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
-        model.maxpool = nn.Identity()
-    return model
 
 
 def make_data(batch, channels_last, device):

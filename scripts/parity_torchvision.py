@@ -40,8 +40,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
 
+from torchvision_models import NUM_CLASSES, build_model
+
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
-NUM_CLASSES = 10
 IMAGE_SIZE = 32
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TOOL = os.path.join(REPO_ROOT, "build-gpu", "ltrain_parity")
@@ -160,14 +161,6 @@ def run_ltrain(args, batch_path, out_path):
 def fail_tool(message):
     print(f"parity: {message}", file=sys.stderr)
     sys.exit(3)
-
-
-def build_torchvision(arch, stem):
-    model = getattr(torchvision.models, arch)(num_classes=NUM_CLASSES)
-    if stem == "cifar":
-        model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
-        model.maxpool = nn.Identity()
-    return model
 
 
 def load_ltrain_weights(model, out):
@@ -324,7 +317,7 @@ def main(argv=None):
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    model = build_torchvision(args.arch, args.stem)
+    model = build_model(args.arch, args.stem)
     problems = load_ltrain_weights(model, out)
     if problems and problems[0].startswith("load_state_dict"):
         for p in problems:
