@@ -95,11 +95,11 @@ int run_eval(int argc, char** argv) {
   const ltrain::engine::Checkpoint checkpoint = ltrain::engine::read_checkpoint(path);
   const auto loaded = ltrain::config::load_json(checkpoint.meta.config, path + " (its saved config)", overrides(*args));
   const torch::Device device = ltrain::engine::resolve_device(loaded);
-  ltrain::models::ResNet model = ltrain::engine::build_model(loaded.config, device);
+  ltrain::models::ResNet model = ltrain::engine::build_model(loaded, device);
   ltrain::engine::load_state_dict(*model, checkpoint.model, path);
   const ltrain::data::TrainTestSets sets = ltrain::engine::load_data(loaded.config, device);
   const ltrain::data::EvalLoader loader(sets.test, loaded.config.data);
-  const ltrain::engine::EvalResult result = ltrain::engine::evaluate(model, loader);
+  const ltrain::engine::EvalResult result = ltrain::engine::evaluate(model, loader, loaded.config);
   if (args->count("json")) {
     std::cout << nlohmann::json{{"checkpoint", path},          {"step", checkpoint.meta.step},
                                 {"accuracy", result.accuracy}, {"loss", result.loss},

@@ -48,7 +48,7 @@ int run(int argc, char** argv) {
   const torch::Tensor images = find_tensor(batch, "images", batch_file).to(device);  // [B,3,H,W] float32
   const torch::Tensor labels = find_tensor(batch, "labels", batch_file).to(device);  // [B] int64
 
-  ltrain::models::ResNet model = ltrain::engine::build_model(loaded.config, device);
+  ltrain::models::ResNet model = ltrain::engine::build_model(loaded, device);
   ltrain::io::NamedTensors out;
   for (const auto& [name, tensor] : ltrain::engine::state_dict(*model))
     out.emplace_back("weights." + name, tensor.detach().clone());  // before the forward updates BN statistics

@@ -57,6 +57,35 @@ TEST(Cli, MissingDataExitsThreeAndCreatesNoRun) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs" / "run"));
 }
 
+TEST(Cli, BatchLargerThanTheDataNamesTheKeyAndFile) {
+  TempDir dir;
+  write_file(dir.path() / "c.json", R"({"data": {"source": "synthetic", "synthetic_train_size": 100, "batch_size": 128}})");
+  EXPECT_EQ(run_ltrain("bench step --config " + (dir.path() / "c.json").string(), dir.path() / "out"), 2);
+  EXPECT_NE(read_file(dir.path() / "out").find((dir.path() / "c.json").string() +
+                                                ": data.batch_size = 128: larger than the training set (100 images); "
+                                                "use a smaller batch"),
+            std::string::npos)
+      << read_file(dir.path() / "out");
+}
+
+TEST(Cli, PrecisionTheCpuCannotRunIsAConfigError) {
+  TempDir dir;
+  write_file(dir.path() / "c.json", R"({"run": {"device": "cpu"}, "precision": {"mode": "fp16"}})");
+  EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "c.json").string(), dir.path() / "out"), 2);
+  EXPECT_NE(read_file(dir.path() / "out")
+                .find("precision.mode = \"fp16\": fp16 autocast needs a CUDA device; on the CPU use \"bf16\" (CPU "
+                      "autocast) or \"fp32\""),
+            std::string::npos)
+      << read_file(dir.path() / "out");
+  EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "c.json").string() + " --set precision.mode=fp32 --set "
+                       "precision.tf32=true",
+                       dir.path() / "out"),
+            2);
+  EXPECT_NE(read_file(dir.path() / "out").find("--set precision.tf32=true: precision.tf32 = true: TF32 is a feature"),
+            std::string::npos)
+      << read_file(dir.path() / "out");
+}
+
 TEST(Cli, CpuBuildRefusesCudaDevice) {
   if (LTRAIN_WITH_CUDA) GTEST_SKIP() << "CUDA build";
   TempDir dir;

@@ -111,6 +111,14 @@ TEST(Config, ImpossibleCombinations) {
             file + ": run.device = \"gpu\": expected auto, cpu, cuda or cuda:N");
   EXPECT_EQ(error_of(dir, R"({"run": {"name": "a/b"}})"),
             file + ": run.name = \"a/b\": expected a folder name without '/'");
+  EXPECT_EQ(error_of(dir, R"({"precision": {"mode": "tf32", "tf32": false}})"),
+            file + ": precision.tf32 = false: precision.mode \"tf32\" means TF32 on; use precision.mode \"fp32\" for "
+                   "IEEE float32");
+  EXPECT_EQ(error_of(dir, R"({"precision": {"deterministic": true, "cudnn_benchmark": true}})"),
+            file + ": precision.cudnn_benchmark = true: cuDNN autotuning picks algorithms by timing, which is not "
+                   "deterministic; turn off one of precision.cudnn_benchmark and precision.deterministic");
+  EXPECT_EQ(error_of(dir, R"({"precision": {"mode": "fp8"}})"),
+            file + ": precision.mode = \"fp8\": expected one of fp32, tf32, fp16, bf16");
 }
 
 TEST(Config, InvalidJsonNamesFileAndPosition) {

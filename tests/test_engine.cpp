@@ -1,3 +1,4 @@
+#include <cmath>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -67,10 +68,10 @@ TEST(Trainer, ShortRunOnCifarMiniLearns) {
   EXPECT_EQ(checkpoint.meta.step, 150);
   EXPECT_FALSE(checkpoint.optimizer.empty());
   const auto loaded = config::load_json(checkpoint.meta.config, "checkpoint");
-  models::ResNet model = build_model(loaded.config, torch::kCPU);
+  models::ResNet model = build_model(loaded, torch::kCPU);
   load_state_dict(*model, checkpoint.model, last.string());
   const auto sets = load_data(loaded.config, torch::kCPU);
-  const EvalResult again = evaluate(model, data::EvalLoader(sets.test, loaded.config.data));
+  const EvalResult again = evaluate(model, data::EvalLoader(sets.test, loaded.config.data), loaded.config);
   EXPECT_EQ(again.images, 1000);
   EXPECT_DOUBLE_EQ(again.accuracy, result.final_test_accuracy);
 }
@@ -101,6 +102,22 @@ TEST(Trainer, SameSeedSameRun) {
   const Checkpoint cb = read_checkpoint(b.run_dir / "checkpoints" / checkpoint_file_name(4));
   ASSERT_EQ(ca.model.size(), cb.model.size());
   for (size_t i = 0; i < ca.model.size(); ++i) EXPECT_TRUE(torch::equal(ca.model[i].second, cb.model[i].second));
+}
+
+TEST(Trainer, Bf16AutocastChannelsLastAccumulationAndCheckpointingOnTheCpu) {
+  TempDir dir;
+  const TrainResult result = train(tiny_run(
+      dir, "unused",
+      {"data.source=synthetic", "data.synthetic_train_size=256", "data.synthetic_test_size=64", "data.batch_size=32",
+       "run.epochs=2", "precision.mode=bf16", "model.channels_last=true", "optim.accumulation_steps=2",
+       "model.checkpoint_segments=2", "optim.clip_grad_norm=1.0", "schedule.name=constant", "optim.lr=0.02"}));
+  EXPECT_EQ(result.steps, 2 * 4);  // 256 images / (2 x 32) per step
+  EXPECT_TRUE(std::isfinite(result.final_test_loss));
+  std::vector<double> losses;
+  for (const auto& row : read_jsonl(result.run_dir / "metrics.jsonl"))
+    if (row["kind"] == "epoch") losses.push_back(row["train_loss"].get<double>());
+  ASSERT_EQ(losses.size(), 2u);
+  EXPECT_LT(losses[1], losses[0]);  // random labels, but a small set is memorized
 }
 
 TEST(Checkpoint, LoadStateDictNamesTheMismatch) {

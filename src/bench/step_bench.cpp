@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "ltrain/amp/precision.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
@@ -13,13 +14,12 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   const torch::Device device = engine::resolve_device(loaded);
   engine::apply_runtime_settings(config);
   const data::TrainTestSets sets = engine::load_data(config, device);
-  data::TrainLoader loader(sets.train, config.data, static_cast<uint64_t>(config.run.seed));
-  if (loader.batches_per_epoch() == 0)
-    throw config::config_error(loaded, "data.batch_size", "larger than the training set; use a smaller batch");
-  models::ResNet model = engine::build_model(config, device);
+  data::TrainLoader loader = engine::make_train_loader(loaded, sets.train);
+  models::ResNet model = engine::build_model(loaded, device);
   const auto optimizer = optim::make_optimizer(config.optim, engine::named_parameters(*model));
   optimizer->set_lr(config.optim.lr);
-  engine::TrainStep train_step(model, *optimizer, config);
+  amp::GradScaler scaler(amp::scaler_options(config.precision), device);
+  engine::TrainStep train_step(model, *optimizer, scaler, config);
 
   int64_t epoch = 0;
   int64_t index = 0;
@@ -43,11 +43,11 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   result.arch = config::to_string(config.model.arch);
   result.stem = config::to_string(config.model.stem);
   result.precision = config::to_string(config.precision.mode);
-  result.batch_size = config.data.batch_size;
+  result.batch_size = loader.batch_size();
   result.steps = steps;
   result.seconds = seconds;
   result.ms_per_step = 1e3 * seconds / static_cast<double>(steps);
-  result.images_per_second = static_cast<double>(steps * config.data.batch_size) / seconds;
+  result.images_per_second = static_cast<double>(steps * loader.batch_size()) / seconds;
   result.peak_memory_bytes = compat::peak_memory_bytes(device);
   result.final_loss = totals.mean_loss();
   return result;

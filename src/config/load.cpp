@@ -409,6 +409,11 @@ void validate(const LoadedConfig& loaded) {
                 "schedule.milestones", "expected epochs in increasing order");
   require(loaded, c.schedule.name != ScheduleKind::multistep || !c.schedule.milestones.empty(), "schedule.milestones",
                 "the multistep schedule needs at least one milestone epoch");
+  require(loaded, !(c.precision.mode == PrecisionMode::tf32 && loaded.origin.count("precision.tf32") && !c.precision.tf32),
+          "precision.tf32", "precision.mode \"tf32\" means TF32 on; use precision.mode \"fp32\" for IEEE float32");
+  require(loaded, !(c.precision.deterministic && c.precision.cudnn_benchmark), "precision.cudnn_benchmark",
+          "cuDNN autotuning picks algorithms by timing, which is not deterministic; turn off one of "
+          "precision.cudnn_benchmark and precision.deterministic");
 }
 
 LoadedConfig resolve(Document doc, const std::vector<std::string>& overrides, const std::string& default_source) {

@@ -1,8 +1,14 @@
 #include "ltrain/engine/evaluator.h"
 
+#include "ltrain/amp/autocast.h"
+#include "ltrain/amp/precision.h"
+#include "ltrain/engine/setup.h"
+
 namespace ltrain::engine {
 
-EvalResult evaluate(models::ResNet& model, const data::EvalLoader& loader) {
+EvalResult evaluate(models::ResNet& model, const data::EvalLoader& loader, const config::RunConfig& config) {
+  const amp::PrecisionPlan precision = amp::plan_precision(config.precision);
+  const torch::MemoryFormat format = memory_format(config);
   const bool was_training = model->is_training();
   model->eval();
   torch::NoGradGuard no_grad;
@@ -10,7 +16,11 @@ EvalResult evaluate(models::ResNet& model, const data::EvalLoader& loader) {
   torch::Tensor correct;   // [] int64 on the device
   for (int64_t index = 0; index < loader.num_batches(); ++index) {
     const data::Batch batch = loader.batch(index);
-    const torch::Tensor logits = model->forward(batch.images).to(torch::kFloat32);
+    torch::Tensor logits;  // [B,classes]
+    {
+      const amp::AutocastGuard autocast(batch.images.device().type(), precision.dtype, precision.autocast);
+      logits = model->forward(batch.images.contiguous(format)).to(torch::kFloat32);
+    }
     const torch::Tensor batch_loss = torch::nn::functional::cross_entropy(
         logits, batch.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
     const torch::Tensor batch_correct = logits.argmax(1).eq(batch.labels).sum();

@@ -6,26 +6,58 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ltrain/amp/precision.h"
 #include "ltrain/core/torch_compat.h"
 
 namespace ltrain::engine {
 
+namespace {
+
+/// The precision settings `device` cannot run, as config errors.
+void check_precision_support(const config::LoadedConfig& loaded, const torch::Device& device) {
+  const config::PrecisionSection& precision = loaded.config.precision;
+  const amp::PrecisionPlan plan = amp::plan_precision(precision);
+  if (device.is_cpu()) {
+    if (precision.mode == config::PrecisionMode::fp16)
+      throw config::config_error(loaded, "precision.mode",
+                                 "fp16 autocast needs a CUDA device; on the CPU use \"bf16\" (CPU autocast) or "
+                                 "\"fp32\"");
+    if (plan.tf32)
+      throw config::config_error(loaded, precision.mode == config::PrecisionMode::tf32 ? "precision.mode" : "precision.tf32",
+                                 "TF32 is a feature of NVIDIA GPUs (Ampere and newer); use \"fp32\" on the CPU");
+    return;
+  }
+  const auto [major, minor] = compat::cuda_capability(device.index());
+  if (major < 8 && (precision.mode == config::PrecisionMode::bf16 || plan.tf32))
+    throw config::config_error(loaded, precision.mode == config::PrecisionMode::bf16 ? "precision.mode" : "precision.tf32",
+                               fmt::format("needs an Ampere or newer GPU (compute capability 8.0); {} has {}.{}: use "
+                                           "\"fp16\" or \"fp32\"",
+                                           device.str(), major, minor));
+}
+
+}  // namespace
+
 torch::Device resolve_device(const config::LoadedConfig& loaded) {
   const std::string& name = loaded.config.run.device;
   const int gpus = compat::cuda_device_count();
-  if (name == "auto") return gpus > 0 ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  if (name == "cpu") return torch::Device(torch::kCPU);
-  if (!compat::built_with_cuda())
-    throw config::config_error(loaded, "run.device",
-                               "this ltrain was built against a CPU-only LibTorch; use \"cpu\", or build it on a GPU "
-                               "host with scripts/gpu-host-build.sh");
-  const int index = name == "cuda" ? 0 : std::stoi(name.substr(5));
-  if (index >= gpus)
-    throw config::config_error(loaded, "run.device",
-                               fmt::format("this machine has {} usable CUDA device(s); use \"cuda:0\"..\"cuda:{}\" or "
-                                           "\"cpu\"",
-                                           gpus, gpus - 1));
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  torch::Device device(torch::kCPU);
+  if (name == "auto") {
+    if (gpus > 0) device = torch::Device(torch::kCUDA, 0);
+  } else if (name != "cpu") {
+    if (!compat::built_with_cuda())
+      throw config::config_error(loaded, "run.device",
+                                 "this ltrain was built against a CPU-only LibTorch; use \"cpu\", or build it on a GPU "
+                                 "host with scripts/gpu-host-build.sh");
+    const int index = name == "cuda" ? 0 : std::stoi(name.substr(5));
+    if (index >= gpus)
+      throw config::config_error(loaded, "run.device",
+                                 fmt::format("this machine has {} usable CUDA device(s); use \"cuda:0\"..\"cuda:{}\" "
+                                             "or \"cpu\"",
+                                             gpus, gpus - 1));
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  check_precision_support(loaded, device);
+  return device;
 }
 
 void apply_runtime_settings(const config::RunConfig& config) {
@@ -33,15 +65,32 @@ void apply_runtime_settings(const config::RunConfig& config) {
   // LibTorch's default counts physical cores only (1 on a 2-vCPU machine); use every core.
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(static_cast<int>(config.run.threads > 0 ? config.run.threads : cores));
-  // LibTorch lets cuDNN use TF32 by default; fp32 means IEEE float32.
-  compat::set_tf32(/*matmul=*/false, /*convolutions=*/false);
-  compat::set_cudnn(config.precision.cudnn_benchmark, /*deterministic=*/false);
+  // LibTorch lets cuDNN use TF32 by default; only TF32 modes do here.
+  const bool tf32 = amp::plan_precision(config.precision).tf32;
+  compat::set_tf32(/*matmul=*/tf32, /*convolutions=*/tf32);
+  compat::set_cudnn(config.precision.cudnn_benchmark, config.precision.deterministic);
+  compat::set_deterministic(config.precision.deterministic);
 }
 
-models::ResNet build_model(const config::RunConfig& config, const torch::Device& device) {
+torch::MemoryFormat memory_format(const config::RunConfig& config) {
+  return config.model.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+}
+
+models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Device& device) {
+  const config::RunConfig& config = loaded.config;
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   models::ResNet model(config.model);
+  const auto blocks = static_cast<int64_t>(model->blocks().size());
+  if (config.model.checkpoint_segments > blocks)
+    throw config::config_error(loaded, "model.checkpoint_segments",
+                               fmt::format("{} has {} residual blocks; use at most {} segments",
+                                           config::to_string(config.model.arch), blocks, blocks));
   model->to(device);
+  if (config.model.channels_last) {
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : model->parameters())
+      if (parameter.dim() == 4) parameter.set_data(parameter.contiguous(torch::MemoryFormat::ChannelsLast));
+  }
   return model;
 }
 
@@ -91,6 +140,21 @@ void load_state_dict(torch::nn::Module& module, const optim::NamedTensors& tenso
 data::TrainTestSets load_data(const config::RunConfig& config, const torch::Device& device) {
   data::TrainTestSets sets = data::load_sets(config.data, static_cast<uint64_t>(config.run.seed));
   return {sets.train.to(device), sets.test.to(device)};
+}
+
+data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train) {
+  // An optimizer step takes K micro-batches: the loader serves K * batch_size images at a time.
+  config::DataSection step_data = loaded.config.data;
+  step_data.batch_size *= loaded.config.optim.accumulation_steps;
+  if (train.size() < step_data.batch_size)
+    throw config::config_error(loaded, "data.batch_size",
+                               loaded.config.optim.accumulation_steps == 1
+                                   ? fmt::format("larger than the training set ({} images); use a smaller batch",
+                                                 train.size())
+                                   : fmt::format("times optim.accumulation_steps ({}) is larger than the training set "
+                                                 "({} images); use a smaller batch or fewer accumulation steps",
+                                                 loaded.config.optim.accumulation_steps, train.size()));
+  return data::TrainLoader(train, step_data, static_cast<uint64_t>(loaded.config.run.seed));
 }
 
 }  // namespace ltrain::engine

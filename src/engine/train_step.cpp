@@ -1,5 +1,7 @@
 #include "ltrain/engine/train_step.h"
 
+#include "ltrain/amp/autocast.h"
+
 namespace ltrain::engine {
 
 torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing) {
@@ -7,28 +9,77 @@ torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tens
       logits, labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
 }
 
-TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, const config::RunConfig& config)
-    : model_(std::move(model)), optimizer_(optimizer), label_smoothing_(config.loss.label_smoothing) {
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& grads, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> norms;
+  norms.reserve(grads.size());
+  for (const auto& grad : grads) norms.push_back(grad.norm(2).to(torch::kFloat32));
+  const torch::Tensor total = torch::stack(norms).norm(2);
+  // As torch: coefficient max_norm / (norm + 1e-6), never above 1, applied without a host read.
+  const torch::Tensor coefficient = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
+  for (const auto& grad : grads) grad.mul_(coefficient.to(grad.scalar_type()));
+  return total;
+}
+
+TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::GradScaler& scaler,
+                     const config::RunConfig& config)
+    : model_(std::move(model)),
+      optimizer_(optimizer),
+      scaler_(scaler),
+      precision_(amp::plan_precision(config.precision)),
+      memory_format_(config.model.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous),
+      accumulation_steps_(config.optim.accumulation_steps),
+      clip_grad_norm_(config.optim.clip_grad_norm),
+      label_smoothing_(config.loss.label_smoothing) {
   const torch::Device device = optimizer_.lr().device();
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
 }
 
 void TrainStep::run(const data::Batch& batch) {
-  const int64_t batch_size = batch.labels.size(0);
+  const std::vector<torch::Tensor> images = batch.images.chunk(accumulation_steps_);  // K x [B,3,32,32] float32
+  const std::vector<torch::Tensor> labels = batch.labels.chunk(accumulation_steps_);  // K x [B] int64
   optimizer_.zero_grad();
-  const torch::Tensor logits = model_->forward(batch.images);  // [B,classes] float32
-  const torch::Tensor loss = classification_loss(logits, batch.labels, label_smoothing_);
-  loss.backward();
-  optimizer_.step();
-  torch::NoGradGuard no_grad;
-  loss_sum_.add_(loss.detach() * static_cast<double>(batch_size));
-  correct_.add_(logits.argmax(1).eq(batch.labels).sum());
-  images_ += batch_size;
+  for (size_t micro = 0; micro < images.size(); ++micro) {
+    torch::Tensor logits, loss;
+    {
+      const amp::AutocastGuard autocast(images[micro].device().type(), precision_.dtype, precision_.autocast);
+      logits = model_->forward(images[micro].contiguous(memory_format_));  // [B,classes], fp16/bf16 under autocast
+      loss = classification_loss(logits, labels[micro], label_smoothing_);  // [] float32 (autocast runs it in fp32)
+    }
+    // Each micro-batch's loss is divided by K: the gradients sum to those of the mean loss.
+    scaler_.scale_loss(loss / static_cast<double>(accumulation_steps_)).backward();
+    torch::NoGradGuard no_grad;
+    loss_sum_.add_(loss.detach().to(torch::kFloat32) * static_cast<double>(labels[micro].size(0)));
+    correct_.add_(logits.argmax(1).eq(labels[micro]).sum());
+  }
+  images_ += batch.labels.size(0);
+
+  const std::vector<torch::Tensor> grads = optimizer_.gradients();
+  if (clip_grad_norm_ > 0.0) {
+    scaler_.unscale(grads);  // clipping needs the true gradients
+    clip_grad_norm(grads, clip_grad_norm_);
+    optimizer_.step(scaler_.step_state(/*gradients_unscaled=*/true));
+  } else if (optimizer_.fused()) {
+    scaler_.check(grads);  // the fused kernel divides by the scale itself
+    optimizer_.step(scaler_.step_state(/*gradients_unscaled=*/false));
+  } else {
+    scaler_.unscale(grads);
+    optimizer_.step(scaler_.step_state(/*gradients_unscaled=*/true));
+  }
+  scaler_.update();
 }
 
 StepTotals TrainStep::take_totals() {
-  StepTotals totals{loss_sum_.item<double>(), correct_.item<int64_t>(), images_};
+  StepTotals totals;
+  totals.loss_sum = loss_sum_.item<double>();
+  totals.correct = correct_.item<int64_t>();
+  totals.images = images_;
+  if (scaler_.enabled()) {
+    totals.loss_scale = scaler_.scale().item<double>();
+    totals.skipped_steps = scaler_.skipped_steps().item<int64_t>();
+    totals.consecutive_skips = scaler_.consecutive_skips().item<int64_t>();
+  }
   loss_sum_.zero_();
   correct_.zero_();
   images_ = 0;

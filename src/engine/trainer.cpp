@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ltrain/amp/precision.h"
 #include "ltrain/core/log.h"
 #include "ltrain/core/progress.h"
 #include "ltrain/core/torch_compat.h"
@@ -37,6 +38,24 @@ RunError out_of_memory_error(const config::RunConfig& config, const std::excepti
                               config.data.batch_size, compat::first_line(error.what())));
 }
 
+/// Stops the run (RunError, exit code 4) on a non-finite loss, or with fp16 on too many skipped
+/// steps in a row; says what to try. Checkpoints already written stay as they are.
+void check_numerics(const config::RunConfig& config, const StepTotals& totals, int64_t step, int64_t epoch,
+                    const fs::path& checkpoint_dir) {
+  if (amp::plan_precision(config.precision).grad_scaler) {
+    if (totals.consecutive_skips > config.precision.max_consecutive_skipped_steps)
+      throw RunError(fmt::format("fp16: the last {} steps up to step {} (epoch {}) had inf/NaN gradients and were "
+                                 "skipped (loss scale now {:g}): lower optim.lr, set optim.clip_grad_norm, or use "
+                                 "precision.mode \"bf16\"; checkpoints already in {} are intact",
+                                 totals.consecutive_skips, step, epoch, totals.loss_scale, checkpoint_dir.string()));
+    return;
+  }
+  if (!std::isfinite(totals.mean_loss()))
+    throw RunError(fmt::format("the training loss became {} by step {} (epoch {}): lower optim.lr (now {}), add "
+                               "schedule.warmup_epochs, or check the data; checkpoints already in {} are intact",
+                               totals.mean_loss(), step, epoch, config.optim.lr, checkpoint_dir.string()));
+}
+
 nlohmann::json result_json(const TrainResult& r) {
   return {{"run_dir", r.run_dir.string()},
           {"epochs", r.epochs},
@@ -59,20 +78,17 @@ TrainResult train(const config::LoadedConfig& loaded) {
   const torch::Device device = resolve_device(loaded);
   apply_runtime_settings(config);
   const data::TrainTestSets sets = load_data(config, device);
-  data::TrainLoader train_loader(sets.train, config.data, static_cast<uint64_t>(config.run.seed));
+  data::TrainLoader train_loader = make_train_loader(loaded, sets.train);
   const data::EvalLoader eval_loader(sets.test, config.data);
   const int64_t steps_per_epoch = train_loader.batches_per_epoch();
-  if (steps_per_epoch == 0)
-    throw config::config_error(loaded, "data.batch_size",
-                               fmt::format("larger than the training set ({} images); use a smaller batch",
-                                           sets.train.size()));
-  models::ResNet model = build_model(config, device);
+  models::ResNet model = build_model(loaded, device);
   const std::unique_ptr<optim::Optimizer> optimizer = optim::make_optimizer(config.optim, named_parameters(*model));
   const int64_t total_steps = config.run.max_steps > 0 ? std::min(config.run.max_steps, config.run.epochs * steps_per_epoch)
                                                        : config.run.epochs * steps_per_epoch;
   const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
   const optim::LrSchedule schedule(config.schedule, config.optim.lr, total_steps, steps_per_epoch);
-  TrainStep train_step(model, *optimizer, config);
+  amp::GradScaler scaler(amp::scaler_options(config.precision), device);
+  TrainStep train_step(model, *optimizer, scaler, config);
 
   const fs::path run_dir = io::create_run_dir(config.run.out_dir, config.run.name);
   const fs::path checkpoint_dir = run_dir / "checkpoints";
@@ -85,9 +101,13 @@ TrainResult train(const config::LoadedConfig& loaded) {
   io::write_text_file(run_dir / "config.json", config::to_json(config).dump(2) + "\n");
   spdlog::info("model {} ({} stem, width {}): {} parameters", config::to_string(config.model.arch),
                config::to_string(config.model.stem), config.model.width, models::count_parameters(*model));
-  spdlog::info("data {}: {} training images, {} test images; {} steps of {} per epoch, {} steps in {} epoch(s)",
+  spdlog::info("data {}: {} training images, {} test images; {} steps per epoch of {} images ({} x {} accumulated), "
+               "{} steps in {} epoch(s)",
                config::to_string(config.data.source), sets.train.size(), sets.test.size(), steps_per_epoch,
-               config.data.batch_size, total_steps, epochs);
+               train_loader.batch_size(), config.optim.accumulation_steps, config.data.batch_size, total_steps, epochs);
+  spdlog::info("precision {}{}{} | optimizer step: {}", config::to_string(config.precision.mode),
+               scaler.enabled() ? " with a GradScaler" : "", config.model.channels_last ? " | channels_last" : "",
+               optimizer->fused() ? "fused (LibTorch)" : "portable");
 
   io::MetricsLog metrics(run_dir);
   Progress progress(stderr_is_terminal());
@@ -95,6 +115,8 @@ TrainResult train(const config::LoadedConfig& loaded) {
   result.run_dir = run_dir;
   const auto run_start = Clock::now();
   int64_t step = 0;
+  double last_scale = 0.0;     // the GradScaler's scale and skipped steps at the last read (fp16)
+  int64_t skipped_steps = 0;
 
   try {
     for (int64_t epoch = 1; epoch <= epochs; ++epoch) {
@@ -119,23 +141,24 @@ TrainResult train(const config::LoadedConfig& loaded) {
         epoch_totals.loss_sum += totals.loss_sum;
         epoch_totals.correct += totals.correct;
         epoch_totals.images += totals.images;
-        if (!std::isfinite(totals.mean_loss()))
-          throw RunError(fmt::format("the training loss became {} by step {} (epoch {}): lower optim.lr (now {}), add "
-                                     "schedule.warmup_epochs, or check the data; checkpoints already in {} are intact",
-                                     totals.mean_loss(), step, epoch, config.optim.lr, checkpoint_dir.string()));
+        check_numerics(config, totals, step, epoch, checkpoint_dir);
         const double images_per_second = static_cast<double>(totals.images) / interval_seconds;
         const double seconds_per_step = (result.train_seconds + epoch_seconds) / static_cast<double>(step);
         progress.update({epoch, epochs, step, total_steps, index + 1, epoch_steps, totals.mean_loss(),
                          totals.accuracy(), lr, images_per_second,
                          seconds_per_step * static_cast<double>(total_steps - step)});
-        metrics.write({"step",
-                       epoch,
-                       step,
-                       {{"lr", lr},
-                        {"train_loss", totals.mean_loss()},
-                        {"train_acc", totals.accuracy()},
-                        {"img_per_s", images_per_second},
-                        {"elapsed_s", seconds_since(run_start)}}});
+        std::map<std::string, double> values{{"lr", lr},
+                                             {"train_loss", totals.mean_loss()},
+                                             {"train_acc", totals.accuracy()},
+                                             {"img_per_s", images_per_second},
+                                             {"elapsed_s", seconds_since(run_start)}};
+        if (scaler.enabled()) {
+          values["loss_scale"] = totals.loss_scale;
+          values["skipped_steps"] = static_cast<double>(totals.skipped_steps);
+          last_scale = totals.loss_scale;
+          skipped_steps = totals.skipped_steps;
+        }
+        metrics.write({"step", epoch, step, values});
       }
       progress.clear();
       result.train_seconds += epoch_seconds;
@@ -146,7 +169,7 @@ TrainResult train(const config::LoadedConfig& loaded) {
       // ---- Evaluation ----
       std::optional<EvalResult> evaluation;
       if (due(epoch, config.run.eval_every_epochs, last_epoch)) {
-        evaluation = evaluate(model, eval_loader);
+        evaluation = evaluate(model, eval_loader, config);
         result.final_test_accuracy = evaluation->accuracy;
         result.final_test_loss = evaluation->loss;
         if (evaluation->accuracy > result.best_test_accuracy || result.best_epoch == 0) {
@@ -163,10 +186,15 @@ TrainResult train(const config::LoadedConfig& loaded) {
                                                  {"img_per_s", epoch_images_per_second},
                                                  {"elapsed_s", seconds_since(run_start)}};
       std::string test_text;
+      if (scaler.enabled()) {
+        epoch_values["loss_scale"] = last_scale;
+        epoch_values["skipped_steps"] = static_cast<double>(skipped_steps);
+        test_text += fmt::format(" | scale {:g}, {} skipped", last_scale, skipped_steps);
+      }
       if (evaluation) {
         epoch_values["test_loss"] = evaluation->loss;
         epoch_values["test_acc"] = evaluation->accuracy;
-        test_text = fmt::format(" | test loss {:.4f} acc {:.2f}%", evaluation->loss, 100.0 * evaluation->accuracy);
+        test_text += fmt::format(" | test loss {:.4f} acc {:.2f}%", evaluation->loss, 100.0 * evaluation->accuracy);
       }
       spdlog::info("epoch {}/{} | train loss {:.4f} acc {:.2f}%{} | {:.0f} img/s | {} elapsed", epoch, epochs,
                    epoch_totals.mean_loss(), 100.0 * epoch_totals.accuracy(), test_text, epoch_images_per_second,
@@ -191,7 +219,7 @@ TrainResult train(const config::LoadedConfig& loaded) {
   // ---- Summary ----
   result.wall_seconds = seconds_since(run_start);
   result.images_per_second =
-      result.train_seconds > 0 ? static_cast<double>(step * config.data.batch_size) / result.train_seconds : 0.0;
+      result.train_seconds > 0 ? static_cast<double>(step * train_loader.batch_size()) / result.train_seconds : 0.0;
   spdlog::info("done: {} epoch(s), {} steps in {} (training {}) | test accuracy {:.2f}%, best {:.2f}% (epoch {}) | "
                "{:.0f} img/s",
                result.epochs, result.steps, format_duration(result.wall_seconds),

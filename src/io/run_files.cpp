@@ -44,8 +44,8 @@ void write_text_file(const fs::path& file, const std::string& text) {
 }
 
 const std::vector<std::string>& MetricsLog::columns() {
-  static const std::vector<std::string> names{"lr",        "train_loss", "train_acc",  "test_loss",
-                                              "test_acc",  "img_per_s",  "elapsed_s"};
+  static const std::vector<std::string> names{"lr",       "train_loss", "train_acc",  "test_loss",  "test_acc",
+                                              "img_per_s", "elapsed_s",  "loss_scale", "skipped_steps"};
   return names;
 }
 

@@ -134,6 +134,7 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options) : options_(options) 
 
   fc = register_module("fc", torch::nn::Linear(stages.out_channels, options_.num_classes));
   initialize_weights();
+  checkpoint_segments_ = split_into_segments(blocks(), options_.checkpoint_segments);
 }
 
 void ResNetImpl::initialize_weights() {
@@ -153,9 +154,14 @@ void ResNetImpl::initialize_weights() {
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
-  x = forward_stem(std::move(x));                       // [B,width,H',W']
-  for (auto& layer : stages()) x = layer->forward(x);   // [B,8*width*expansion,H'/8,W'/8]
-  return forward_head(std::move(x));                    // [B,num_classes]
+  x = forward_stem(std::move(x));  // [B,width,H',W']
+  if (!checkpoint_segments_.empty() && is_training() && torch::GradMode::is_enabled()) {
+    for (size_t s = 0; s + 1 < checkpoint_segments_.size(); ++s) x = checkpointed_segment(checkpoint_segments_[s], x);
+    x = run_segment(checkpoint_segments_.back(), std::move(x));
+  } else {
+    for (auto& layer : stages()) x = layer->forward(x);  // [B,8*width*expansion,H'/8,W'/8]
+  }
+  return forward_head(std::move(x));  // [B,num_classes]
 }
 
 torch::Tensor ResNetImpl::forward_stem(torch::Tensor images) {

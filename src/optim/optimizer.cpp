@@ -6,54 +6,89 @@
 #include <fmt/ranges.h>
 
 #include "ltrain/core/errors.h"
+#include "ltrain/core/torch_compat.h"
 
 namespace ltrain::optim {
 namespace {
+
+/// The gradient the update uses: divided by the scaler's scale when it is still in it.
+torch::Tensor unscaled(const torch::Tensor& grad, const ScalerState& scaler) {
+  return scaler.grad_scale.defined() ? grad / scaler.grad_scale : grad;
+}
+
+/// target = value, or target unchanged where the scaler found inf/NaN (decided on the device).
+void assign(const torch::Tensor& target, const torch::Tensor& value, const torch::Tensor& skip) {
+  target.copy_(skip.defined() ? torch::where(skip, target, value) : value);
+}
+
+/// [1] bool on the device, or undefined when no step is ever skipped.
+torch::Tensor skip_mask(const ScalerState& scaler) {
+  return scaler.found_inf.defined() ? scaler.found_inf > 0 : torch::Tensor();
+}
 
 /// torch.optim.SGD (dampening 0, not maximizing). The momentum buffer starts at zero, which
 /// equals PyTorch's "first step copies the gradient": momentum * 0 + g == g exactly.
 class Sgd final : public Optimizer {
  public:
-  Sgd(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device)
-      : Optimizer(std::move(groups), device), momentum_(options.momentum), nesterov_(options.nesterov) {
+  Sgd(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device, bool fused)
+      : Optimizer(std::move(groups), device, fused), momentum_(options.momentum), nesterov_(options.nesterov) {
     if (momentum_ == 0.0) return;
     for (const auto& group : groups_)
       for (size_t i = 0; i < group.params.size(); ++i)
         momentum_buffers_.emplace_back("momentum_buffer/" + group.names[i], torch::zeros_like(group.params[i]));
   }
 
-  void step() override {
+  void step(const ScalerState& scaler) override {
     torch::NoGradGuard no_grad;
-    size_t buffer_index = 0;
+    size_t first = 0;  // index of the group's first momentum buffer
     for (const auto& group : groups_) {
-      for (const auto& param : group.params) {
-        // d = g + weight_decay * p   (L2 penalty folded into the gradient)
-        torch::Tensor direction = group.weight_decay != 0.0 ? param.grad().add(param, group.weight_decay)
-                                                            : param.grad();
-        if (momentum_ != 0.0) {
-          torch::Tensor& buffer = momentum_buffers_[buffer_index++].second;
-          buffer.mul_(momentum_).add_(direction);
-          direction = nesterov_ ? direction.add(buffer, momentum_) : buffer;
-        }
-        param.addcmul_(direction, lr_, -1.0);  // p -= lr * d, with lr read on the device
-      }
+      if (fused_) fused_group_step(group, first, scaler);
+      else portable_group_step(group, first, scaler);
+      if (momentum_ != 0.0) first += group.params.size();
     }
   }
 
   NamedTensors state() const override { return momentum_buffers_; }
 
  private:
+  void fused_group_step(const ParamGroup& group, size_t first, const ScalerState& scaler) {
+    std::vector<torch::Tensor> grads, buffers;
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      grads.push_back(group.params[i].grad());
+      if (momentum_ != 0.0) buffers.push_back(momentum_buffers_[first + i].second);
+    }
+    compat::fused_sgd(group.params, grads, buffers, group.weight_decay, momentum_, lr_, nesterov_, scaler.grad_scale,
+                      scaler.found_inf);
+  }
+
+  void portable_group_step(const ParamGroup& group, size_t first, const ScalerState& scaler) {
+    const torch::Tensor skip = skip_mask(scaler);
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      const torch::Tensor& param = group.params[i];
+      // d = g + weight_decay * p   (L2 penalty folded into the gradient)
+      torch::Tensor direction = unscaled(param.grad(), scaler);
+      if (group.weight_decay != 0.0) direction = direction.add(param, group.weight_decay);
+      if (momentum_ != 0.0) {
+        const torch::Tensor& buffer = momentum_buffers_[first + i].second;
+        const torch::Tensor new_buffer = buffer.mul(momentum_).add_(direction);
+        direction = nesterov_ ? direction.add(new_buffer, momentum_) : new_buffer;
+        assign(buffer, new_buffer, skip);
+      }
+      assign(param, param.addcmul(direction, lr_, -1.0), skip);  // p - lr * d, lr read on the device
+    }
+  }
+
   double momentum_;
   bool nesterov_;
   NamedTensors momentum_buffers_;  // one per parameter, in group order
 };
 
 /// torch.optim.AdamW (amsgrad off). The step count lives on the device so that bias
-/// corrections need no host value.
+/// corrections need no host value; a skipped step does not count.
 class AdamW final : public Optimizer {
  public:
-  AdamW(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device)
-      : Optimizer(std::move(groups), device),
+  AdamW(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device, bool fused)
+      : Optimizer(std::move(groups), device, fused),
         beta1_(options.betas.at(0)),
         beta2_(options.betas.at(1)),
         eps_(options.eps),
@@ -66,28 +101,16 @@ class AdamW final : public Optimizer {
     }
   }
 
-  void step() override {
+  void step(const ScalerState& scaler) override {
     torch::NoGradGuard no_grad;
     step_count_.add_(1.0);
-    // 0-dim device tensors: 1 - beta^t for the bias corrections.
-    const torch::Tensor correction1 = 1.0 - torch::pow(beta1_, step_count_);
-    const torch::Tensor correction2_sqrt = torch::sqrt(1.0 - torch::pow(beta2_, step_count_));
-    const torch::Tensor step_size = lr_ / correction1;
-    size_t index = 0;
+    size_t first = 0;
     for (const auto& group : groups_) {
-      const torch::Tensor decay_factor = 1.0 - lr_ * group.weight_decay;
-      for (const auto& param : group.params) {
-        const torch::Tensor& grad = param.grad();
-        torch::Tensor& m = exp_avg_[index].second;
-        torch::Tensor& v = exp_avg_sq_[index].second;
-        ++index;
-        param.mul_(decay_factor);                    // decoupled weight decay
-        m.lerp_(grad, 1.0 - beta1_);                 // m = b1 m + (1 - b1) g
-        v.mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);  // v = b2 v + (1 - b2) g^2
-        const torch::Tensor denom = (v.sqrt() / correction2_sqrt).add_(eps_);
-        param.addcdiv_(m * step_size, denom, -1.0);  // p -= lr / c1 * m / denom
-      }
+      if (fused_) fused_group_step(group, first, scaler);
+      else portable_group_step(group, first, scaler);
+      first += group.params.size();
     }
+    if (scaler.found_inf.defined()) step_count_.sub_(scaler.found_inf.reshape({}));
   }
 
   NamedTensors state() const override {
@@ -98,6 +121,41 @@ class AdamW final : public Optimizer {
   }
 
  private:
+  void fused_group_step(const ParamGroup& group, size_t first, const ScalerState& scaler) {
+    std::vector<torch::Tensor> grads, averages, squares;
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      grads.push_back(group.params[i].grad());
+      averages.push_back(exp_avg_[first + i].second);
+      squares.push_back(exp_avg_sq_[first + i].second);
+    }
+    // The kernel reads one step count per parameter; they all share ours.
+    const std::vector<torch::Tensor> steps(group.params.size(), step_count_);
+    compat::fused_adamw(group.params, grads, averages, squares, steps, lr_, beta1_, beta2_, group.weight_decay, eps_,
+                        scaler.grad_scale, scaler.found_inf);
+  }
+
+  void portable_group_step(const ParamGroup& group, size_t first, const ScalerState& scaler) {
+    const torch::Tensor skip = skip_mask(scaler);
+    // 0-dim device tensors: 1 - beta^t for the bias corrections.
+    const torch::Tensor correction1 = 1.0 - torch::pow(beta1_, step_count_);
+    const torch::Tensor correction2_sqrt = torch::sqrt(1.0 - torch::pow(beta2_, step_count_));
+    const torch::Tensor step_size = lr_ / correction1;
+    const torch::Tensor decay_factor = 1.0 - lr_ * group.weight_decay;
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      const torch::Tensor& param = group.params[i];
+      const torch::Tensor grad = unscaled(param.grad(), scaler);
+      const torch::Tensor& m = exp_avg_[first + i].second;
+      const torch::Tensor& v = exp_avg_sq_[first + i].second;
+      const torch::Tensor new_m = m.lerp(grad, 1.0 - beta1_);                          // b1 m + (1 - b1) g
+      const torch::Tensor new_v = v.mul(beta2_).addcmul_(grad, grad, 1.0 - beta2_);  // b2 v + (1 - b2) g^2
+      const torch::Tensor denom = (new_v.sqrt() / correction2_sqrt).add_(eps_);
+      // decoupled weight decay, then p -= lr / c1 * m / denom
+      assign(param, param.mul(decay_factor).addcdiv_(new_m * step_size, denom, -1.0), skip);
+      assign(m, new_m, skip);
+      assign(v, new_v, skip);
+    }
+  }
+
   double beta1_;
   double beta2_;
   double eps_;
@@ -108,14 +166,23 @@ class AdamW final : public Optimizer {
 
 }  // namespace
 
-Optimizer::Optimizer(std::vector<ParamGroup> groups, const torch::Device& device)
-    : groups_(std::move(groups)), lr_(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device))) {}
+Optimizer::Optimizer(std::vector<ParamGroup> groups, const torch::Device& device, bool fused)
+    : groups_(std::move(groups)),
+      lr_(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device))),
+      fused_(fused) {}
 
 void Optimizer::zero_grad() {
   torch::NoGradGuard no_grad;
   for (const auto& group : groups_)
     for (const auto& param : group.params)
       if (param.grad().defined()) param.mutable_grad().zero_();
+}
+
+std::vector<torch::Tensor> Optimizer::gradients() const {
+  std::vector<torch::Tensor> grads;
+  for (const auto& group : groups_)
+    for (const auto& param : group.params) grads.push_back(param.grad());
+  return grads;
 }
 
 void Optimizer::load_state(const NamedTensors& saved) {
@@ -154,12 +221,13 @@ std::vector<ParamGroup> make_param_groups(const NamedTensors& named_parameters, 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, const NamedTensors& named_parameters) {
   if (named_parameters.empty()) throw std::invalid_argument("make_optimizer: no parameters");
   const torch::Device device = named_parameters.front().second.device();
+  const bool fused = options.fused && device.is_cuda() && compat::has_fused_optimizers();
   auto groups = make_param_groups(named_parameters, options.weight_decay, options.no_decay_norm_and_bias);
   switch (options.name) {
     case config::OptimizerKind::sgd:
-      return std::make_unique<Sgd>(std::move(groups), options, device);
+      return std::make_unique<Sgd>(std::move(groups), options, device, fused);
     case config::OptimizerKind::adamw:
-      return std::make_unique<AdamW>(std::move(groups), options, device);
+      return std::make_unique<AdamW>(std::move(groups), options, device, fused);
   }
   throw std::invalid_argument("make_optimizer: unknown optimizer");
 }

@@ -19,7 +19,7 @@ enum class Stem { imagenet, cifar };
 enum class DataSource { cifar10, synthetic };
 enum class OptimizerKind { sgd, adamw };
 enum class ScheduleKind { constant, multistep, cosine, onecycle };
-enum class PrecisionMode { fp32 };
+enum class PrecisionMode { fp32, tf32, fp16, bf16 };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> names
@@ -56,7 +56,10 @@ struct EnumNames<ScheduleKind> {
 };
 template <>
 struct EnumNames<PrecisionMode> {
-  static constexpr std::array<std::pair<PrecisionMode, const char*>, 1> names{{{PrecisionMode::fp32, "fp32"}}};
+  static constexpr std::array<std::pair<PrecisionMode, const char*>, 4> names{{{PrecisionMode::fp32, "fp32"},
+                                                                               {PrecisionMode::tf32, "tf32"},
+                                                                               {PrecisionMode::fp16, "fp16"},
+                                                                               {PrecisionMode::bf16, "bf16"}}};
 };
 
 /// The JSON spelling of an enum value.
@@ -127,6 +130,11 @@ struct ModelSection {
   int64_t width = 64;
   /// Start each residual branch's last BatchNorm at zero weight (torchvision's option).
   bool zero_init_residual = false;
+  /// Store weights and activations as NHWC (torch.channels_last), model and inputs alike.
+  bool channels_last = false;
+  /// Activation checkpointing: split the residual blocks into N segments and recompute all but
+  /// the last in the backward pass (checkpoint_sequential(chunks=N)); 0 keeps every activation.
+  int64_t checkpoint_segments = 0;
 
   template <class V>
   void visit(V& v) {
@@ -135,6 +143,8 @@ struct ModelSection {
     v("num_classes", num_classes, at_least(2));
     v("width", width, at_least(1));
     v("zero_init_residual", zero_init_residual);
+    v("channels_last", channels_last);
+    v("checkpoint_segments", checkpoint_segments, at_least(0));
   }
 };
 
@@ -143,7 +153,7 @@ struct DataSection {
   DataSource source = DataSource::cifar10;
   /// Folder with data_batch_1..5.bin and test_batch.bin.
   std::string root = "data/cifar-10-batches-bin";
-  /// Training images per step (per micro-step once accumulation exists).
+  /// Training images per micro-batch (an optimizer step takes optim.accumulation_steps of them).
   int64_t batch_size = 256;
   /// Images per evaluation batch.
   int64_t eval_batch_size = 1000;
@@ -198,6 +208,12 @@ struct OptimSection {
   std::vector<double> betas{0.9, 0.999};
   /// AdamW's epsilon.
   double eps = 1e-8;
+  /// Use LibTorch's fused multi-tensor step where it has one (CUDA, LibTorch 2.x).
+  bool fused = true;
+  /// Micro-batches per optimizer step; each loss is divided by it (effective batch = K * batch_size).
+  int64_t accumulation_steps = 1;
+  /// Clip gradients to this global L2 norm before the step (0: no clipping).
+  double clip_grad_norm = 0.0;
 
   template <class V>
   void visit(V& v) {
@@ -209,6 +225,9 @@ struct OptimSection {
     v("no_decay_norm_and_bias", no_decay_norm_and_bias);
     v("betas", betas, Range{0, 1, false});
     v("eps", eps, positive());
+    v("fused", fused);
+    v("accumulation_steps", accumulation_steps, at_least(1));
+    v("clip_grad_norm", clip_grad_norm, at_least(0));
   }
 };
 
@@ -257,15 +276,37 @@ struct ScheduleSection {
 };
 
 struct PrecisionSection {
-  /// Numeric precision of the training step (fp32: IEEE float32 everywhere, TF32 off).
+  /// fp32: IEEE float32; tf32: float32 with TF32 tensor-core matmuls and convolutions;
+  /// fp16: autocast to float16 with a GradScaler; bf16: autocast to bfloat16, no scaler.
   PrecisionMode mode = PrecisionMode::fp32;
+  /// TF32 for the float32 matmuls and convolutions of any mode (on for mode tf32).
+  bool tf32 = false;
   /// Let cuDNN time its convolution algorithms on the first steps and keep the fastest.
   bool cudnn_benchmark = false;
+  /// Only deterministic algorithms (bitwise repeatable runs; slower).
+  bool deterministic = false;
+  /// fp16: the GradScaler's first scale.
+  double loss_scale_init = 65536.0;
+  /// fp16: the scale is multiplied by this after loss_scale_growth_interval clean steps.
+  double loss_scale_growth_factor = 2.0;
+  /// fp16: the scale is multiplied by this after a step with inf/NaN gradients (which is skipped).
+  double loss_scale_backoff_factor = 0.5;
+  /// fp16: clean steps in a row before the scale grows.
+  int64_t loss_scale_growth_interval = 2000;
+  /// fp16: stop the run (exit code 4) after more skipped steps in a row than this.
+  int64_t max_consecutive_skipped_steps = 50;
 
   template <class V>
   void visit(V& v) {
     v("mode", mode);
+    v("tf32", tf32);
     v("cudnn_benchmark", cudnn_benchmark);
+    v("deterministic", deterministic);
+    v("loss_scale_init", loss_scale_init, positive());
+    v("loss_scale_growth_factor", loss_scale_growth_factor, Range{1, 1e300, true});
+    v("loss_scale_backoff_factor", loss_scale_backoff_factor, Range{0, 1, true});
+    v("loss_scale_growth_interval", loss_scale_growth_interval, at_least(1));
+    v("max_consecutive_skipped_steps", max_consecutive_skipped_steps, at_least(1));
   }
 };
 

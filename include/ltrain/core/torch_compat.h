@@ -3,7 +3,18 @@
 // Supported: Debian's libtorch 1.13 (CPU) and LibTorch 2.x (CPU or CUDA).
 #include <string>
 
+#include <utility>
+#include <vector>
+
 #include <torch/torch.h>
+#include <torch/version.h>
+
+// _fused_sgd_ / _fused_adamw_ with a tensor learning rate arrived in LibTorch 2.2.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+#define LTRAIN_TORCH_HAS_FUSED_OPTIMIZERS 1
+#else
+#define LTRAIN_TORCH_HAS_FUSED_OPTIMIZERS 0
+#endif
 
 namespace ltrain::compat {
 
@@ -30,6 +41,39 @@ void set_tf32(bool matmul, bool convolutions);
 
 /// cuDNN autotuning (cudnn.benchmark) and deterministic algorithm choice.
 void set_cudnn(bool benchmark, bool deterministic);
+
+// ---- Autocast state per device type (the API changed names in LibTorch 2.4) ----
+bool autocast_enabled(torch::DeviceType device_type);
+torch::ScalarType autocast_dtype(torch::DeviceType device_type);
+void set_autocast(torch::DeviceType device_type, bool enabled, torch::ScalarType dtype);
+int autocast_increment_nesting();
+/// Returns the nesting depth left.
+int autocast_decrement_nesting();
+void autocast_clear_cache();
+bool autocast_cache_enabled();
+void set_autocast_cache_enabled(bool enabled);
+
+// ---- Fused multi-tensor optimizer kernels (LibTorch 2.x, CUDA tensors) ----
+/// True when this LibTorch has _fused_sgd_ and _fused_adamw_ with a tensor learning rate.
+constexpr bool has_fused_optimizers() { return LTRAIN_TORCH_HAS_FUSED_OPTIMIZERS; }
+
+/// torch.optim.SGD(fused=True)'s kernel over one parameter group; `momentum_buffers` empty when
+/// momentum is 0. `grad_scale` / `found_inf` may be undefined.
+void fused_sgd(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+               const std::vector<torch::Tensor>& momentum_buffers, double weight_decay, double momentum,
+               const torch::Tensor& lr, bool nesterov, const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
+
+/// torch.optim.AdamW(fused=True)'s kernel over one parameter group; `steps` already incremented.
+void fused_adamw(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                 const std::vector<torch::Tensor>& exp_avgs, const std::vector<torch::Tensor>& exp_avg_sqs,
+                 const std::vector<torch::Tensor>& steps, const torch::Tensor& lr, double beta1, double beta2,
+                 double weight_decay, double eps, const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
+
+/// Only deterministic algorithms (and cuBLAS's deterministic workspace when CUDA is used).
+void set_deterministic(bool deterministic);
+
+/// Compute capability (major, minor) of CUDA device `index`; (0, 0) on a CPU build.
+std::pair<int, int> cuda_capability(int index);
 
 /// Resets the peak of allocated device memory (no-op on the CPU).
 void reset_peak_memory(const torch::Device& device);

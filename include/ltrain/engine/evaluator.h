@@ -2,6 +2,7 @@
 // Test-set evaluation: every image once, sums kept on the device, one host sync at the end.
 #include <cstdint>
 
+#include "ltrain/config/config.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/models/resnet.h"
 
@@ -14,8 +15,8 @@ struct EvalResult {
   int64_t images = 0;
 };
 
-/// Runs `model` in eval mode (BatchNorm running statistics) over every test batch; restores
-/// the model's previous train/eval mode.
-EvalResult evaluate(models::ResNet& model, const data::EvalLoader& loader);
+/// Runs `model` in eval mode (BatchNorm running statistics) over every test batch, with the
+/// config's autocast and memory format; restores the model's previous train/eval mode.
+EvalResult evaluate(models::ResNet& model, const data::EvalLoader& loader, const config::RunConfig& config);
 
 }  // namespace ltrain::engine

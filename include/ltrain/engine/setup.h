@@ -10,14 +10,20 @@
 namespace ltrain::engine {
 
 /// run.device as a torch::Device. ConfigError (naming the key and its file) when this build or
-/// this machine cannot provide it.
+/// this machine cannot provide it, or cannot run the precision settings on it (fp16 or TF32 on
+/// the CPU, bf16 on a GPU older than Ampere).
 torch::Device resolve_device(const config::LoadedConfig& loaded);
 
-/// Seeds LibTorch's generators with run.seed; sets the CPU thread count, TF32 and cuDNN switches.
+/// Seeds LibTorch's generators with run.seed; sets the CPU thread count, TF32, cuDNN and
+/// deterministic-algorithm switches.
 void apply_runtime_settings(const config::RunConfig& config);
 
-/// A freshly initialized model (seeded from run.seed) on `device`.
-models::ResNet build_model(const config::RunConfig& config, const torch::Device& device);
+/// A freshly initialized model (seeded from run.seed) on `device`, NHWC with model.channels_last.
+/// ConfigError when model.checkpoint_segments exceeds the model's residual blocks.
+models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Device& device);
+
+/// The memory format model.channels_last asks for.
+torch::MemoryFormat memory_format(const config::RunConfig& config);
 
 /// Named parameters in registration order, as the optimizer and checkpoints name them.
 optim::NamedTensors named_parameters(const torch::nn::Module& module);
@@ -32,5 +38,9 @@ void load_state_dict(torch::nn::Module& module, const optim::NamedTensors& tenso
 
 /// The dataset `data` names, loaded and moved to `device`.
 data::TrainTestSets load_data(const config::RunConfig& config, const torch::Device& device);
+
+/// The training loader over `train`, serving optim.accumulation_steps micro-batches per batch.
+/// ConfigError naming data.batch_size and its file when the set holds fewer images than that.
+data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train);
 
 }  // namespace ltrain::engine

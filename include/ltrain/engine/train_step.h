@@ -1,10 +1,14 @@
 #pragma once
-// One training step over a batch, with no host sync: the loss and accuracy are summed on the
-// device and read only when the loop asks (at log intervals).
+// One optimizer step over a batch, with no host sync: forward and loss under autocast (fp16/bf16),
+// scaled backward (fp16), accumulation over micro-batches, unscale/clip, the optimizer step (skipped
+// on the device after inf/NaN gradients) and the scaler update. Loss, accuracy, skipped steps and
+// the scale are kept on the device and read only when the loop asks (at log intervals).
 #include <cstdint>
 
 #include <torch/torch.h>
 
+#include "ltrain/amp/grad_scaler.h"
+#include "ltrain/amp/precision.h"
 #include "ltrain/config/config.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/models/resnet.h"
@@ -12,20 +16,24 @@
 
 namespace ltrain::engine {
 
-/// Sums over the steps since the last read.
+/// Sums over the steps since the last read, and the scaler's state at the read.
 struct StepTotals {
   double loss_sum = 0.0;  ///< sum over images of the per-image training loss
   int64_t correct = 0;    ///< top-1 hits on the (augmented) training batches
   int64_t images = 0;
+  double loss_scale = 1.0;         ///< the GradScaler's scale (1 without one)
+  int64_t skipped_steps = 0;       ///< steps skipped for inf/NaN gradients since the run began
+  int64_t consecutive_skips = 0;   ///< skipped steps in a row up to now
   double mean_loss() const { return images > 0 ? loss_sum / static_cast<double>(images) : 0.0; }
   double accuracy() const { return images > 0 ? static_cast<double>(correct) / static_cast<double>(images) : 0.0; }
 };
 
 class TrainStep {
  public:
-  TrainStep(models::ResNet model, optim::Optimizer& optimizer, const config::RunConfig& config);
+  TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::GradScaler& scaler, const config::RunConfig& config);
 
-  /// Forward, loss, backward and optimizer update on `batch`; enqueues work only.
+  /// One optimizer step over `batch`: [K*B] images as K = optim.accumulation_steps micro-batches
+  /// of B. Enqueues work only.
   void run(const data::Batch& batch);
 
   /// Reads and resets the device-side sums: one host sync.
@@ -34,6 +42,11 @@ class TrainStep {
  private:
   models::ResNet model_;
   optim::Optimizer& optimizer_;
+  amp::GradScaler& scaler_;
+  amp::PrecisionPlan precision_;
+  torch::MemoryFormat memory_format_;
+  int64_t accumulation_steps_;
+  double clip_grad_norm_;
   double label_smoothing_;
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
@@ -42,5 +55,9 @@ class TrainStep {
 
 /// Cross-entropy (mean over the batch) with label smoothing, as torch.nn.CrossEntropyLoss.
 torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing);
+
+/// torch.nn.utils.clip_grad_norm_: scales `grads` in place so that their global L2 norm is at most
+/// `max_norm`; returns the norm before clipping ([] float32, on the device, no sync).
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& grads, double max_norm);
 
 }  // namespace ltrain::engine

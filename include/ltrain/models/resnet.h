@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "ltrain/config/config.h"
+#include "ltrain/models/activation_checkpoint.h"
 
 namespace ltrain::models {
 
@@ -82,7 +83,9 @@ class ResNetImpl : public torch::nn::Module {
  public:
   explicit ResNetImpl(const config::ModelSection& options);
 
-  /// [B,3,H,W] float -> logits [B,num_classes] float. Any H,W >= 32; any memory format.
+  /// [B,3,H,W] float -> logits [B,num_classes] float. Any H,W >= 32; any memory format. With
+  /// model.checkpoint_segments, a training forward with autograd on recomputes the checkpointed
+  /// blocks in the backward pass (same values, less memory).
   torch::Tensor forward(torch::Tensor x);
 
   /// conv1 + bn1 + ReLU (+ 3x3/2 max-pool for the imagenet stem):
@@ -106,6 +109,9 @@ class ResNetImpl : public torch::nn::Module {
   void initialize_weights();
 
   config::ModelSection options_;
+  /// model.checkpoint_segments > 0: the blocks in checkpoint_sequential's runs (the last one is
+  /// not checkpointed).
+  std::vector<BlockSegment> checkpoint_segments_;
   torch::nn::Conv2d conv1{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr};
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};

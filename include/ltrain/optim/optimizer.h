@@ -16,6 +16,12 @@ namespace ltrain::optim {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
+/// What a GradScaler hands the optimizer step. Both are optional (undefined tensors).
+struct ScalerState {
+  torch::Tensor grad_scale;  ///< [1] float32: gradients are still multiplied by it and are divided in the step
+  torch::Tensor found_inf;   ///< [1] float32: 1 makes the step change nothing (decided on the device)
+};
+
 /// Parameters that share a weight decay.
 struct ParamGroup {
   std::vector<std::string> names;
@@ -27,8 +33,12 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  /// One update of every parameter from its .grad(), with the LR held in lr().
-  virtual void step() = 0;
+  /// One update of every parameter from its .grad(), with the LR held in lr(). With a scaler
+  /// state, the gradients are divided by grad_scale first and nothing changes when found_inf is 1.
+  virtual void step(const ScalerState& scaler = {}) = 0;
+
+  /// True when the step runs LibTorch's fused multi-tensor kernel (CUDA, LibTorch 2.x).
+  bool fused() const { return fused_; }
 
   /// Optimizer state by name, e.g. "momentum_buffer/layer1.0.conv1.weight" (for checkpoints).
   virtual NamedTensors state() const = 0;
@@ -38,6 +48,8 @@ class Optimizer {
 
   /// Sets every gradient to zero in place (gradients stay allocated, at fixed addresses).
   void zero_grad();
+  /// Every parameter's gradient (undefined before the first backward), in group order.
+  std::vector<torch::Tensor> gradients() const;
   /// Writes the learning rate for the next step (a device fill, no sync).
   void set_lr(double lr) { lr_.fill_(lr); }
   /// The learning rate: 0-dim float32 on the parameters' device.
@@ -45,9 +57,10 @@ class Optimizer {
   const std::vector<ParamGroup>& groups() const { return groups_; }
 
  protected:
-  Optimizer(std::vector<ParamGroup> groups, const torch::Device& device);
+  Optimizer(std::vector<ParamGroup> groups, const torch::Device& device, bool fused);
   std::vector<ParamGroup> groups_;
   torch::Tensor lr_;
+  bool fused_;
 };
 
 /// Splits named parameters into decay / no-decay groups: with `no_decay_norm_and_bias`, every
@@ -55,7 +68,8 @@ class Optimizer {
 std::vector<ParamGroup> make_param_groups(const NamedTensors& named_parameters, double weight_decay,
                                           bool no_decay_norm_and_bias);
 
-/// The optimizer `optim.name` names, over `named_parameters` (all on one device).
+/// The optimizer `optim.name` names, over `named_parameters` (all on one device). With
+/// optim.fused, CUDA parameters and a LibTorch that has them, the step is LibTorch's fused kernel.
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, const NamedTensors& named_parameters);
 
 }  // namespace ltrain::optim

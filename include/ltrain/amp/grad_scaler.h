@@ -1,0 +1,68 @@
+#pragma once
+// A GradScaler with PyTorch's semantics and all of its state on the device, so that a step
+// never reads a value on the host (and can be captured in a CUDA graph):
+//   loss is multiplied by `scale` before backward; gradients are unscaled (or only checked, for
+//   fused optimizers that unscale themselves) and `found_inf` set when any is inf/NaN; the
+//   optimizer skips the step on the device when found_inf is 1; update() then backs the scale
+//   off (x backoff_factor) after a bad step, or grows it (x growth_factor) after growth_interval
+//   clean steps in a row.
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ltrain/optim/optimizer.h"
+
+namespace ltrain::amp {
+
+struct GradScalerOptions {
+  bool enabled = true;
+  double init_scale = 65536.0;   ///< torch.amp.GradScaler's default 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+class GradScaler {
+ public:
+  GradScaler(const GradScalerOptions& options, const torch::Device& device);
+
+  bool enabled() const { return options_.enabled; }
+
+  /// loss * scale; `loss` itself when disabled.
+  torch::Tensor scale_loss(const torch::Tensor& loss) const;
+
+  /// Multiplies every gradient by 1/scale and sets found_inf if any value is inf or NaN.
+  void unscale(const std::vector<torch::Tensor>& grads);
+
+  /// Sets found_inf if any gradient value is inf or NaN, leaving the gradients scaled (for
+  /// optimizers that take the scale and unscale inside their own kernel).
+  void check(const std::vector<torch::Tensor>& grads);
+
+  /// What the optimizer step needs: the scale when the gradients are still scaled, and found_inf.
+  optim::ScalerState step_state(bool gradients_unscaled) const;
+
+  /// After the optimizer step: backs off or grows the scale, counts a skipped step.
+  void update();
+
+  const torch::Tensor& scale() const { return scale_; }                 ///< [1] float32
+  const torch::Tensor& found_inf() const { return found_inf_; }         ///< [1] float32, this step
+  const torch::Tensor& skipped_steps() const { return skipped_steps_; }  ///< [1] int64, since start
+  const torch::Tensor& consecutive_skips() const { return consecutive_skips_; }  ///< [1] int64
+
+  /// scale, growth_tracker, skipped_steps, consecutive_skips: for checkpoints.
+  optim::NamedTensors state() const;
+  void load_state(const optim::NamedTensors& state);
+
+ private:
+  void find_non_finite(const std::vector<torch::Tensor>& grads, const torch::Tensor& inv_scale);
+
+  GradScalerOptions options_;
+  torch::Tensor scale_;              // [1] float32
+  torch::Tensor growth_tracker_;     // [1] int32: clean steps since the last change
+  torch::Tensor found_inf_;          // [1] float32: 1 if this step's gradients are not finite
+  torch::Tensor skipped_steps_;      // [1] int64
+  torch::Tensor consecutive_skips_;  // [1] int64
+};
+
+}  // namespace ltrain::amp

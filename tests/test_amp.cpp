@@ -1,0 +1,279 @@
+// Mixed precision and memory features on the CPU: GradScaler semantics, the autocast guard,
+// gradient accumulation, activation checkpointing, clipping.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "ltrain/amp/autocast.h"
+#include "ltrain/amp/grad_scaler.h"
+#include "ltrain/config/load.h"
+#include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/setup.h"
+#include "ltrain/engine/train_step.h"
+#include "support.h"
+
+namespace ltrain {
+namespace {
+
+config::OptimSection plain_sgd(double lr, double momentum) {
+  config::OptimSection o;
+  o.lr = lr;
+  o.momentum = momentum;
+  o.weight_decay = 0.0;
+  return o;
+}
+
+amp::GradScalerOptions scaler_options(double init, int64_t interval) {
+  amp::GradScalerOptions o;
+  o.init_scale = init;
+  o.growth_interval = interval;
+  return o;
+}
+
+/// One parameter vector p with loss (p * x).sum(): its gradient is x (times the scale).
+struct LinearProblem {
+  torch::Tensor p = torch::ones({4}).requires_grad_();
+  optim::NamedTensors named{{"p", p}};
+  void backward(amp::GradScaler& scaler, const torch::Tensor& x) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+    scaler.scale_loss((p * x).sum()).backward();
+  }
+};
+
+double value(const torch::Tensor& t) { return t.item<double>(); }
+
+TEST(GradScaler, FollowsPyTorchsGrowthBackoffAndSkipRules) {
+  amp::GradScaler scaler(scaler_options(4.0, 3), torch::kCPU);
+  LinearProblem problem;
+  auto optimizer = optim::make_optimizer(plain_sgd(0.5, 0.9), problem.named);
+  optimizer->set_lr(0.5);
+  const torch::Tensor x = torch::tensor({1.0f, -2.0f, 3.0f, 0.5f});
+
+  auto step = [&](const torch::Tensor& input) {
+    problem.backward(scaler, input);
+    scaler.unscale(optimizer->gradients());
+    optimizer->step(scaler.step_state(true));
+    scaler.update();
+  };
+
+  // Two clean steps: unscaled gradients, no growth yet.
+  step(x);
+  EXPECT_TRUE(torch::allclose(problem.p.grad(), x));  // (scale 4 * x) / 4
+  EXPECT_EQ(value(scaler.found_inf()), 0.0);
+  step(x);
+  EXPECT_EQ(value(scaler.scale()), 4.0);
+  // The third clean step in a row doubles the scale.
+  step(x);
+  EXPECT_EQ(value(scaler.scale()), 8.0);
+
+  // An inf gradient: the step changes nothing, the scale halves, the skip is counted.
+  const torch::Tensor weights = problem.p.detach().clone();
+  const torch::Tensor momentum = optimizer->state().at(0).second.clone();
+  step(torch::tensor({1.0f, std::numeric_limits<float>::infinity(), 0.0f, 0.0f}));
+  EXPECT_EQ(value(scaler.found_inf()), 1.0);
+  EXPECT_TRUE(torch::equal(problem.p.detach(), weights));
+  EXPECT_TRUE(torch::equal(optimizer->state().at(0).second, momentum));
+  EXPECT_EQ(value(scaler.scale()), 4.0);
+  EXPECT_EQ(value(scaler.skipped_steps()), 1);
+  EXPECT_EQ(value(scaler.consecutive_skips()), 1);
+
+  // NaN too; then the growth count restarts from zero after the bad steps.
+  step(torch::tensor({std::nanf(""), 0.0f, 0.0f, 0.0f}));
+  EXPECT_EQ(value(scaler.scale()), 2.0);
+  EXPECT_EQ(value(scaler.consecutive_skips()), 2);
+  step(x);
+  step(x);
+  EXPECT_EQ(value(scaler.consecutive_skips()), 0);
+  EXPECT_EQ(value(scaler.skipped_steps()), 2);
+  EXPECT_EQ(value(scaler.scale()), 2.0);
+  step(x);
+  EXPECT_EQ(value(scaler.scale()), 4.0);
+  EXPECT_FALSE(torch::equal(problem.p.detach(), weights));  // clean steps did move the weights
+}
+
+TEST(GradScaler, NeverGrowsToInfinity) {
+  amp::GradScaler scaler(scaler_options(3e38, 1), torch::kCPU);
+  LinearProblem problem;
+  problem.backward(scaler, torch::full({4}, 1e-30f));
+  scaler.unscale({problem.p.grad()});
+  scaler.update();
+  EXPECT_FLOAT_EQ(static_cast<float>(value(scaler.scale())), 3e38f);
+}
+
+TEST(GradScaler, CheckOnlyLeavesGradientsScaled) {
+  amp::GradScaler scaler(scaler_options(8.0, 100), torch::kCPU);
+  LinearProblem problem;
+  problem.backward(scaler, torch::ones({4}));
+  scaler.check({problem.p.grad()});
+  EXPECT_TRUE(torch::allclose(problem.p.grad(), torch::full({4}, 8.0f)));
+  const optim::ScalerState state = scaler.step_state(/*gradients_unscaled=*/false);
+  ASSERT_TRUE(state.grad_scale.defined());
+  // The portable optimizer divides by grad_scale itself: the same step as with unscaled gradients.
+  auto optimizer = optim::make_optimizer(plain_sgd(0.1, 0.0), problem.named);
+  optimizer->set_lr(0.1);
+  optimizer->step(state);
+  EXPECT_TRUE(torch::allclose(problem.p.detach(), torch::full({4}, 0.9f)));
+}
+
+TEST(GradScaler, StateRoundTrips) {
+  amp::GradScaler scaler(scaler_options(16.0, 2), torch::kCPU);
+  LinearProblem problem;
+  for (int i = 0; i < 3; ++i) {
+    problem.backward(scaler, torch::ones({4}));
+    scaler.unscale({problem.p.grad()});
+    scaler.update();
+  }
+  amp::GradScaler restored(scaler_options(65536.0, 2), torch::kCPU);
+  restored.load_state(scaler.state());
+  for (size_t i = 0; i < scaler.state().size(); ++i)
+    EXPECT_TRUE(torch::equal(restored.state()[i].second, scaler.state()[i].second)) << scaler.state()[i].first;
+  EXPECT_EQ(value(restored.scale()), 32.0);
+  EXPECT_THROW(restored.load_state({{"scale", torch::ones({1})}}), DataError);
+}
+
+TEST(Autocast, GuardSetsAndRestoresStateEvenThroughExceptions) {
+  const bool enabled_before = compat::autocast_enabled(torch::kCPU);
+  const auto dtype_before = compat::autocast_dtype(torch::kCPU);
+  ASSERT_FALSE(enabled_before);
+  try {
+    const amp::AutocastGuard outer(torch::kCPU, torch::kBFloat16);
+    EXPECT_TRUE(compat::autocast_enabled(torch::kCPU));
+    EXPECT_EQ(compat::autocast_dtype(torch::kCPU), torch::kBFloat16);
+    EXPECT_EQ(torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(), torch::kBFloat16);
+    {
+      const amp::AutocastGuard disabled(torch::kCPU, torch::kBFloat16, /*enabled=*/false);
+      EXPECT_TRUE(compat::autocast_enabled(torch::kCPU));  // a disabled guard changes nothing
+    }
+    throw std::runtime_error("escapes the guard");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(compat::autocast_enabled(torch::kCPU), enabled_before);
+  EXPECT_EQ(compat::autocast_dtype(torch::kCPU), dtype_before);
+  EXPECT_EQ(torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(), torch::kFloat32);
+}
+
+/// A tiny ResNet config on the CPU (BatchNorm included, as in real runs).
+config::LoadedConfig tiny(std::vector<std::string> extra = {}) {
+  std::vector<std::string> overrides{"run.device=cpu", "model.arch=resnet18", "model.stem=cifar", "model.width=4",
+                                     "optim.weight_decay=0", "optim.momentum=0"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return config::load_json(nlohmann::json::object(), "test", overrides);
+}
+
+data::Batch random_batch(int64_t size, uint64_t seed) {
+  torch::manual_seed(seed);
+  return {torch::randn({size, 3, 32, 32}), torch::randint(0, 10, {size}, torch::kInt64)};
+}
+
+std::vector<torch::Tensor> gradients_of(models::ResNet& model) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+  return grads;
+}
+
+void expect_all_close(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, double rtol,
+                      double atol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::allclose(a[i], b[i], rtol, atol)) << "tensor " << i << " max diff "
+                                                         << (a[i] - b[i]).abs().max().item<double>();
+}
+
+TEST(Accumulation, GradientIsTheMeanOfTheMicroBatchGradients) {
+  const auto loaded = tiny({"optim.accumulation_steps=3", "data.batch_size=4"});
+  const data::Batch batch = random_batch(12, 5);
+
+  models::ResNet accumulated = engine::build_model(loaded, torch::kCPU);
+  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*accumulated));
+  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCPU);
+  engine::TrainStep step(accumulated, *optimizer, scaler, loaded.config);
+  step.run(batch);  // the step moves the weights; the accumulated gradients stay in .grad
+
+  models::ResNet one_by_one = engine::build_model(loaded, torch::kCPU);
+  std::vector<torch::Tensor> mean;
+  for (int64_t k = 0; k < 3; ++k) {
+    one_by_one->zero_grad();
+    engine::classification_loss(one_by_one->forward(batch.images.slice(0, 4 * k, 4 * k + 4)),
+                                batch.labels.slice(0, 4 * k, 4 * k + 4), 0.0)
+        .backward();
+    const auto grads = gradients_of(one_by_one);
+    if (mean.empty()) mean = grads;
+    else for (size_t i = 0; i < grads.size(); ++i) mean[i] += grads[i];
+  }
+  for (auto& g : mean) g /= 3.0;
+  expect_all_close(gradients_of(accumulated), mean, 1e-4, 1e-6);
+  EXPECT_EQ(step.take_totals().images, 12);
+}
+
+/// Gradients and BatchNorm buffers after one forward/backward of `loaded`'s model.
+std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> one_backward(const config::LoadedConfig& loaded,
+                                                                               bool bf16_autocast) {
+  models::ResNet model = engine::build_model(loaded, torch::kCPU);
+  const data::Batch batch = random_batch(6, 9);
+  {
+    const amp::AutocastGuard autocast(torch::kCPU, torch::kBFloat16, bf16_autocast);
+    engine::classification_loss(model->forward(batch.images), batch.labels, 0.0).backward();
+  }
+  std::vector<torch::Tensor> buffers;
+  for (const auto& b : model->buffers()) buffers.push_back(b.clone());
+  return {gradients_of(model), buffers};
+}
+
+TEST(ActivationCheckpointing, SameGradientsAndRunningStatistics) {
+  const auto [grads, buffers] = one_backward(tiny(), false);
+  for (int segments : {2, 4, 8}) {
+    const auto [cgrads, cbuffers] = one_backward(tiny({"model.checkpoint_segments=" + std::to_string(segments)}), false);
+    expect_all_close(cgrads, grads, 1e-5, 1e-7);
+    expect_all_close(cbuffers, buffers, 0.0, 0.0);  // updated once, not twice
+  }
+}
+
+TEST(ActivationCheckpointing, RecomputesUnderTheForwardsAutocastState) {
+  const auto [grads, buffers] = one_backward(tiny(), true);
+  const auto [cgrads, cbuffers] = one_backward(tiny({"model.checkpoint_segments=4"}), true);
+  // bf16 recomputed in fp32 would differ by ~1e-2; the same bf16 ops agree far closer.
+  expect_all_close(cgrads, grads, 1e-3, 1e-5);
+  expect_all_close(cbuffers, buffers, 0.0, 0.0);
+}
+
+TEST(ActivationCheckpointing, SplitsLikeCheckpointSequential) {
+  config::ModelSection options;
+  options.width = 4;
+  models::ResNet model(options);  // resnet50: 16 blocks
+  const auto segments = models::split_into_segments(model->blocks(), 4);
+  ASSERT_EQ(segments.size(), 4u);
+  for (const auto& segment : segments) EXPECT_EQ(segment.size(), 4u);
+  const auto uneven = models::split_into_segments(model->blocks(), 3);  // 5 + 5 + the remaining 6
+  ASSERT_EQ(uneven.size(), 3u);
+  EXPECT_EQ(uneven[2].size(), 6u);
+}
+
+TEST(Clipping, UnscalesBeforeClipping) {
+  // The same step with and without a loss scale of 1024 gives the same weights only if the
+  // gradients are unscaled before their norm is clipped.
+  auto run = [](bool with_scaler) {
+    const auto loaded = tiny({"optim.clip_grad_norm=0.5", "optim.lr=0.1", "data.batch_size=6"});
+    models::ResNet model = engine::build_model(loaded, torch::kCPU);
+    auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+    optimizer->set_lr(0.1);
+    amp::GradScalerOptions options = scaler_options(1024.0, 2000);
+    options.enabled = with_scaler;
+    amp::GradScaler scaler(options, torch::kCPU);
+    engine::TrainStep step(model, *optimizer, scaler, loaded.config);
+    step.run(random_batch(6, 3));
+    std::vector<torch::Tensor> weights;
+    for (const auto& p : model->parameters()) weights.push_back(p.detach().clone());
+    return weights;
+  };
+  expect_all_close(run(true), run(false), 1e-5, 1e-7);
+}
+
+TEST(Clipping, ScalesToTheMaximumNormOnlyWhenAbove) {
+  std::vector<torch::Tensor> grads{torch::full({3}, 2.0f), torch::full({1}, 2.0f)};  // norm 4
+  EXPECT_NEAR(engine::clip_grad_norm(grads, 1.0).item<double>(), 4.0, 1e-6);
+  EXPECT_NEAR(torch::stack({grads[0].norm(), grads[1].norm()}).norm().item<double>(), 1.0, 1e-5);
+  engine::clip_grad_norm(grads, 10.0);
+  EXPECT_NEAR(torch::stack({grads[0].norm(), grads[1].norm()}).norm().item<double>(), 1.0, 1e-5);  // unchanged
+}
+
+}  // namespace
+}  // namespace ltrain
