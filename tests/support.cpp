@@ -1,10 +1,14 @@
 #include "support.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 
+#include <ftw.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,9 +34,34 @@ TempDir::TempDir() {
   path_ = pattern;
 }
 
+namespace {
+// nftw's callbacks cannot capture: the listing in progress (the tests run on one thread).
+std::vector<std::filesystem::path>* listing = nullptr;
+const std::string* listing_extension = nullptr;
+
+int add_if_wanted(const char* file, const struct stat*, int type, struct FTW*) {
+  const std::filesystem::path path(file);
+  if (type == FTW_F && path.extension() == *listing_extension) listing->push_back(path);
+  return 0;
+}
+
+int remove_entry(const char* file, const struct stat*, int, struct FTW*) { return ::remove(file); }
+}  // namespace
+
 TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
+  // POSIX, not std::filesystem::remove_all: the pip torch (2.5+) exports its own statically linked
+  // libstdc++ filesystem symbols, and remove_all crashed in test processes linked against it.
+  ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+std::vector<std::filesystem::path> files_below(const std::filesystem::path& root, const std::string& extension) {
+  std::vector<std::filesystem::path> files;
+  listing = &files;
+  listing_extension = &extension;
+  ::nftw(root.c_str(), add_if_wanted, 16, FTW_PHYS);
+  listing = nullptr;
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 void write_file(const std::filesystem::path& path, const std::string& text) {

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -24,6 +25,9 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+/// Files with `extension` (".json") anywhere below `root`, sorted. (POSIX nftw: see TempDir.)
+std::vector<std::filesystem::path> files_below(const std::filesystem::path& root, const std::string& extension);
 
 /// Writes `text` to `path` (creating parent folders).
 void write_file(const std::filesystem::path& path, const std::string& text);

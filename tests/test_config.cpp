@@ -238,9 +238,8 @@ TEST(Config, DescribeKeysListsEveryKeyWithDefault) {
 TEST(Config, ShippedConfigsLoad) {
   const auto configs = std::filesystem::path(LTRAIN_SOURCE_DIR) / "configs";
   int count = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(configs)) {
-    if (entry.path().extension() != ".json") continue;
-    EXPECT_NO_THROW(load_file(entry.path())) << entry.path();
+  for (const auto& file : ltrain::testing::files_below(configs, ".json")) {
+    EXPECT_NO_THROW(load_file(file)) << file;
     ++count;
   }
   EXPECT_GT(count, 0);
