@@ -64,6 +64,11 @@ std::vector<std::filesystem::path> files_below(const std::filesystem::path& root
   return files;
 }
 
+config::LoadedConfig config_from(std::vector<std::string> overrides, const std::vector<std::string>& extra) {
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return config::load_json(nlohmann::json::object(), "test", overrides);
+}
+
 void write_file(const std::filesystem::path& path, const std::string& text) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
   std::ofstream out(path, std::ios::binary);

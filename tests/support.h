@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "ltrain/config/load.h"
+
 namespace ltrain::testing {
 
 /// The real CIFAR-10 subset (cifar10-mini) if present: $LTRAIN_CIFAR_MINI, else data/cifar10-mini
@@ -28,6 +30,9 @@ class TempDir {
 
 /// Files with `extension` (".json") anywhere below `root`, sorted. (POSIX nftw: see TempDir.)
 std::vector<std::filesystem::path> files_below(const std::filesystem::path& root, const std::string& extension);
+
+/// A config made of the defaults, then `overrides`, then `extra` (each "key=value", as --set).
+config::LoadedConfig config_from(std::vector<std::string> overrides, const std::vector<std::string>& extra = {});
 
 /// Writes `text` to `path` (creating parent folders).
 void write_file(const std::filesystem::path& path, const std::string& text);

@@ -152,11 +152,10 @@ TEST(Autocast, GuardSetsAndRestoresStateEvenThroughExceptions) {
 }
 
 /// A tiny ResNet config on the CPU (BatchNorm included, as in real runs).
-config::LoadedConfig tiny(std::vector<std::string> extra = {}) {
-  std::vector<std::string> overrides{"run.device=cpu", "model.arch=resnet18", "model.stem=cifar", "model.width=4",
-                                     "optim.weight_decay=0", "optim.momentum=0"};
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return config::load_json(nlohmann::json::object(), "test", overrides);
+config::LoadedConfig tiny(const std::vector<std::string>& extra = {}) {
+  return testing::config_from({"run.device=cpu", "model.arch=resnet18", "model.stem=cifar", "model.width=4",
+                               "optim.weight_decay=0", "optim.momentum=0"},
+                              extra);
 }
 
 data::Batch random_batch(int64_t size, uint64_t seed) {

@@ -14,11 +14,10 @@
 namespace ltrain {
 namespace {
 
-config::LoadedConfig gpu_config(std::vector<std::string> extra) {
-  std::vector<std::string> overrides{"run.device=cuda", "model.arch=resnet18", "model.stem=cifar", "model.width=16",
-                                     "data.batch_size=32", "optim.lr=0.05"};
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return config::load_json(nlohmann::json::object(), "test", overrides);
+config::LoadedConfig gpu_config(const std::vector<std::string>& extra) {
+  return testing::config_from({"run.device=cuda", "model.arch=resnet18", "model.stem=cifar", "model.width=16",
+                               "data.batch_size=32", "optim.lr=0.05"},
+                              extra);
 }
 
 data::Batch gpu_batch(int64_t size, uint64_t seed) {

@@ -20,13 +20,12 @@ using ltrain::testing::TempDir;
 
 /// A small ResNet-18 on the real mini subset: a few seconds per epoch on two cores.
 config::LoadedConfig tiny_run(const TempDir& dir, const std::filesystem::path& data_root,
-                              std::vector<std::string> extra = {}) {
-  std::vector<std::string> overrides{"run.out_dir=" + dir.path().string(), "run.name=tiny", "run.epochs=3",
-                                     "run.log_every_steps=10", "run.device=cpu", "model.arch=resnet18",
-                                     "model.stem=cifar", "model.width=8", "data.root=" + data_root.string(),
-                                     "data.batch_size=100", "optim.lr=0.05", "schedule.name=onecycle"};
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return config::load_json(nlohmann::json::object(), "test", overrides);
+                              const std::vector<std::string>& extra = {}) {
+  return testing::config_from({"run.out_dir=" + dir.path().string(), "run.name=tiny", "run.epochs=3",
+                               "run.log_every_steps=10", "run.device=cpu", "model.arch=resnet18", "model.stem=cifar",
+                               "model.width=8", "data.root=" + data_root.string(), "data.batch_size=100",
+                               "optim.lr=0.05", "schedule.name=onecycle"},
+                              extra);
 }
 
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& file) {
