@@ -3,20 +3,22 @@
 # GPU in one call, written side by side: OUT/ltrain.jsonl, OUT/pytorch.json, OUT/step-table.md.
 #
 #   scripts/gpu-bench-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
-#                             [--batch-sizes "256 512"] [--precision "fp32"] [--steps 50] [--warmup 15]
+#                             [--batch-sizes "256 512"] [--precision "fp32"] [--channels-last "off"]
+#                             [--steps 50] [--warmup 15]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out="${1:?usage: scripts/gpu-bench-step.sh OUT [options]}"
 shift
 ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json
-batch_sizes="256 512" precisions="fp32" steps=50 warmup=15
+batch_sizes="256 512" precisions="fp32" channels_last="off" steps=50 warmup=15
 while (($#)); do
   case "$1" in
     --ltrain) ltrain="$2" ;;
     --config) config="$2" ;;
     --batch-sizes) batch_sizes="$2" ;;
     --precision) precisions="$2" ;;
+    --channels-last) channels_last="$2" ;;
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
     *) echo "gpu-bench-step: unknown option $1" >&2; exit 2 ;;
@@ -26,16 +28,21 @@ done
 mkdir -p "$out"
 : >"$out/ltrain.jsonl"
 
-for precision in $precisions; do
-  for batch in $batch_sizes; do
-    "$ltrain" bench step --config "$config" --set "data.batch_size=$batch" --set "precision.mode=$precision" \
-      --warmup "$warmup" --steps "$steps" --json | tee -a "$out/ltrain.jsonl"
+for layout in $channels_last; do
+  for precision in $precisions; do
+    for batch in $batch_sizes; do
+      "$ltrain" bench step --config "$config" --set "data.batch_size=$batch" --set "precision.mode=$precision" \
+        --set "model.channels_last=$([ "$layout" = on ] && echo true || echo false)" \
+        --warmup "$warmup" --steps "$steps" --json | tee -a "$out/ltrain.jsonl"
+    done
   done
 done
+# bench_pytorch.py takes on, off or both.
+case "$channels_last" in "off") python_layout=off ;; "on") python_layout=on ;; *) python_layout=both ;; esac
 
 arch=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['arch'])" "$out/ltrain.jsonl")
 stem=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['stem'])" "$out/ltrain.jsonl")
 # shellcheck disable=SC2086
 python3 scripts/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes $batch_sizes --precision $precisions \
-  --channels-last off --modes eager --steps "$steps" --warmup "$warmup" --json "$out/pytorch.json"
+  --channels-last "$python_layout" --modes eager --steps "$steps" --warmup "$warmup" --json "$out/pytorch.json"
 python3 scripts/bench_report.py --ltrain "$out/ltrain.jsonl" --pytorch "$out/pytorch.json" | tee "$out/step-table.md"

@@ -107,6 +107,19 @@ TEST(Optimizer, ZeroLearningRateLeavesWeightsAndStateRoundTrips) {
                std::exception);
 }
 
+TEST(Optimizer, ZeroGradDropsOrZeroesInPlace) {
+  Problem problem(5);
+  auto optimizer = make_optimizer(sgd_options(0.9, false, 0.0), problem.named);
+  problem.set_gradients(0);
+  const void* address = problem.params[0].grad().data_ptr();
+  optimizer->zero_grad(/*set_to_none=*/false);
+  EXPECT_EQ(problem.params[0].grad().data_ptr(), address);
+  EXPECT_EQ(problem.params[0].grad().abs().sum().item<double>(), 0.0);
+  optimizer->zero_grad(/*set_to_none=*/true);
+  EXPECT_FALSE(problem.params[0].grad().defined());
+  EXPECT_FALSE(problem.params[1].grad().defined());
+}
+
 config::ScheduleSection schedule_of(config::ScheduleKind kind) {
   config::ScheduleSection s;
   s.name = kind;

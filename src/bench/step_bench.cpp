@@ -43,6 +43,7 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   result.arch = config::to_string(config.model.arch);
   result.stem = config::to_string(config.model.stem);
   result.precision = config::to_string(config.precision.mode);
+  result.channels_last = config.model.channels_last;
   result.batch_size = loader.batch_size();
   result.steps = steps;
   result.seconds = seconds;
@@ -55,6 +56,7 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
 
 nlohmann::json to_json(const StepBenchResult& r) {
   return {{"device", r.device},           {"arch", r.arch}, {"stem", r.stem}, {"precision", r.precision},
+          {"channels_last", r.channels_last},
           {"batch_size", r.batch_size},
           {"steps", r.steps},             {"seconds", r.seconds},
           {"ms_per_step", r.ms_per_step}, {"images_per_second", r.images_per_second},

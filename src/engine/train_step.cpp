@@ -1,6 +1,7 @@
 #include "ltrain/engine/train_step.h"
 
 #include "ltrain/amp/autocast.h"
+#include "ltrain/engine/setup.h"
 
 namespace ltrain::engine {
 
@@ -27,7 +28,7 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
       optimizer_(optimizer),
       scaler_(scaler),
       precision_(amp::plan_precision(config.precision)),
-      memory_format_(config.model.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous),
+      memory_format_(memory_format(config)),
       accumulation_steps_(config.optim.accumulation_steps),
       clip_grad_norm_(config.optim.clip_grad_norm),
       label_smoothing_(config.loss.label_smoothing) {
@@ -39,7 +40,7 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
 void TrainStep::run(const data::Batch& batch) {
   const std::vector<torch::Tensor> images = batch.images.chunk(accumulation_steps_);  // K x [B,3,32,32] float32
   const std::vector<torch::Tensor> labels = batch.labels.chunk(accumulation_steps_);  // K x [B] int64
-  optimizer_.zero_grad();
+  optimizer_.zero_grad(/*set_to_none=*/true);
   for (size_t micro = 0; micro < images.size(); ++micro) {
     torch::Tensor logits, loss;
     {

@@ -171,11 +171,15 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, const torch::Device& device
       lr_(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device))),
       fused_(fused) {}
 
-void Optimizer::zero_grad() {
+void Optimizer::zero_grad(bool set_to_none) {
   torch::NoGradGuard no_grad;
-  for (const auto& group : groups_)
-    for (const auto& param : group.params)
-      if (param.grad().defined()) param.mutable_grad().zero_();
+  for (const auto& group : groups_) {
+    for (const auto& param : group.params) {
+      if (!param.grad().defined()) continue;
+      if (set_to_none) param.mutable_grad().reset();
+      else param.mutable_grad().zero_();
+    }
+  }
 }
 
 std::vector<torch::Tensor> Optimizer::gradients() const {

@@ -14,6 +14,7 @@ struct StepBenchResult {
   std::string arch;       ///< model.arch
   std::string stem;       ///< model.stem
   std::string precision;  ///< precision.mode
+  bool channels_last = false;  ///< model.channels_last
   int64_t batch_size = 0;
   int64_t steps = 0;
   double seconds = 0.0;

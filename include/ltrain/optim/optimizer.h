@@ -46,8 +46,10 @@ class Optimizer {
   /// are errors that name them.
   void load_state(const NamedTensors& state);
 
-  /// Sets every gradient to zero in place (gradients stay allocated, at fixed addresses).
-  void zero_grad();
+  /// Clears every gradient: `set_to_none` drops them (the next backward writes fresh ones, with
+  /// no zeroing kernels: PyTorch's default); otherwise they are zeroed in place and keep their
+  /// addresses (what a captured step needs).
+  void zero_grad(bool set_to_none);
   /// Every parameter's gradient (undefined before the first backward), in group order.
   std::vector<torch::Tensor> gradients() const;
   /// Writes the learning rate for the next step (a device fill, no sync).
