@@ -16,10 +16,10 @@
 
 namespace {
 
-torch::Tensor find_tensor(const ltrain::io::NamedTensors& tensors, const std::string& name, const std::string& file) {
-  for (const auto& [key, tensor] : tensors)
-    if (key == name) return tensor;
-  throw ltrain::DataError(fmt::format("{}: has no tensor \"{}\"", file, name));
+torch::Tensor require_tensor(const ltrain::io::NamedTensors& tensors, const std::string& name, const std::string& file) {
+  const torch::Tensor* tensor = ltrain::optim::find_tensor(tensors, name);
+  if (!tensor) throw ltrain::DataError(fmt::format("{}: has no tensor \"{}\"", file, name));
+  return *tensor;
 }
 
 int run(int argc, char** argv) {
@@ -45,8 +45,8 @@ int run(int argc, char** argv) {
 
   const std::string batch_file = args["batch-in"].as<std::string>();
   const auto batch = ltrain::io::read_safetensors(batch_file);
-  const torch::Tensor images = find_tensor(batch, "images", batch_file).to(device);  // [B,3,H,W] float32
-  const torch::Tensor labels = find_tensor(batch, "labels", batch_file).to(device);  // [B] int64
+  const torch::Tensor images = require_tensor(batch, "images", batch_file).to(device);  // [B,3,H,W] float32
+  const torch::Tensor labels = require_tensor(batch, "labels", batch_file).to(device);  // [B] int64
 
   ltrain::models::ResNet model = ltrain::engine::build_model(loaded, device);
   ltrain::io::NamedTensors out;

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "ltrain/config/config.h"
+#include "ltrain/engine/setup.h"
 #include "ltrain/models/resnet.h"
 
 namespace {
@@ -28,20 +29,7 @@ ModelSection model_options(Arch arch, int64_t width, Stem stem = Stem::imagenet,
   return options;
 }
 
-/// PyTorch's state_dict() order: a module's own parameters, then its buffers, then its children's
-/// entries, depth first in registration order.
-void collect_state(const torch::nn::Module& module, const std::string& prefix,
-                   std::vector<std::pair<std::string, torch::Tensor>>& out) {
-  for (const auto& item : module.named_parameters(/*recurse=*/false)) out.emplace_back(prefix + item.key(), item.value());
-  for (const auto& item : module.named_buffers(/*recurse=*/false)) out.emplace_back(prefix + item.key(), item.value());
-  for (const auto& child : module.named_children()) collect_state(*child.value(), prefix + child.key() + ".", out);
-}
-
-std::vector<std::pair<std::string, torch::Tensor>> state_dict(const torch::nn::Module& module) {
-  std::vector<std::pair<std::string, torch::Tensor>> entries;
-  collect_state(module, "", entries);
-  return entries;
-}
+using ltrain::engine::state_dict;  // PyTorch's state_dict() order and names
 
 std::vector<std::string> state_dict_names(const torch::nn::Module& module) {
   std::vector<std::string> names;

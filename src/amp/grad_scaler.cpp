@@ -88,9 +88,9 @@ optim::NamedTensors GradScaler::state() const {
 void GradScaler::load_state(const optim::NamedTensors& saved) {
   torch::NoGradGuard no_grad;
   for (auto& [name, tensor] : state()) {
-    auto it = std::find_if(saved.begin(), saved.end(), [&](const auto& entry) { return entry.first == name; });
-    if (it == saved.end()) throw DataError(fmt::format("checkpoint has no GradScaler state \"{}\"", name));
-    tensor.copy_(it->second);
+    const torch::Tensor* stored = optim::find_tensor(saved, name);
+    if (!stored) throw DataError(fmt::format("checkpoint has no GradScaler state \"{}\"", name));
+    tensor.copy_(*stored);
   }
 }
 

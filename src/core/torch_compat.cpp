@@ -27,10 +27,6 @@ bool is_out_of_memory(const std::exception& error) {
          std::strstr(error.what(), "DefaultCPUAllocator: can't allocate memory") != nullptr;
 }
 
-void synchronize(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
-}
-
 void set_tf32(bool matmul, bool convolutions) {
   at::globalContext().setAllowTF32CuBLAS(matmul);
   at::globalContext().setAllowTF32CuDNN(convolutions);

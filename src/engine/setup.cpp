@@ -117,23 +117,23 @@ optim::NamedTensors state_dict(const torch::nn::Module& module) {
 void load_state_dict(torch::nn::Module& module, const optim::NamedTensors& tensors, const std::string& source) {
   const optim::NamedTensors targets = state_dict(module);
   for (const auto& [name, value] : tensors) {
-    if (std::none_of(targets.begin(), targets.end(), [&](const auto& t) { return t.first == name; }))
+    if (!optim::find_tensor(targets, name))
       throw DataError(fmt::format("{}: unexpected tensor \"{}\": the weights are for another model (check model.arch, "
                                   "model.stem, model.width)",
                                   source, name));
   }
   torch::NoGradGuard no_grad;
   for (const auto& [name, target] : targets) {
-    auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == name; });
-    if (it == tensors.end())
+    const torch::Tensor* stored = optim::find_tensor(tensors, name);
+    if (!stored)
       throw DataError(fmt::format("{}: missing tensor \"{}\": the weights are for another model (check model.arch, "
                                   "model.stem, model.width)",
                                   source, name));
-    if (it->second.sizes() != target.sizes())
+    if (stored->sizes() != target.sizes())
       throw DataError(fmt::format("{}: tensor \"{}\" has shape [{}], the model expects [{}] (check model.num_classes "
                                   "and model.width)",
-                                  source, name, fmt::join(it->second.sizes(), ", "), fmt::join(target.sizes(), ", ")));
-    target.copy_(it->second);
+                                  source, name, fmt::join(stored->sizes(), ", "), fmt::join(target.sizes(), ", ")));
+    target.copy_(*stored);
   }
 }
 

@@ -166,6 +166,11 @@ class AdamW final : public Optimizer {
 
 }  // namespace
 
+const torch::Tensor* find_tensor(const NamedTensors& tensors, const std::string& name) {
+  auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& entry) { return entry.first == name; });
+  return it == tensors.end() ? nullptr : &it->second;
+}
+
 Optimizer::Optimizer(std::vector<ParamGroup> groups, const torch::Device& device, bool fused)
     : groups_(std::move(groups)),
       lr_(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device))),
@@ -197,12 +202,12 @@ void Optimizer::load_state(const NamedTensors& saved) {
                                 saved.size(), current.size()));
   torch::NoGradGuard no_grad;
   for (auto& [name, tensor] : current) {
-    auto it = std::find_if(saved.begin(), saved.end(), [&](const auto& entry) { return entry.first == name; });
-    if (it == saved.end()) throw DataError(fmt::format("checkpoint optimizer state lacks \"{}\"", name));
-    if (it->second.sizes() != tensor.sizes())
+    const torch::Tensor* stored = find_tensor(saved, name);
+    if (!stored) throw DataError(fmt::format("checkpoint optimizer state lacks \"{}\"", name));
+    if (stored->sizes() != tensor.sizes())
       throw DataError(fmt::format("checkpoint optimizer state \"{}\" has shape {}, expected {}", name,
-                                  fmt::join(it->second.sizes(), "x"), fmt::join(tensor.sizes(), "x")));
-    tensor.copy_(it->second);
+                                  fmt::join(stored->sizes(), "x"), fmt::join(tensor.sizes(), "x")));
+    tensor.copy_(*stored);
   }
 }
 

@@ -33,9 +33,6 @@ std::string first_line(const std::string& message);
 /// True if `error` is LibTorch's out-of-memory error (its type differs between versions).
 bool is_out_of_memory(const std::exception& error);
 
-/// Waits for all work queued on `device` (no-op on the CPU).
-void synchronize(const torch::Device& device);
-
 /// TF32 tensor-core math for float32 matmuls (cuBLAS) and convolutions (cuDNN).
 void set_tf32(bool matmul, bool convolutions);
 

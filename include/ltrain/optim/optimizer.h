@@ -16,6 +16,9 @@ namespace ltrain::optim {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
+/// The tensor named `name` in `tensors`, or nullptr.
+const torch::Tensor* find_tensor(const NamedTensors& tensors, const std::string& name);
+
 /// What a GradScaler hands the optimizer step. Both are optional (undefined tensors).
 struct ScalerState {
   torch::Tensor grad_scale;  ///< [1] float32: gradients are still multiplied by it and are divided in the step
