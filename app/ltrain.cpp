@@ -137,7 +137,8 @@ int run_export(int argc, char** argv) {
 int run_bench(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) != "step") {
     if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-      std::cout << "usage: ltrain bench step --config FILE [--set KEY=VALUE]... [--warmup N] [--steps N] [--json]\n";
+      std::cout << "usage: ltrain bench step --config FILE [--set KEY=VALUE]... [--warmup N] [--steps N] [--json]"
+                   " [--profile TRACE.json]\n";
       return 0;
     }
     throw ltrain::ConfigError("ltrain bench needs a benchmark name: ltrain bench step --config FILE");
@@ -146,15 +147,18 @@ int run_bench(int argc, char** argv) {
   options.add_options()("config", "run config (JSON)", cxxopts::value<std::string>(), "FILE")(
       "warmup", "untimed steps first", cxxopts::value<int64_t>()->default_value("10"), "N")(
       "steps", "timed steps", cxxopts::value<int64_t>()->default_value("50"), "N")(
-      "json", "print the result as JSON on stdout");
+      "json", "print the result as JSON on stdout")(
+      "profile", "after timing, profile a few more steps and write the Chrome trace here",
+      cxxopts::value<std::string>(), "TRACE.json");
   add_set_option(options);
   const auto args = parse(options, argc - 1, argv + 1);
   if (!args) return 0;
   const auto loaded = ltrain::config::load_file(required(*args, "config", "ltrain bench step"), overrides(*args));
+  const std::string profile_trace = args->count("profile") ? (*args)["profile"].as<std::string>() : "";
   const int64_t warmup = (*args)["warmup"].as<int64_t>();
   const int64_t steps = (*args)["steps"].as<int64_t>();
   if (warmup < 0 || steps < 1) throw ltrain::ConfigError("ltrain bench step: --warmup must be >= 0 and --steps >= 1");
-  const ltrain::bench::StepBenchResult result = ltrain::bench::bench_steps(loaded, warmup, steps);
+  const ltrain::bench::StepBenchResult result = ltrain::bench::bench_steps(loaded, warmup, steps, profile_trace);
   if (args->count("json")) {
     std::cout << ltrain::bench::to_json(result).dump() << "\n";
   } else {

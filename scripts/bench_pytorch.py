@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """PyTorch baseline for ltrain's step benchmark: torchvision ResNet training throughput on CUDA.
 
-Runs the recipe ltrain runs (SGD lr 0.1, momentum 0.9, weight decay 5e-4, cross-entropy, 10
-classes, 32x32 inputs) over a grid of batch sizes, precisions, memory formats and execution modes,
+Runs the recipe ltrain runs (SGD lr 0.01, momentum 0.9, weight decay 5e-4, cross-entropy, 10
+classes, 32x32 inputs; at lr 0.1 both diverge on random labels, and fp16's GradScaler then skips
+steps, which would time a cheaper step than training does) over a grid of batch sizes, precisions, memory formats and execution modes,
 and reports ms/step, images/s and peak memory per configuration, side by side with ltrain's numbers.
 
     python3 scripts/bench_pytorch.py --arch resnet50 --stem imagenet --batch-sizes 256 512 \
         --precision fp32 tf32 fp16 bf16 --channels-last both --modes eager compile graph \
-        --steps 50 --warmup 15 --json OUT.json [--matmul]
+        --steps 50 --warmup 15 --json OUT.json [--checkpoint-segments 0 4] [--matmul]
 
 Modes:
   eager    plain PyTorch, the reference.
@@ -41,7 +42,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from torchvision_models import NUM_CLASSES, build_model
+from torchvision_models import NUM_CLASSES, SegmentCheckpointed, build_model
 
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -49,7 +50,8 @@ MODES = ("eager", "compile", "graph")
 IMAGE_SIZE = 32
 DATA_POOL = 4            # distinct pre-generated batches, cycled through
 GRAPH_SIDE_WARMUP = 3    # eager iterations on a side stream before capture (the docs use 3)
-LR, MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 5e-4
+PROFILED_STEPS = 5       # as ltrain bench step --profile
+LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4  # as configs/bench/resnet50-step.json
 GIB = float(1 << 30)
 
 
@@ -63,10 +65,15 @@ def parse_args(argv):
     p.add_argument("--precision", nargs="+", default=["fp32", "tf32", "fp16", "bf16"], choices=PRECISIONS)
     p.add_argument("--channels-last", default="both", choices=("on", "off", "both"))
     p.add_argument("--modes", nargs="+", default=["eager"], choices=MODES)
+    p.add_argument("--checkpoint-segments", nargs="+", type=int, default=[0],
+                   help="activation checkpointing as ltrain's model.checkpoint_segments (0: off)")
     p.add_argument("--steps", type=int, default=50, help="timed steps per configuration")
     p.add_argument("--warmup", type=int, default=15, help="untimed steps before timing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="OUT", help="write header, rows and matmul results here")
+    p.add_argument("--profile-dir", metavar="DIR",
+                   help="after timing each configuration, profile PROFILED_STEPS more steps and write "
+                        "their Chrome trace to DIR (scripts/trace_summary.py reads it)")
     p.add_argument("--matmul", action="store_true", help="also run the square-matmul TFLOPS test")
     p.add_argument("--matmul-n", type=int, default=8192)
     p.add_argument("--matmul-warmup", type=int, default=10)
@@ -77,6 +84,8 @@ def parse_args(argv):
         p.error("--steps and --warmup must be >= 1")
     if any(b < 1 for b in args.batch_sizes):
         p.error("--batch-sizes must be positive")
+    if any(s < 0 for s in args.checkpoint_segments):
+        p.error("--checkpoint-segments must be >= 0")
     return args
 
 
@@ -174,12 +183,20 @@ def time_steps(step, steps):
     return starts[0].elapsed_time(ends[-1]) / steps, statistics.median(per_step)
 
 
-def run_config(cfg, warmup, steps, device):
+def trace_name(cfg):
+    return "pytorch-{arch}-{stem}-{mode}-{precision}-{cl}-seg{checkpoint_segments}-b{batch}.json".format(
+        cl="cl" if cfg["channels_last"] else "nchw", **cfg)
+
+
+def run_config(cfg, warmup, steps, device, profile_dir=None):
     """Measure one configuration. Returns the result fields (raises on failure)."""
     set_precision_flags(cfg["precision"])
     amp_dtype = autocast_dtype(cfg["precision"])
     fmt = torch.channels_last if cfg["channels_last"] else torch.contiguous_format
-    model = build_model(cfg["arch"], cfg["stem"]).to(device=device, memory_format=fmt).train()
+    model = build_model(cfg["arch"], cfg["stem"])
+    if cfg["checkpoint_segments"]:
+        model = SegmentCheckpointed(model, cfg["checkpoint_segments"])
+    model = model.to(device=device, memory_format=fmt).train()
     criterion = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     images, labels = make_data(cfg["batch"], cfg["channels_last"], device)
@@ -232,6 +249,14 @@ def run_config(cfg, warmup, steps, device):
     ms_mean, ms_median = time_steps(step, steps)
     steady = torch.cuda.max_memory_allocated(device)
     loss = float(last_loss().detach().float().item())
+    if profile_dir:
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activities) as profiler:
+            for i in range(PROFILED_STEPS):
+                step(i)
+            torch.cuda.synchronize()
+        extra["profile_trace"] = os.path.join(profile_dir, trace_name(cfg))
+        profiler.export_chrome_trace(extra["profile_trace"])
     return dict(ms_per_step=round(ms_mean, 3), ms_median=round(ms_median, 3),
                 img_per_s=round(cfg["batch"] * 1000.0 / ms_mean, 1),
                 peak_mem_gib=round(max(peak_setup, steady) / GIB, 3), steady_mem_gib=round(steady / GIB, 3),
@@ -269,7 +294,7 @@ def describe_error(exc):
     return f"{type(exc).__name__}: {first}"
 
 
-def measure(cfg, warmup, steps, device):
+def measure(cfg, warmup, steps, device, profile_dir=None):
     """run_config inside the safety net: every failure becomes the row's error field."""
     row = dict(cfg)
     row["channels_last"] = bool(cfg["channels_last"])
@@ -278,7 +303,7 @@ def measure(cfg, warmup, steps, device):
     free_cuda_memory()
     try:
         torch.cuda.reset_peak_memory_stats(device)
-        row.update(run_config(cfg, warmup, steps, device))
+        row.update(run_config(cfg, warmup, steps, device, profile_dir))
         row["error"] = None
     except Exception as exc:  # noqa: BLE001 - a failed config must not end the run
         row["error"] = describe_error(exc)
@@ -349,7 +374,7 @@ def write_json(path, header, rows, matmul):
 
 def format_table(rows, matmul):
     cols = [("arch", "arch"), ("stem", "stem"), ("mode", "mode"), ("precision", "precision"),
-            ("channels_last", "cl"), ("batch", "batch"), ("ms_per_step", "ms/step"),
+            ("channels_last", "cl"), ("checkpoint_segments", "segments"), ("batch", "batch"), ("ms_per_step", "ms/step"),
             ("ms_median", "median"), ("img_per_s", "img/s"), ("peak_mem_gib", "peak GiB"),
             ("steady_mem_gib", "steady GiB"),
             ("compile_s", "compile s"), ("error", "error")]
@@ -378,9 +403,10 @@ def configs(args):
         for batch in args.batch_sizes:
             for channels_last in cl_values:
                 for precision in args.precision:
-                    for mode in args.modes:
-                        yield dict(arch=arch, stem=args.stem, mode=mode, precision=precision,
-                                   channels_last=channels_last, batch=batch)
+                    for segments in args.checkpoint_segments:
+                        for mode in args.modes:
+                            yield dict(arch=arch, stem=args.stem, mode=mode, precision=precision,
+                                       channels_last=channels_last, checkpoint_segments=segments, batch=batch)
 
 
 def main(argv=None):
@@ -392,6 +418,8 @@ def main(argv=None):
     device = torch.device("cuda", torch.cuda.current_device())
     torch.manual_seed(args.seed)
     header = make_header(device, argv)
+    if args.profile_dir:
+        os.makedirs(args.profile_dir, exist_ok=True)
     print("bench_pytorch: torch %s, CUDA %s, cuDNN %s, %s" % (header["torch"], header["cuda"],
                                                             header["cudnn"], header["gpu"]), flush=True)
     rows, matmul = [], []
@@ -402,7 +430,7 @@ def main(argv=None):
             write_json(args.json, header, rows, matmul)
     if not args.skip_train:
         for cfg in configs(args):
-            rows.append(measure(cfg, args.warmup, args.steps, device))
+            rows.append(measure(cfg, args.warmup, args.steps, device, args.profile_dir))
             print("row", json.dumps(rows[-1]), flush=True)
             write_json(args.json, header, rows, matmul)
     print()

@@ -3,8 +3,9 @@
 
     python3 scripts/bench_report.py --ltrain OUT/ltrain.jsonl --pytorch OUT/pytorch.json
 
-Rows are matched on (arch, stem, precision, channels_last, mode, batch size); the ratio column is
-ltrain img/s over PyTorch img/s measured in the same call.
+Rows are matched on (arch, stem, precision, channels_last, checkpoint segments, mode, batch size);
+the ratio column is ltrain img/s over PyTorch img/s measured in the same call. "host ms" is the time
+ltrain's host took to issue a step: near ms/step, the step is bound by kernel launches.
 """
 import argparse
 import json
@@ -12,8 +13,8 @@ import json
 GIB = float(1 << 30)
 
 
-def key(arch, stem, precision, channels_last, mode, batch):
-    return (arch, stem, precision, bool(channels_last), mode, int(batch))
+def key(arch, stem, precision, channels_last, segments, mode, batch):
+    return (arch, stem, precision, bool(channels_last), int(segments), mode, int(batch))
 
 
 def load_ltrain(path):
@@ -24,8 +25,8 @@ def load_ltrain(path):
             if not line.startswith("{"):
                 continue
             r = json.loads(line)
-            k = key(r["arch"], r["stem"], r["precision"], r.get("channels_last", False), r.get("mode", "eager"),
-                     r["batch_size"])
+            k = key(r["arch"], r["stem"], r["precision"], r.get("channels_last", False),
+                    r.get("checkpoint_segments", 0), r.get("mode", "eager"), r["batch_size"])
             rows[k] = r
     return rows
 
@@ -35,7 +36,8 @@ def load_pytorch(path):
         doc = json.load(f)
     rows = {}
     for r in doc["rows"]:
-        rows[key(r["arch"], r["stem"], r["precision"], r["channels_last"], r["mode"], r["batch"])] = r
+        rows[key(r["arch"], r["stem"], r["precision"], r["channels_last"], r.get("checkpoint_segments", 0),
+                 r["mode"], r["batch"])] = r
     return doc["header"], rows
 
 
@@ -52,19 +54,21 @@ def main():
     header, theirs = load_pytorch(args.pytorch)
     print(f"GPU: {header['gpu']}; PyTorch {header['torch']}, CUDA {header['cuda']}, cuDNN {header['cudnn']}; "
           f"date {header['date']}\n")
-    print("| model | precision | channels_last | mode | batch | ltrain img/s | PyTorch img/s | ratio "
-          "| ltrain ms/step | PyTorch ms/step | ltrain GiB | PyTorch GiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for k in sorted(ours, key=lambda k: (k[2], k[3], k[4], k[5])):
+    print("| model | precision | channels_last | segments | mode | batch | ltrain img/s | PyTorch img/s | ratio "
+          "| ltrain ms/step | host ms | PyTorch ms/step | ltrain GiB | PyTorch GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for k in sorted(ours, key=lambda k: k[2:]):
         r = ours[k]
         t = theirs.get(k)
-        arch, stem, precision, channels_last, mode, batch = k
+        arch, stem, precision, channels_last, segments, mode, batch = k
         t_ips = t["img_per_s"] if t and not t.get("error") else None
         ratio = f"{r['images_per_second'] / t_ips:.2f}x" if t_ips else "n/a"
         ours_gib = r["peak_memory_bytes"] / GIB if r.get("peak_memory_bytes", -1) >= 0 else None
-        print(f"| {arch} ({stem} stem) | {precision} | {'on' if channels_last else 'off'} | {mode} | {batch} "
+        host_ms = f"{r['host_ms_per_step']:.2f}" if "host_ms_per_step" in r else "n/a"
+        print(f"| {arch} ({stem} stem) | {precision} | {'on' if channels_last else 'off'} | {segments or 'off'} "
+              f"| {mode} | {batch} "
               f"| {r['images_per_second']:.0f} | {t_ips if t_ips else (t or {}).get('error', 'n/a')} | {ratio} "
-              f"| {r['ms_per_step']:.2f} | {t['ms_per_step'] if t_ips else 'n/a'} "
+              f"| {r['ms_per_step']:.2f} | {host_ms} | {t['ms_per_step'] if t_ips else 'n/a'} "
               f"| {gib(ours_gib)} | {gib(t.get('steady_mem_gib') if t_ips else None)} |")
 
 

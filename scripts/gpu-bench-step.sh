@@ -4,14 +4,15 @@
 #
 #   scripts/gpu-bench-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
 #                             [--batch-sizes "256 512"] [--precision "fp32"] [--channels-last "off"]
-#                             [--steps 50] [--warmup 15]
+#                             [--segments "0"] [--steps 50] [--warmup 15] [--python-modes eager]
+# --segments lists model.checkpoint_segments values (0: activation checkpointing off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out="${1:?usage: scripts/gpu-bench-step.sh OUT [options]}"
 shift
 ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json
-batch_sizes="256 512" precisions="fp32" channels_last="off" steps=50 warmup=15
+batch_sizes="256 512" precisions="fp32" channels_last="off" segments="0" steps=50 warmup=15 python_modes=eager
 while (($#)); do
   case "$1" in
     --ltrain) ltrain="$2" ;;
@@ -19,6 +20,8 @@ while (($#)); do
     --batch-sizes) batch_sizes="$2" ;;
     --precision) precisions="$2" ;;
     --channels-last) channels_last="$2" ;;
+    --segments) segments="$2" ;;
+    --python-modes) python_modes="$2" ;;
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
     *) echo "gpu-bench-step: unknown option $1" >&2; exit 2 ;;
@@ -30,10 +33,13 @@ mkdir -p "$out"
 
 for layout in $channels_last; do
   for precision in $precisions; do
-    for batch in $batch_sizes; do
-      "$ltrain" bench step --config "$config" --set "data.batch_size=$batch" --set "precision.mode=$precision" \
-        --set "model.channels_last=$([ "$layout" = on ] && echo true || echo false)" \
-        --warmup "$warmup" --steps "$steps" --json | tee -a "$out/ltrain.jsonl"
+    for segment_count in $segments; do
+      for batch in $batch_sizes; do
+        "$ltrain" bench step --config "$config" --set "data.batch_size=$batch" --set "precision.mode=$precision" \
+          --set "model.channels_last=$([ "$layout" = on ] && echo true || echo false)" \
+          --set "model.checkpoint_segments=$segment_count" \
+          --warmup "$warmup" --steps "$steps" --json | tee -a "$out/ltrain.jsonl"
+      done
     done
   done
 done
@@ -44,5 +50,5 @@ arch=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline(
 stem=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['stem'])" "$out/ltrain.jsonl")
 # shellcheck disable=SC2086
 python3 scripts/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes $batch_sizes --precision $precisions \
-  --channels-last "$python_layout" --modes eager --steps "$steps" --warmup "$warmup" --json "$out/pytorch.json"
+  --channels-last "$python_layout" --checkpoint-segments $segments --modes $python_modes --steps "$steps" --warmup "$warmup" --json "$out/pytorch.json"
 python3 scripts/bench_report.py --ltrain "$out/ltrain.jsonl" --pytorch "$out/pytorch.json" | tee "$out/step-table.md"

@@ -1,4 +1,7 @@
 // The ltrain executable as a user meets it: help texts, exit codes, one-line errors.
+#include <algorithm>
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "ltrain/io/tensor_file.h"
@@ -132,6 +135,45 @@ TEST(Cli, TrainEvalExportOnSyntheticData) {
   EXPECT_EQ(tensors.back().first, "fc.bias");
   EXPECT_EQ(metadata.at("model.arch"), "resnet18");
   EXPECT_EQ(metadata.at("format"), "pt");
+}
+
+TEST(Cli, BenchStepReportsTimesAndSettings) {
+  TempDir dir;
+  write_file(dir.path() / "c.json", R"({
+    "run": {"device": "cpu"},
+    "model": {"arch": "resnet18", "width": 4, "checkpoint_segments": 2},
+    "data": {"source": "synthetic", "synthetic_train_size": 64, "synthetic_test_size": 10, "batch_size": 16}})");
+  const std::string bench = "bench step --json --warmup 1 --steps 3 --config " + (dir.path() / "c.json").string();
+  ASSERT_EQ(run_ltrain(bench, dir.path() / "out"), 0) << read_file(dir.path() / "out");
+  const std::string out = read_file(dir.path() / "out");
+  const auto result = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(result["arch"], "resnet18");
+  EXPECT_EQ(result["batch_size"], 16);
+  EXPECT_EQ(result["steps"], 3);
+  EXPECT_EQ(result["checkpoint_segments"], 2);
+  EXPECT_GT(result["host_ms_per_step"].get<double>(), 0.0);
+  // Issuing the steps cannot take longer than issuing them and waiting for them.
+  EXPECT_LE(result["host_ms_per_step"].get<double>(), result["ms_per_step"].get<double>());
+  const double images_per_second = 16 * 1000.0 / result["ms_per_step"].get<double>();
+  EXPECT_NEAR(result["images_per_second"].get<double>(), images_per_second, 1e-9 * images_per_second);
+  EXPECT_TRUE(std::isfinite(result["final_loss"].get<double>()));
+
+  // --profile writes a Chrome trace, or, where this LibTorch has no Kineto (Debian's), says so
+  // before any step runs: exit 4, one line, no trace.
+  const auto trace = dir.path() / "trace.json";
+  const int profiled = run_ltrain(bench + " --profile " + trace.string(), dir.path() / "profile.out");
+  const std::string profile_out = read_file(dir.path() / "profile.out");
+  if (profiled == 0) {
+    const auto events = nlohmann::json::parse(read_file(trace))["traceEvents"];
+    const bool has_convolution = std::any_of(events.begin(), events.end(), [](const nlohmann::json& e) {
+      return e.value("name", "") == "aten::convolution";
+    });
+    EXPECT_TRUE(has_convolution);
+  } else {
+    EXPECT_EQ(profiled, 4) << profile_out;
+    EXPECT_NE(profile_out.find("run without --profile"), std::string::npos) << profile_out;
+    EXPECT_EQ(profile_out.find("\"images_per_second\""), std::string::npos) << profile_out;
+  }
 }
 
 }  // namespace

@@ -9,9 +9,15 @@
 
 namespace ltrain::bench {
 
-StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps) {
+StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps,
+                            const std::string& profile_trace) {
   const config::RunConfig& config = loaded.config;
   const torch::Device device = engine::resolve_device(loaded);
+  if (!profile_trace.empty()) {
+    // An empty profile first: a LibTorch that cannot write traces fails now, not after the timing.
+    compat::start_profiler(device.is_cuda());
+    compat::stop_profiler(profile_trace);
+  }
   engine::apply_runtime_settings(config);
   const data::TrainTestSets sets = engine::load_data(config, device);
   data::TrainLoader loader = engine::make_train_loader(loaded, sets.train);
@@ -35,8 +41,16 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   compat::reset_peak_memory(device);
   const auto start = std::chrono::steady_clock::now();
   run_steps(steps);
+  const double host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const engine::StepTotals totals = train_step.take_totals();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t peak_memory = compat::peak_memory_bytes(device);
+  if (!profile_trace.empty()) {
+    compat::start_profiler(device.is_cuda());
+    run_steps(kProfiledSteps);
+    train_step.take_totals();  // syncs: the profiled kernels are done
+    compat::stop_profiler(profile_trace);
+  }
 
   StepBenchResult result;
   result.device = device.str();
@@ -44,23 +58,33 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   result.stem = config::to_string(config.model.stem);
   result.precision = config::to_string(config.precision.mode);
   result.channels_last = config.model.channels_last;
+  result.checkpoint_segments = config.model.checkpoint_segments;
   result.batch_size = loader.batch_size();
   result.steps = steps;
   result.seconds = seconds;
   result.ms_per_step = 1e3 * seconds / static_cast<double>(steps);
+  result.host_ms_per_step = 1e3 * host_seconds / static_cast<double>(steps);
   result.images_per_second = static_cast<double>(steps * loader.batch_size()) / seconds;
-  result.peak_memory_bytes = compat::peak_memory_bytes(device);
+  result.peak_memory_bytes = peak_memory;
   result.final_loss = totals.mean_loss();
   return result;
 }
 
 nlohmann::json to_json(const StepBenchResult& r) {
-  return {{"device", r.device},           {"arch", r.arch}, {"stem", r.stem}, {"precision", r.precision},
+  return {{"device", r.device},
+          {"arch", r.arch},
+          {"stem", r.stem},
+          {"precision", r.precision},
           {"channels_last", r.channels_last},
+          {"checkpoint_segments", r.checkpoint_segments},
           {"batch_size", r.batch_size},
-          {"steps", r.steps},             {"seconds", r.seconds},
-          {"ms_per_step", r.ms_per_step}, {"images_per_second", r.images_per_second},
-          {"peak_memory_bytes", r.peak_memory_bytes}, {"final_loss", r.final_loss}};
+          {"steps", r.steps},
+          {"seconds", r.seconds},
+          {"ms_per_step", r.ms_per_step},
+          {"host_ms_per_step", r.host_ms_per_step},
+          {"images_per_second", r.images_per_second},
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"final_loss", r.final_loss}};
 }
 
 }  // namespace ltrain::bench

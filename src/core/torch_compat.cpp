@@ -3,9 +3,13 @@
 #include <cstring>
 
 #include <ATen/autocast_mode.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/version.h>
 
 #include <cstdlib>
+
+#include "ltrain/core/errors.h"
 
 #if LTRAIN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -137,6 +141,32 @@ int64_t peak_memory_bytes(const torch::Device& device) {
   (void)device;
 #endif
   return -1;
+}
+
+void start_profiler(bool cuda) {
+  using torch::profiler::impl::ActivityType;
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (cuda) activities.insert(ActivityType::CUDA);
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  try {
+    torch::autograd::profiler::prepareProfiler(config, activities);
+    torch::autograd::profiler::enableProfiler(config, activities);
+  } catch (const c10::Error& error) {
+    throw RunError(fmt::format("this LibTorch cannot profile ({}); run without --profile",
+                               error.what_without_backtrace()));
+  }
+}
+
+void stop_profiler(const std::string& path) {
+  const auto result = torch::autograd::profiler::disableProfiler();
+  try {
+    result->save(path);
+  } catch (const c10::Error& error) {
+    // LibTorch builds without Kineto (Debian's) collect events but cannot write a trace.
+    throw RunError(fmt::format("cannot write the profile {} ({}); profile with a LibTorch that has Kineto "
+                               "(the PyTorch wheel's) or run without --profile",
+                               path, error.what_without_backtrace()));
+  }
 }
 
 }  // namespace ltrain::compat

@@ -15,17 +15,27 @@ struct StepBenchResult {
   std::string stem;       ///< model.stem
   std::string precision;  ///< precision.mode
   bool channels_last = false;  ///< model.channels_last
+  int64_t checkpoint_segments = 0;  ///< model.checkpoint_segments (0: activation checkpointing off)
   int64_t batch_size = 0;
   int64_t steps = 0;
   double seconds = 0.0;
   double ms_per_step = 0.0;
+  /// Host time to issue the timed steps, before the final sync, per step. Close to ms_per_step
+  /// when the step is bound by the host (kernel launches), well below it when the GPU is the limit.
+  double host_ms_per_step = 0.0;
   double images_per_second = 0.0;
   int64_t peak_memory_bytes = -1;  ///< -1 where the device cannot tell (the CPU)
   double final_loss = 0.0;         ///< mean training loss over the timed steps (finite if all went well)
 };
 
+/// Steps run under the profiler when bench_steps is given a trace path (after the timed steps).
+inline constexpr int64_t kProfiledSteps = 5;
+
 /// Times `steps` training steps of the config's model, data and optimizer after `warmup` steps.
-StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps);
+/// With a `profile_trace` path, kProfiledSteps more steps then run under LibTorch's profiler and
+/// its Chrome trace is written there (scripts/trace_summary.py reads it); timing is unaffected.
+StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps,
+                            const std::string& profile_trace = "");
 
 nlohmann::json to_json(const StepBenchResult& result);
 

@@ -78,4 +78,11 @@ void reset_peak_memory(const torch::Device& device);
 /// Peak bytes allocated on `device` since the last reset; -1 where unknown (the CPU).
 int64_t peak_memory_bytes(const torch::Device& device);
 
+/// Starts LibTorch's (Kineto) profiler: host operators, and with `cuda` the CUDA runtime calls and
+/// kernels. Throws RunError where this LibTorch was built without it.
+void start_profiler(bool cuda);
+
+/// Stops the profiler started by start_profiler and writes its Chrome trace (JSON) to `path`.
+void stop_profiler(const std::string& path);
+
 }  // namespace ltrain::compat

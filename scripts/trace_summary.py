@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Where a training step's time goes, from a Chrome trace of LibTorch's or PyTorch's profiler.
+
+    python3 scripts/trace_summary.py TRACE.json --steps 5 [--top 20]
+
+TRACE.json comes from `ltrain bench step --profile TRACE.json` (5 steps) or from
+torch.profiler's export_chrome_trace (scripts/bench_pytorch.py --profile-dir). Prints, per step:
+host operators by self time (time not spent in a nested operator), CUDA runtime calls (launches,
+synchronizations, allocations), and GPU kernels by count and time.
+"""
+import argparse
+import collections
+import json
+
+
+def load_events(path):
+    with open(path) as f:
+        doc = json.load(f)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    return [e for e in events if e.get("ph") == "X" and "dur" in e]
+
+
+def self_times(ops):
+    """Self time of each host operator: its duration less that of operators nested in it (same thread)."""
+    by_thread = collections.defaultdict(list)
+    for e in ops:
+        by_thread[(e.get("pid"), e.get("tid"))].append(e)
+    result = collections.defaultdict(float)
+    counts = collections.Counter()
+    top_level = 0.0
+    for events in by_thread.values():
+        events.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack = []  # [event, self time so far]
+        for e in events:
+            while stack and e["ts"] >= stack[-1][0]["ts"] + stack[-1][0]["dur"]:
+                done, own = stack.pop()
+                result[done["name"]] += own
+            if stack:
+                stack[-1][1] -= e["dur"]
+            else:
+                top_level += e["dur"]
+            stack.append([e, e["dur"]])
+            counts[e["name"]] += 1
+        for done, own in stack:
+            result[done["name"]] += own
+    return result, counts, top_level
+
+
+def table(rows, headers):
+    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths))]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("trace")
+    p.add_argument("--steps", type=int, default=5, help="training steps in the trace")
+    p.add_argument("--top", type=int, default=20)
+    args = p.parse_args()
+    events = load_events(args.trace)
+    per_step = 1.0 / args.steps
+
+    ops = [e for e in events if e.get("cat") in ("cpu_op", "operator", "user_annotation")]
+    own, counts, top_level = self_times(ops)
+    print(f"host operators: {sum(counts.values()) * per_step:.0f} per step, "
+          f"{top_level * per_step / 1000:.2f} ms per step in top-level operators")
+    rows = [(name[:70], f"{counts[name] * per_step:.1f}", f"{t * per_step / 1000:.3f}")
+            for name, t in sorted(own.items(), key=lambda kv: -kv[1])[:args.top]]
+    print(table(rows, ("operator", "calls/step", "self ms/step")))
+
+    runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    by_call = collections.defaultdict(lambda: [0, 0.0])
+    for e in runtime:
+        by_call[e["name"]][0] += 1
+        by_call[e["name"]][1] += e["dur"]
+    print(f"\nCUDA runtime/driver calls: {len(runtime) * per_step:.0f} per step, "
+          f"{sum(e['dur'] for e in runtime) * per_step / 1000:.2f} ms per step")
+    rows = [(name[:50], f"{n * per_step:.1f}", f"{t * per_step / 1000:.3f}")
+            for name, (n, t) in sorted(by_call.items(), key=lambda kv: -kv[1][1])[:args.top]]
+    if rows:
+        print(table(rows, ("call", "calls/step", "ms/step")))
+
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    by_kernel = collections.defaultdict(lambda: [0, 0.0])
+    for e in kernels:
+        by_kernel[e["name"]][0] += 1
+        by_kernel[e["name"]][1] += e["dur"]
+    print(f"\nGPU kernels, copies and sets: {len(kernels) * per_step:.0f} per step, "
+          f"{sum(e['dur'] for e in kernels) * per_step / 1000:.2f} ms per step of GPU time")
+    rows = [(name[:90], f"{n * per_step:.1f}", f"{t * per_step / 1000:.3f}")
+            for name, (n, t) in sorted(by_kernel.items(), key=lambda kv: -kv[1][1])[:args.top]]
+    if rows:
+        print(table(rows, ("kernel", "count/step", "ms/step")))
+
+
+if __name__ == "__main__":
+    main()
