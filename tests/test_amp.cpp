@@ -5,6 +5,7 @@
 
 #include "ltrain/amp/autocast.h"
 #include "ltrain/amp/grad_scaler.h"
+#include "ltrain/amp/low_precision_weights.h"
 #include "ltrain/config/load.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
@@ -165,7 +166,7 @@ data::Batch random_batch(int64_t size, uint64_t seed) {
 
 std::vector<torch::Tensor> gradients_of(models::ResNet& model) {
   std::vector<torch::Tensor> grads;
-  for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+  for (const auto& p : model->parameters()) grads.push_back(p.grad().cpu().clone());
   return grads;
 }
 
@@ -244,6 +245,60 @@ TEST(ActivationCheckpointing, SplitsLikeCheckpointSequential) {
   const auto uneven = models::split_into_segments(model->blocks(), 3);  // 5 + 5 + the remaining 6
   ASSERT_EQ(uneven.size(), 3u);
   EXPECT_EQ(uneven[2].size(), 6u);
+}
+
+/// Two micro-batches under autocast to `dtype`: through the mirrors, the float32 gradients must be
+/// autocast's own (float32 sums of the same low-precision gradients), and the layers must get
+/// their float32 weights back afterwards.
+void expect_mirrors_give_autocasts_gradients(const config::LoadedConfig& loaded, torch::ScalarType dtype,
+                                             double tolerance) {
+  const torch::Device device = engine::resolve_device(loaded);
+  engine::apply_runtime_settings(loaded.config);
+  data::Batch batch = random_batch(8, 11);
+  batch = {batch.images.to(device).contiguous(engine::memory_format(loaded.config)), batch.labels.to(device)};
+  auto backward = [&](models::ResNet& model, int64_t k) {
+    const amp::AutocastGuard autocast(device.type(), dtype, true);
+    engine::classification_loss(model->forward(batch.images.slice(0, 4 * k, 4 * k + 4)),
+                                batch.labels.slice(0, 4 * k, 4 * k + 4), 0.0)
+        .backward();
+  };
+  models::ResNet reference = engine::build_model(loaded, device);
+  for (int64_t k = 0; k < 2; ++k) backward(reference, k);
+
+  models::ResNet mirrored = engine::build_model(loaded, device);
+  amp::LowPrecisionWeights weights(*mirrored, dtype);
+  size_t convolutions = 0;
+  for (const auto& module : mirrored->modules(false)) convolutions += module->as<torch::nn::Conv2d>() ? 1 : 0;
+  EXPECT_EQ(weights.size(), convolutions + 2);  // every conv weight, the fc's weight and bias
+  const auto modules = mirrored->named_modules();
+  const torch::Tensor& conv1_weight = modules["conv1"]->as<torch::nn::Conv2d>()->weight;  // what forward reads
+  const torch::Tensor& fc_bias = modules["fc"]->as<torch::nn::Linear>()->bias;
+  {
+    const amp::LowPrecisionWeights::InUse in_use(weights);
+    EXPECT_EQ(conv1_weight.scalar_type(), dtype);
+    EXPECT_EQ(fc_bias.scalar_type(), dtype);
+    for (int64_t k = 0; k < 2; ++k) {
+      backward(mirrored, k);
+      weights.collect_gradients(/*first_micro_batch=*/k == 0);
+    }
+  }
+  const auto parameters = mirrored->named_parameters();
+  EXPECT_TRUE(conv1_weight.is_same(parameters["conv1.weight"]));
+  EXPECT_TRUE(fc_bias.is_same(parameters["fc.bias"]));
+  for (const auto& p : mirrored->parameters()) EXPECT_EQ(p.grad().scalar_type(), torch::kFloat32);
+  expect_all_close(gradients_of(mirrored), gradients_of(reference), tolerance, tolerance);
+}
+
+TEST(LowPrecisionWeights, SameGradientsAsAutocastsOwnCasts) {
+  expect_mirrors_give_autocasts_gradients(tiny(), torch::kBFloat16, 0.0);
+}
+
+TEST(LowPrecisionWeights, SameGradientsAsAutocastsOwnCastsOnTheGpu_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // fp16, channels_last (the multi-tensor copies need equal strides), deterministic cuDNN so that
+  // both runs pick the same algorithms.
+  expect_mirrors_give_autocasts_gradients(
+      tiny({"run.device=cuda", "model.channels_last=true", "precision.deterministic=true"}), torch::kFloat16, 1e-6);
 }
 
 TEST(Clipping, UnscalesBeforeClipping) {

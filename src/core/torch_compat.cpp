@@ -106,6 +106,15 @@ void fused_adamw(const std::vector<torch::Tensor>&, const std::vector<torch::Ten
 }
 #endif
 
+void foreach_copy(const std::vector<torch::Tensor>& destinations, const std::vector<torch::Tensor>& sources) {
+  if (destinations.empty()) return;
+#if LTRAIN_TORCH_HAS_FOREACH_COPY
+  at::_foreach_copy_(destinations, sources);
+#else
+  for (size_t i = 0; i < destinations.size(); ++i) destinations[i].copy_(sources[i]);
+#endif
+}
+
 void set_deterministic(bool deterministic) {
   // cuBLAS is deterministic only with a fixed workspace; the variable must be set before its first use.
   if (deterministic) ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);

@@ -32,6 +32,7 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
       accumulation_steps_(config.optim.accumulation_steps),
       clip_grad_norm_(config.optim.clip_grad_norm),
       label_smoothing_(config.loss.label_smoothing) {
+  if (precision_.autocast) low_precision_weights_.emplace(*model_, precision_.dtype);
   const torch::Device device = optimizer_.lr().device();
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
@@ -41,6 +42,8 @@ void TrainStep::run(const data::Batch& batch) {
   const std::vector<torch::Tensor> images = batch.images.chunk(accumulation_steps_);  // K x [B,3,32,32] float32
   const std::vector<torch::Tensor> labels = batch.labels.chunk(accumulation_steps_);  // K x [B] int64
   optimizer_.zero_grad(/*set_to_none=*/true);
+  std::optional<amp::LowPrecisionWeights::InUse> low_precision;  // over every forward and backward pass
+  if (low_precision_weights_) low_precision.emplace(*low_precision_weights_);
   for (size_t micro = 0; micro < images.size(); ++micro) {
     torch::Tensor logits, loss;
     {
@@ -50,10 +53,12 @@ void TrainStep::run(const data::Batch& batch) {
     }
     // Each micro-batch's loss is divided by K: the gradients sum to those of the mean loss.
     scaler_.scale_loss(loss / static_cast<double>(accumulation_steps_)).backward();
+    if (low_precision_weights_) low_precision_weights_->collect_gradients(/*first_micro_batch=*/micro == 0);
     torch::NoGradGuard no_grad;
     loss_sum_.add_(loss.detach().to(torch::kFloat32) * static_cast<double>(labels[micro].size(0)));
     correct_.add_(logits.argmax(1).eq(labels[micro]).sum());
   }
+  low_precision.reset();
   images_ += batch.labels.size(0);
 
   const std::vector<torch::Tensor> grads = optimizer_.gradients();

@@ -13,10 +13,7 @@ torch::nn::Conv2d conv_no_bias(int64_t in_channels, int64_t out_channels, int64_
       torch::nn::Conv2dOptions(in_channels, out_channels, kernel).stride(stride).padding(kernel / 2).bias(false));
 }
 
-/// PyTorch's defaults, spelled out because torchvision's weights were trained with them.
-torch::nn::BatchNorm2d norm(int64_t channels) {
-  return torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(channels).eps(1e-5).momentum(0.1));
-}
+BatchNorm2d norm(int64_t channels) { return BatchNorm2d(channels); }
 
 /// What a depth is made of.
 struct ArchSpec {
@@ -68,6 +65,24 @@ Stages make_stages(int64_t width, const std::array<int64_t, 4>& blocks_per_stage
 }
 
 }  // namespace
+
+// ---- BatchNorm ---------------------------------------------------------------------------------
+
+BatchNorm2dImpl::BatchNorm2dImpl(int64_t channels) : channels_(channels) { reset(); }
+
+void BatchNorm2dImpl::reset() {
+  // PyTorch's registration order: weight, bias, running_mean, running_var, num_batches_tracked.
+  weight = register_parameter("weight", torch::ones({channels_}));
+  bias = register_parameter("bias", torch::zeros({channels_}));
+  running_mean = register_buffer("running_mean", torch::zeros({channels_}));
+  running_var = register_buffer("running_var", torch::ones({channels_}));
+  num_batches_tracked = register_buffer("num_batches_tracked", torch::zeros({}, torch::kInt64));
+}
+
+torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
+  return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training(), kMomentum, kEps,
+                           at::globalContext().userEnabledCuDNN());
+}
 
 // ---- Residual blocks ---------------------------------------------------------------------------
 
@@ -135,6 +150,14 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options) : options_(options) 
   fc = register_module("fc", torch::nn::Linear(stages.out_channels, options_.num_classes));
   initialize_weights();
   checkpoint_segments_ = split_into_segments(blocks(), options_.checkpoint_segments);
+  // Handles stay valid through to(device) and load_state_dict, which change the tensors in place.
+  for (const auto& module : modules(/*include_self=*/false))
+    if (auto* batch_norm = module->as<BatchNorm2d>()) batch_counters_.push_back(batch_norm->num_batches_tracked);
+}
+
+void ResNetImpl::count_training_batch() {
+  torch::NoGradGuard no_grad;
+  torch::_foreach_add_(batch_counters_, 1);
 }
 
 void ResNetImpl::initialize_weights() {
@@ -143,7 +166,7 @@ void ResNetImpl::initialize_weights() {
   for (const auto& module : modules(/*include_self=*/false)) {
     if (auto* conv = module->as<torch::nn::Conv2d>()) {
       torch::nn::init::kaiming_normal_(conv->weight, /*a=*/0.0, torch::kFanOut, torch::kReLU);
-    } else if (auto* batch_norm = module->as<torch::nn::BatchNorm2d>()) {
+    } else if (auto* batch_norm = module->as<BatchNorm2d>()) {
       torch::nn::init::ones_(batch_norm->weight);
       torch::nn::init::zeros_(batch_norm->bias);
     }
@@ -154,6 +177,7 @@ void ResNetImpl::initialize_weights() {
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  if (is_training()) count_training_batch();
   x = forward_stem(std::move(x));  // [B,width,H',W']
   if (!checkpoint_segments_.empty() && is_training() && torch::GradMode::is_enabled()) {
     for (size_t s = 0; s + 1 < checkpoint_segments_.size(); ++s) x = checkpointed_segment(checkpoint_segments_[s], x);

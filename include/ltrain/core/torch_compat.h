@@ -16,6 +16,13 @@
 #define LTRAIN_TORCH_HAS_FUSED_OPTIMIZERS 0
 #endif
 
+// _foreach_copy_ (one multi-tensor kernel, casting between dtypes on CUDA) arrived in LibTorch 2.1.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define LTRAIN_TORCH_HAS_FOREACH_COPY 1
+#else
+#define LTRAIN_TORCH_HAS_FOREACH_COPY 0
+#endif
+
 namespace ltrain::compat {
 
 /// "1.13.0", "2.11.0", ... as LibTorch reports itself.
@@ -65,6 +72,10 @@ void fused_adamw(const std::vector<torch::Tensor>& params, const std::vector<tor
                  const std::vector<torch::Tensor>& exp_avgs, const std::vector<torch::Tensor>& exp_avg_sqs,
                  const std::vector<torch::Tensor>& steps, const torch::Tensor& lr, double beta1, double beta2,
                  double weight_decay, double eps, const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
+
+/// destinations[i].copy_(sources[i]) for every i, casting to the destinations' dtype: one
+/// multi-tensor kernel on CUDA where LibTorch has it (same sizes and strides pairwise), else a copy each.
+void foreach_copy(const std::vector<torch::Tensor>& destinations, const std::vector<torch::Tensor>& sources);
 
 /// Only deterministic algorithms (and cuBLAS's deterministic workspace when CUDA is used).
 void set_deterministic(bool deterministic);

@@ -4,10 +4,12 @@
 // on the device after inf/NaN gradients) and the scaler update. Loss, accuracy, skipped steps and
 // the scale are kept on the device and read only when the loop asks (at log intervals).
 #include <cstdint>
+#include <optional>
 
 #include <torch/torch.h>
 
 #include "ltrain/amp/grad_scaler.h"
+#include "ltrain/amp/low_precision_weights.h"
 #include "ltrain/amp/precision.h"
 #include "ltrain/config/config.h"
 #include "ltrain/data/loader.h"
@@ -48,6 +50,7 @@ class TrainStep {
   int64_t accumulation_steps_;
   double clip_grad_norm_;
   double label_smoothing_;
+  std::optional<amp::LowPrecisionWeights> low_precision_weights_;  // with autocast (fp16/bf16)
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
   int64_t images_ = 0;

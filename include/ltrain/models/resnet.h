@@ -13,6 +13,29 @@
 
 namespace ltrain::models {
 
+/// torch.nn.BatchNorm2d(channels) (affine, running statistics, eps 1e-5, momentum 0.1), with the
+/// same parameters and buffers in the same order, except that its forward does not count
+/// batches: ResNetImpl::forward advances every num_batches_tracked at once, one multi-tensor add
+/// per training forward instead of an operator and a kernel per layer.
+class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
+ public:
+  static constexpr double kEps = 1e-5;
+  static constexpr double kMomentum = 0.1;
+
+  explicit BatchNorm2dImpl(int64_t channels);
+  void reset() override;
+  /// [B,C,H,W] -> [B,C,H,W]: batch statistics (and running-statistics updates) in training,
+  /// running statistics in evaluation.
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor weight, bias;                                   ///< [C] float32, start at 1 and 0
+  torch::Tensor running_mean, running_var, num_batches_tracked;  ///< [C], [C], [] int64
+
+ private:
+  int64_t channels_;
+};
+TORCH_MODULE(BatchNorm2d);
+
 /// One residual block: relu(residual_branch(x) + shortcut(x)). The shortcut is x itself, or
 /// `downsample` (1x1 conv with the block's stride + BatchNorm) where the block changes the
 /// resolution or the channel count. Each block is one unit of layer1..layer4, the grain at which
@@ -24,7 +47,7 @@ class ResidualBlockImpl : public torch::nn::Module {
 
   /// The BatchNorm that ends the residual branch (bn2 basic, bn3 bottleneck): zero_init_residual
   /// starts its weight at 0 so that the block begins as the identity.
-  virtual torch::nn::BatchNorm2d& last_norm() = 0;
+  virtual BatchNorm2d& last_norm() = 0;
 
  protected:
   /// The residual branch without the final ReLU: [B,C_in,H,W] -> [B,C_out,H/stride,W/stride].
@@ -47,14 +70,14 @@ class BasicBlockImpl : public ResidualBlockImpl {
   /// `projection`: the shortcut's conv+BN, or an empty holder when x can be added unchanged.
   BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection);
 
-  torch::nn::BatchNorm2d& last_norm() override { return bn2; }
+  BatchNorm2d& last_norm() override { return bn2; }
 
  protected:
   torch::Tensor residual_branch(torch::Tensor x) override;
 
  private:
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  BatchNorm2d bn1{nullptr}, bn2{nullptr};
 };
 
 /// ResNet-50/101/152 block (v1.5): 1x1 conv -> BN -> ReLU -> 3x3 conv (stride) -> BN -> ReLU ->
@@ -67,14 +90,14 @@ class BottleneckImpl : public ResidualBlockImpl {
   /// `projection`: the shortcut's conv+BN, or an empty holder when x can be added unchanged.
   BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection);
 
-  torch::nn::BatchNorm2d& last_norm() override { return bn3; }
+  BatchNorm2d& last_norm() override { return bn3; }
 
  protected:
   torch::Tensor residual_branch(torch::Tensor x) override;
 
  private:
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
 };
 
 /// ResNet: stem -> layer1..layer4 -> global average pool -> fc.
@@ -87,6 +110,10 @@ class ResNetImpl : public torch::nn::Module {
   /// model.checkpoint_segments, a training forward with autograd on recomputes the checkpointed
   /// blocks in the backward pass (same values, less memory).
   torch::Tensor forward(torch::Tensor x);
+
+  /// Adds 1 to every BatchNorm's num_batches_tracked (what each torch.nn.BatchNorm2d does in a
+  /// training forward). forward() calls it; callers of the stem, blocks and head do it themselves.
+  void count_training_batch();
 
   /// conv1 + bn1 + ReLU (+ 3x3/2 max-pool for the imagenet stem):
   /// [B,3,H,W] -> [B,width,H/4,W/4] (imagenet) or [B,width,H,W] (cifar).
@@ -112,8 +139,10 @@ class ResNetImpl : public torch::nn::Module {
   /// model.checkpoint_segments > 0: the blocks in checkpoint_sequential's runs (the last one is
   /// not checkpointed).
   std::vector<BlockSegment> checkpoint_segments_;
+  /// Every BatchNorm's num_batches_tracked ([] int64 each), advanced together.
+  std::vector<torch::Tensor> batch_counters_;
   torch::nn::Conv2d conv1{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr};
+  BatchNorm2d bn1{nullptr};
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
   torch::nn::Linear fc{nullptr};
 };

@@ -1,0 +1,65 @@
+#include "ltrain/amp/low_precision_weights.h"
+
+#include "ltrain/core/torch_compat.h"
+
+namespace ltrain::amp {
+
+LowPrecisionWeights::LowPrecisionWeights(torch::nn::Module& model, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  auto mirror = [&](torch::Tensor* member) {
+    if (!member->defined()) return;
+    const torch::Tensor& master = *member;
+    // empty_like keeps sizes and strides: the multi-tensor copies need them equal pairwise.
+    slots_.push_back({member, master, torch::empty_like(master, master.options().dtype(dtype)).requires_grad_(true),
+                      torch::zeros_like(master)});
+  };
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    if (auto* conv = module->as<torch::nn::Conv2d>()) {
+      mirror(&conv->weight);
+    } else if (auto* linear = module->as<torch::nn::Linear>()) {
+      mirror(&linear->weight);
+      mirror(&linear->bias);
+    }
+  }
+}
+
+LowPrecisionWeights::InUse::InUse(LowPrecisionWeights& weights) : weights_(weights) {
+  std::vector<torch::Tensor> mirrors, masters;
+  for (auto& slot : weights_.slots_) {
+    mirrors.push_back(slot.mirror);
+    masters.push_back(slot.master);
+  }
+  {
+    torch::NoGradGuard no_grad;
+    compat::foreach_copy(mirrors, masters);  // one cast for the whole model
+  }
+  for (auto& slot : weights_.slots_) *slot.layer_member = slot.mirror;
+}
+
+LowPrecisionWeights::InUse::~InUse() {
+  for (auto& slot : weights_.slots_) *slot.layer_member = slot.master;
+}
+
+void LowPrecisionWeights::collect_gradients(bool first_micro_batch) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> targets, gradients;
+  for (auto& slot : slots_) {
+    slot.master.mutable_grad() = slot.master_grad;  // the optimizer may have dropped it (set_to_none)
+    torch::Tensor gradient = slot.mirror.grad();
+    if (!gradient.defined()) {
+      // A layer the forward pass did not use (never so in a ResNet's step) gets a zero gradient.
+      if (first_micro_batch) slot.master_grad.zero_();
+      continue;
+    }
+    slot.mirror.mutable_grad() = torch::Tensor();
+    targets.push_back(slot.master_grad);
+    gradients.push_back(std::move(gradient));
+  }
+  if (first_micro_batch) {
+    compat::foreach_copy(targets, gradients);
+  } else {
+    for (size_t i = 0; i < targets.size(); ++i) targets[i].add_(gradients[i]);  // float32 += low precision
+  }
+}
+
+}  // namespace ltrain::amp
