@@ -82,6 +82,16 @@ TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64
                                   batch_size_, train_.size()));
   if (padding_ < 0 || padding_ >= kImageSide)
     throw ConfigError(fmt::format("data.crop_padding: {} is outside 0-{}", padding_, kImageSide - 1));
+  if (augments()) {
+    // Padded once, so that a crop is one gather with no bounds tests (the border is the zero fill).
+    const int64_t side = kImageSide + 2 * padding_;
+    const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(train_.images.device());
+    padded_images_ = torch::constant_pad_nd(train_.images, {padding_, padding_, padding_, padding_}, 0);
+    rows_ = (torch::arange(kImageSide, long_options) * side).view({1, kImageSide, 1});
+    const auto x = torch::arange(kImageSide, long_options);
+    columns_ = torch::stack({x, x.flip({0})}).view({2, 1, kImageSide});
+    train_.images = torch::Tensor();  // batches come from the padded copy only
+  }
   set_epoch(0);  // batches are valid from the start
 }
 
@@ -97,50 +107,42 @@ void TrainLoader::set_epoch(int64_t epoch) {
   // Always drawn, in a fixed sequence, so switching one augmentation off leaves the others'
   // draws (and the order) unchanged.
   auto shift = torch::randint(-padding_, padding_ + 1, {count, 2}, generator, long_options);  // [N,2] (dy, dx)
-  auto flip = torch::randint(0, 2, {count}, generator, long_options).to(torch::kBool);       // [N] Bernoulli(0.5)
+  auto flip = torch::randint(0, 2, {count}, generator, long_options);                        // [N] Bernoulli(0.5)
   if (!random_crop_) shift.zero_();
   if (!flip_) flip.zero_();
 
-  const auto device = train_.images.device();
+  const auto device = train_.labels.device();
   order_ = order.to(device);
-  crop_shift_ = shift.to(device);
-  flip_mask_ = flip.to(device);
+  labels_in_order_ = train_.labels.index_select(0, order_);
+  if (!augments()) return;
+  // Put in the epoch's order here, so that a batch takes slices instead of gathering them.
+  const int64_t side = kImageSide + 2 * padding_;
+  shift = shift.index_select(0, order) + padding_;
+  crop_offset_ = (shift.select(1, 0) * side + shift.select(1, 1)).view({count, 1, 1}).to(device);
+  flipped_ = flip.index_select(0, order).to(device);
 }
 
 Batch TrainLoader::batch(int64_t index) const {
   if (index < 0 || index >= batches_per_epoch())
     throw std::out_of_range(fmt::format("{}:{}: TrainLoader::batch({}) outside 0-{}", __FILE__, __LINE__, index,
                                         batches_per_epoch() - 1));
-  const auto indices = order_.narrow(0, index * batch_size_, batch_size_);  // [B] int64, device
-  const auto images = train_.images.index_select(0, indices);              // [B,3,32,32] uint8, device
-  const auto labels = train_.labels.index_select(0, indices);              // [B] int64, device
-  if (!random_crop_ && !flip_) return {normalize_(images), labels};
+  const int64_t start = index * batch_size_;
+  const auto indices = order_.narrow(0, start, batch_size_);           // [B] int64, device
+  const auto labels = labels_in_order_.narrow(0, start, batch_size_);  // [B] int64, device
+  if (!augments()) return {normalize_(train_.images.index_select(0, indices)), labels};
 
-  // torchvision's RandomCrop(32, padding=p) then RandomHorizontalFlip, as one gather:
-  //   crop[y, x] = padded[y + p + dy, x + p + dx] = image[y + dy, x + dx]  (0 outside the image)
-  //   out[y, x]  = crop[y, flip ? 31 - x : x]
-  // so out[y, x] = image[y + dy, x' + dx] with x' = flip ? 31 - x : x.
-  const int64_t batch_size = indices.size(0);
-  const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(images.device());
-  const auto shift = crop_shift_.index_select(0, indices);                       // [B,2] int64
-  const auto dy = shift.select(1, 0).view({batch_size, 1, 1});                    // [B,1,1]
-  const auto dx = shift.select(1, 1).view({batch_size, 1, 1});                    // [B,1,1]
-  const auto flipped = flip_mask_.index_select(0, indices).view({batch_size, 1, 1});  // [B,1,1] bool
-  const auto rows = torch::arange(kImageSide, long_options).view({1, kImageSide, 1});  // [1,32,1]
-  const auto cols = torch::arange(kImageSide, long_options).view({1, 1, kImageSide});  // [1,1,32]
-
-  const auto source_row = rows + dy;                                         // [B,32,1]
-  const auto source_col = torch::where(flipped, cols.flip({2}), cols) + dx;  // [B,1,32]
-  const auto inside = source_row.ge(0).logical_and(source_row.lt(kImageSide))
-                          .logical_and(source_col.ge(0).logical_and(source_col.lt(kImageSide)));  // [B,32,32] bool
-  // Clamped so every index is legal; pixels from outside the image are zeroed by `inside`.
+  // torchvision's RandomCrop(32, padding=p) then RandomHorizontalFlip, as one gather from the
+  // zero-padded image P (P[Y, X] = image[Y - p, X - p], 0 in the border):
+  //   out[y, x] = crop[y, flip ? 31 - x : x] = P[y + p + dy, x' + p + dx],  x' = flip ? 31 - x : x
+  // whose flat index in P's S x S plane is y * S + crop_offset + x'.
   const int64_t plane = kImageSide * kImageSide;
-  const auto source = (source_row.clamp(0, kImageSide - 1) * kImageSide + source_col.clamp(0, kImageSide - 1))
-                          .view({batch_size, 1, plane});  // [B,1,1024] int64, shared by the 3 channels
-  const auto gathered = images.view({batch_size, kChannels, plane})
-                            .gather(2, source.expand({batch_size, kChannels, plane}))           // [B,3,1024] uint8
-                            .masked_fill(inside.view({batch_size, 1, plane}).logical_not(), 0);  // zero padding
-  return {normalize_(gathered.view({batch_size, kChannels, kImageSide, kImageSide})), labels};
+  const int64_t side = kImageSide + 2 * padding_;
+  const auto columns = columns_.index_select(0, flipped_.narrow(0, start, batch_size_));  // [B,1,32] x'
+  const auto source = (rows_ + crop_offset_.narrow(0, start, batch_size_)) + columns;    // [B,32,32] int64
+  const auto gathered = padded_images_.index_select(0, indices)                           // [B,3,S,S] uint8
+                            .view({batch_size_, kChannels, side * side})
+                            .gather(2, source.view({batch_size_, 1, plane}).expand({batch_size_, kChannels, plane}));
+  return {normalize_(gathered.view({batch_size_, kChannels, kImageSide, kImageSide})), labels};
 }
 
 // ---- EvalLoader -------------------------------------------------------------------------------

@@ -45,16 +45,24 @@ class TrainLoader {
   Batch batch(int64_t index) const;
 
  private:
-  ImageSet train_;
+  bool augments() const { return random_crop_ || flip_; }
+
+  ImageSet train_;  // its images are dropped when augmenting (padded_images_ holds them)
   Normalizer normalize_;
   int64_t batch_size_;
   bool random_crop_;
   int64_t padding_;
   bool flip_;
   uint64_t seed_;
-  torch::Tensor order_;        // [N] int64, the epoch's permutation, on the device
-  torch::Tensor crop_shift_;   // [N,2] int64 (dy, dx) in [-padding, padding], on the device
-  torch::Tensor flip_mask_;    // [N] bool, on the device
+  // Fixed, on the device (when augmenting):
+  torch::Tensor padded_images_;  // [N,3,S,S] uint8: the images with a zero border of `padding`, S = 32 + 2 * padding
+  torch::Tensor rows_;           // [1,32,1] int64: y * S
+  torch::Tensor columns_;        // [2,1,32] int64: x, and 31 - x for a flipped image
+  // Per epoch, on the device, indexed by position in the epoch's order (a batch is a slice):
+  torch::Tensor order_;           // [N] int64, the epoch's permutation
+  torch::Tensor labels_in_order_;  // [N] int64
+  torch::Tensor crop_offset_;     // [N,1,1] int64: (dy + padding) * S + dx + padding, the crop's corner in the padded plane
+  torch::Tensor flipped_;         // [N] int64: 1 where the image is mirrored
 };
 
 /// Test batches: every image once, in file order; the last batch may be smaller.
