@@ -3,12 +3,18 @@
 
     python3 scripts/bench_report.py --ltrain OUT/ltrain.jsonl --pytorch OUT/pytorch.json
 
-Rows are matched on (arch, stem, precision, channels_last, checkpoint segments, mode, batch size);
-the ratio column is ltrain img/s over PyTorch img/s measured in the same call. "host ms" is the time
+    python3 scripts/bench_report.py --ltrain OUT/ltrain-1.jsonl OUT/ltrain-2.jsonl \
+        --pytorch OUT/pytorch-1.json OUT/pytorch-2.json
+
+Rows are matched on (arch, stem, precision, channels_last, checkpoint segments, mode, batch size).
+With several rounds (file i of each list is round i, run one after the other in one call), the
+table shows medians, and the ratio is the median of the per-round ratios (ltrain img/s over
+PyTorch img/s of the same round), with their range. "host ms" is the time
 ltrain's host took to issue a step: near ms/step, the step is bound by kernel launches.
 """
 import argparse
 import json
+import statistics
 
 GIB = float(1 << 30)
 
@@ -45,32 +51,47 @@ def gib(value):
     return "n/a" if value is None or value < 0 else f"{value:.2f}"
 
 
+def median(values):
+    return statistics.median(values) if values else None
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ltrain", required=True)
-    p.add_argument("--pytorch", required=True)
+    p.add_argument("--ltrain", nargs="+", required=True, help="ltrain bench step --json lines, one file per round")
+    p.add_argument("--pytorch", nargs="+", required=True, help="bench_pytorch.py JSON, one file per round")
     args = p.parse_args()
-    ours = load_ltrain(args.ltrain)
-    header, theirs = load_pytorch(args.pytorch)
+    if len(args.ltrain) != len(args.pytorch):
+        p.error("give one --ltrain and one --pytorch file per round")
+    rounds = [(load_ltrain(ours), load_pytorch(theirs)) for ours, theirs in zip(args.ltrain, args.pytorch)]
+    header = rounds[0][1][0]
     print(f"GPU: {header['gpu']}; PyTorch {header['torch']}, CUDA {header['cuda']}, cuDNN {header['cudnn']}; "
-          f"date {header['date']}\n")
+          f"date {header['date']}; {len(rounds)} round(s), medians shown"
+          + ("; ratio range = lowest-highest per-round ratio" if len(rounds) > 1 else "") + "\n")
     print("| model | precision | channels_last | segments | mode | batch | ltrain img/s | PyTorch img/s | ratio "
-          "| ltrain ms/step | host ms | PyTorch ms/step | ltrain GiB | PyTorch GiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for k in sorted(ours, key=lambda k: k[2:]):
-        r = ours[k]
-        t = theirs.get(k)
+          "| ratio range | ltrain ms/step | host ms | PyTorch ms/step | ltrain GiB | PyTorch GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    keys = sorted({k for ours, _ in rounds for k in ours}, key=lambda k: k[2:])
+    for k in keys:
         arch, stem, precision, channels_last, segments, mode, batch = k
-        t_ips = t["img_per_s"] if t and not t.get("error") else None
-        ratio = f"{r['images_per_second'] / t_ips:.2f}x" if t_ips else "n/a"
-        ours_gib = r["peak_memory_bytes"] / GIB if r.get("peak_memory_bytes", -1) >= 0 else None
-        host_ms = f"{r['host_ms_per_step']:.2f}" if "host_ms_per_step" in r else "n/a"
+        ours = [o[k] for o, _ in rounds if k in o]
+        theirs = [t[k] for _, (_, t) in rounds if k in t and not t[k].get("error")]
+        errors = [t[k]["error"] for _, (_, t) in rounds if k in t and t[k].get("error")]
+        ratios = [o[k]["images_per_second"] / t[k]["img_per_s"] for o, (_, t) in rounds
+                  if k in o and k in t and not t[k].get("error")]
+        our_ips = median([r["images_per_second"] for r in ours])
+        their_ips = median([r["img_per_s"] for r in theirs])
+        their_cell = f"{their_ips:.0f}" if their_ips else (errors[0] if errors else "n/a")
+        ratio_cell = f"{median(ratios):.2f}x" if ratios else "n/a"
+        range_cell = f"{min(ratios):.2f}-{max(ratios):.2f}x" if len(ratios) > 1 else ""
+        host = [r["host_ms_per_step"] for r in ours if "host_ms_per_step" in r]
+        host_cell = f"{median(host):.2f}" if host else "n/a"
+        their_ms_cell = f"{median([r['ms_per_step'] for r in theirs]):.2f}" if theirs else "n/a"
+        our_bytes = max(r["peak_memory_bytes"] for r in ours)
+        their_gib = max((r.get("steady_mem_gib") or -1 for r in theirs), default=-1)
         print(f"| {arch} ({stem} stem) | {precision} | {'on' if channels_last else 'off'} | {segments or 'off'} "
-              f"| {mode} | {batch} "
-              f"| {r['images_per_second']:.0f} | {t_ips if t_ips else (t or {}).get('error', 'n/a')} | {ratio} "
-              f"| {r['ms_per_step']:.2f} | {host_ms} | {t['ms_per_step'] if t_ips else 'n/a'} "
-              f"| {gib(ours_gib)} | {gib(t.get('steady_mem_gib') if t_ips else None)} |")
-
+              f"| {mode} | {batch} | {our_ips:.0f} | {their_cell} | {ratio_cell} | {range_cell} "
+              f"| {median([r['ms_per_step'] for r in ours]):.2f} | {host_cell} | {their_ms_cell} "
+              f"| {gib(our_bytes / GIB if our_bytes >= 0 else None)} | {gib(their_gib)} |")
 
 if __name__ == "__main__":
     main()

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Training-step throughput of ltrain and of PyTorch Python (scripts/bench_pytorch.py) on the same
-# GPU in one call, written side by side: OUT/ltrain.jsonl, OUT/pytorch.json, OUT/step-table.md.
+# GPU in one call, written side by side: OUT/ltrain-R.jsonl, OUT/pytorch-R.json per round R, and
+# OUT/step-table.md (medians over the rounds, and the range of the per-round ratios).
 #
 #   scripts/gpu-bench-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
 #                             [--batch-sizes "256 512"] [--precision "fp32"] [--channels-last "off"]
-#                             [--segments "0"] [--steps 50] [--warmup 15] [--python-modes eager]
+#                             [--segments "0"] [--steps 50] [--warmup 15] [--python-modes eager] [--rounds 1]
 # --segments lists model.checkpoint_segments values (0: activation checkpointing off).
+# --rounds N runs the whole grid N times, ltrain then Python in each round: the host's speed
+# drifts within a call (seen on the H200 host), and alternating keeps both sides under the same drift.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out="${1:?usage: scripts/gpu-bench-step.sh OUT [options]}"
 shift
 ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json
-batch_sizes="256 512" precisions="fp32" channels_last="off" segments="0" steps=50 warmup=15 python_modes=eager
+batch_sizes="256 512" precisions="fp32" channels_last="off" segments="0" steps=50 warmup=15 python_modes=eager rounds=1
 while (($#)); do
   case "$1" in
     --ltrain) ltrain="$2" ;;
@@ -24,31 +27,41 @@ while (($#)); do
     --python-modes) python_modes="$2" ;;
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
+    --rounds) rounds="$2" ;;
     *) echo "gpu-bench-step: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
 done
 mkdir -p "$out"
-: >"$out/ltrain.jsonl"
-
-for layout in $channels_last; do
-  for precision in $precisions; do
-    for segment_count in $segments; do
-      for batch in $batch_sizes; do
-        "$ltrain" bench step --config "$config" --set "data.batch_size=$batch" --set "precision.mode=$precision" \
-          --set "model.channels_last=$([ "$layout" = on ] && echo true || echo false)" \
-          --set "model.checkpoint_segments=$segment_count" \
-          --warmup "$warmup" --steps "$steps" --json | tee -a "$out/ltrain.jsonl"
-      done
-    done
-  done
-done
 # bench_pytorch.py takes on, off or both.
 case "$channels_last" in "off") python_layout=off ;; "on") python_layout=on ;; *) python_layout=both ;; esac
 
-arch=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['arch'])" "$out/ltrain.jsonl")
-stem=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['stem'])" "$out/ltrain.jsonl")
-# shellcheck disable=SC2086
-python3 scripts/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes $batch_sizes --precision $precisions \
-  --channels-last "$python_layout" --checkpoint-segments $segments --modes $python_modes --steps "$steps" --warmup "$warmup" --json "$out/pytorch.json"
-python3 scripts/bench_report.py --ltrain "$out/ltrain.jsonl" --pytorch "$out/pytorch.json" | tee "$out/step-table.md"
+run_ltrain_grid() {  # $1: output file
+  : >"$1"
+  for layout in $channels_last; do
+    for precision in $precisions; do
+      for segment_count in $segments; do
+        for batch in $batch_sizes; do
+          "$ltrain" bench step --config "$config" --set "data.batch_size=$batch" --set "precision.mode=$precision" \
+            --set "model.channels_last=$([ "$layout" = on ] && echo true || echo false)" \
+            --set "model.checkpoint_segments=$segment_count" \
+            --warmup "$warmup" --steps "$steps" --json | tee -a "$1"
+        done
+      done
+    done
+  done
+}
+
+ltrain_files=() pytorch_files=()
+for round in $(seq 1 "$rounds"); do
+  run_ltrain_grid "$out/ltrain-$round.jsonl"
+  arch=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['arch'])" "$out/ltrain-$round.jsonl")
+  stem=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['stem'])" "$out/ltrain-$round.jsonl")
+  # shellcheck disable=SC2086
+  python3 scripts/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes $batch_sizes --precision $precisions \
+    --channels-last "$python_layout" --checkpoint-segments $segments --modes $python_modes --steps "$steps" \
+    --warmup "$warmup" --json "$out/pytorch-$round.json"
+  ltrain_files+=("$out/ltrain-$round.jsonl")
+  pytorch_files+=("$out/pytorch-$round.json")
+done
+python3 scripts/bench_report.py --ltrain "${ltrain_files[@]}" --pytorch "${pytorch_files[@]}" | tee "$out/step-table.md"
