@@ -53,6 +53,21 @@ def table(rows, headers):
     return "\n".join(lines)
 
 
+def print_totals_by_name(events, categories, title, time_label, headers, name_width, per_step, top):
+    """Count and total duration per event name for the events of `categories`, busiest first."""
+    chosen = [e for e in events if e.get("cat") in categories]
+    by_name = collections.defaultdict(lambda: [0, 0.0])
+    for e in chosen:
+        by_name[e["name"]][0] += 1
+        by_name[e["name"]][1] += e["dur"]
+    print(f"\n{title}: {len(chosen) * per_step:.0f} per step, "
+          f"{sum(e['dur'] for e in chosen) * per_step / 1000:.2f} {time_label}")
+    rows = [(name[:name_width], f"{n * per_step:.1f}", f"{t * per_step / 1000:.3f}")
+            for name, (n, t) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]]
+    if rows:
+        print(table(rows, headers))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("trace")
@@ -70,30 +85,10 @@ def main():
             for name, t in sorted(own.items(), key=lambda kv: -kv[1])[:args.top]]
     print(table(rows, ("operator", "calls/step", "self ms/step")))
 
-    runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
-    by_call = collections.defaultdict(lambda: [0, 0.0])
-    for e in runtime:
-        by_call[e["name"]][0] += 1
-        by_call[e["name"]][1] += e["dur"]
-    print(f"\nCUDA runtime/driver calls: {len(runtime) * per_step:.0f} per step, "
-          f"{sum(e['dur'] for e in runtime) * per_step / 1000:.2f} ms per step")
-    rows = [(name[:50], f"{n * per_step:.1f}", f"{t * per_step / 1000:.3f}")
-            for name, (n, t) in sorted(by_call.items(), key=lambda kv: -kv[1][1])[:args.top]]
-    if rows:
-        print(table(rows, ("call", "calls/step", "ms/step")))
-
-    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    by_kernel = collections.defaultdict(lambda: [0, 0.0])
-    for e in kernels:
-        by_kernel[e["name"]][0] += 1
-        by_kernel[e["name"]][1] += e["dur"]
-    print(f"\nGPU kernels, copies and sets: {len(kernels) * per_step:.0f} per step, "
-          f"{sum(e['dur'] for e in kernels) * per_step / 1000:.2f} ms per step of GPU time")
-    rows = [(name[:90], f"{n * per_step:.1f}", f"{t * per_step / 1000:.3f}")
-            for name, (n, t) in sorted(by_kernel.items(), key=lambda kv: -kv[1][1])[:args.top]]
-    if rows:
-        print(table(rows, ("kernel", "count/step", "ms/step")))
-
+    print_totals_by_name(events, ("cuda_runtime", "cuda_driver"), "CUDA runtime/driver calls", "ms per step",
+                         ("call", "calls/step", "ms/step"), 50, per_step, args.top)
+    print_totals_by_name(events, ("kernel", "gpu_memcpy", "gpu_memset"), "GPU kernels, copies and sets",
+                         "ms per step of GPU time", ("kernel", "count/step", "ms/step"), 90, per_step, args.top)
 
 if __name__ == "__main__":
     main()
