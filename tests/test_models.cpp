@@ -17,6 +17,7 @@ using ltrain::config::Arch;
 using ltrain::config::ModelSection;
 using ltrain::config::Stem;
 using ltrain::models::BatchNorm2d;
+using ltrain::models::BatchNorm2dImpl;
 using ltrain::models::ResNet;
 
 constexpr Arch kAllArchs[] = {Arch::resnet18, Arch::resnet34, Arch::resnet50, Arch::resnet101, Arch::resnet152};
@@ -329,6 +330,8 @@ TEST(ResNet, BatchNormStartsAtIdentityAndLinearKeepsDefaultInit) {
     EXPECT_TRUE(torch::all(batch_norm->running_var == 1).item<bool>()) << item.key();
   }
   EXPECT_EQ(norms, 53);
+  EXPECT_DOUBLE_EQ(BatchNorm2dImpl::kEps, 1e-5);  // PyTorch's defaults, which torchvision trained with
+  EXPECT_DOUBLE_EQ(BatchNorm2dImpl::kMomentum, 0.1);
 
   // PyTorch's Linear default: weight and bias uniform in +-1/sqrt(in_features), not all zero.
   auto parameters = model->named_parameters();

@@ -84,10 +84,9 @@ TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64
     throw ConfigError(fmt::format("data.crop_padding: {} is outside 0-{}", padding_, kImageSide - 1));
   if (augments()) {
     // Padded once, so that a crop is one gather with no bounds tests (the border is the zero fill).
-    const int64_t side = kImageSide + 2 * padding_;
     const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(train_.images.device());
-    padded_images_ = torch::constant_pad_nd(train_.images, {padding_, padding_, padding_, padding_}, 0);
-    rows_ = (torch::arange(kImageSide, long_options) * side).view({1, kImageSide, 1});
+    padded_images_ = torch::constant_pad_nd(train_.images, {border(), border(), border(), border()}, 0);
+    rows_ = (torch::arange(kImageSide, long_options) * padded_side()).view({1, kImageSide, 1});
     const auto x = torch::arange(kImageSide, long_options);
     columns_ = torch::stack({x, x.flip({0})}).view({2, 1, kImageSide});
     train_.images = torch::Tensor();  // batches come from the padded copy only
@@ -116,9 +115,8 @@ void TrainLoader::set_epoch(int64_t epoch) {
   labels_in_order_ = train_.labels.index_select(0, order_);
   if (!augments()) return;
   // Put in the epoch's order here, so that a batch takes slices instead of gathering them.
-  const int64_t side = kImageSide + 2 * padding_;
-  shift = shift.index_select(0, order) + padding_;
-  crop_offset_ = (shift.select(1, 0) * side + shift.select(1, 1)).view({count, 1, 1}).to(device);
+  shift = shift.index_select(0, order) + border();
+  crop_offset_ = (shift.select(1, 0) * padded_side() + shift.select(1, 1)).view({count, 1, 1}).to(device);
   flipped_ = flip.index_select(0, order).to(device);
 }
 
@@ -136,7 +134,7 @@ Batch TrainLoader::batch(int64_t index) const {
   //   out[y, x] = crop[y, flip ? 31 - x : x] = P[y + p + dy, x' + p + dx],  x' = flip ? 31 - x : x
   // whose flat index in P's S x S plane is y * S + crop_offset + x'.
   const int64_t plane = kImageSide * kImageSide;
-  const int64_t side = kImageSide + 2 * padding_;
+  const int64_t side = padded_side();
   const auto columns = columns_.index_select(0, flipped_.narrow(0, start, batch_size_));  // [B,1,32] x'
   const auto source = (rows_ + crop_offset_.narrow(0, start, batch_size_)) + columns;    // [B,32,32] int64
   const auto gathered = padded_images_.index_select(0, indices)                           // [B,3,S,S] uint8

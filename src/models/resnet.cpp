@@ -13,8 +13,6 @@ torch::nn::Conv2d conv_no_bias(int64_t in_channels, int64_t out_channels, int64_
       torch::nn::Conv2dOptions(in_channels, out_channels, kernel).stride(stride).padding(kernel / 2).bias(false));
 }
 
-BatchNorm2d norm(int64_t channels) { return BatchNorm2d(channels); }
-
 /// What a depth is made of.
 struct ArchSpec {
   bool bottleneck;
@@ -54,7 +52,8 @@ Stages make_stages(int64_t width, const std::array<int64_t, 4>& blocks_per_stage
       const int64_t stride = (stage > 0 && index == 0) ? 2 : 1;
       torch::nn::Sequential projection{nullptr};
       if (stride != 1 || in_channels != out_channels)
-        projection = torch::nn::Sequential(conv_no_bias(in_channels, out_channels, 1, stride), norm(out_channels));
+        projection =
+            torch::nn::Sequential(conv_no_bias(in_channels, out_channels, 1, stride), BatchNorm2d(out_channels));
       layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection)));
       in_channels = out_channels;
     }
@@ -101,9 +100,9 @@ void ResidualBlockImpl::register_downsample(torch::nn::Sequential projection) {
 BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride,
                                torch::nn::Sequential projection) {
   conv1 = register_module("conv1", conv_no_bias(in_channels, planes, 3, stride));
-  bn1 = register_module("bn1", norm(planes));
+  bn1 = register_module("bn1", BatchNorm2d(planes));
   conv2 = register_module("conv2", conv_no_bias(planes, planes, 3, 1));
-  bn2 = register_module("bn2", norm(planes));
+  bn2 = register_module("bn2", BatchNorm2d(planes));
   register_downsample(std::move(projection));
 }
 
@@ -115,11 +114,11 @@ torch::Tensor BasicBlockImpl::residual_branch(torch::Tensor x) {
 BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride,
                                torch::nn::Sequential projection) {
   conv1 = register_module("conv1", conv_no_bias(in_channels, planes, 1, 1));
-  bn1 = register_module("bn1", norm(planes));
+  bn1 = register_module("bn1", BatchNorm2d(planes));
   conv2 = register_module("conv2", conv_no_bias(planes, planes, 3, stride));  // v1.5: stride here
-  bn2 = register_module("bn2", norm(planes));
+  bn2 = register_module("bn2", BatchNorm2d(planes));
   conv3 = register_module("conv3", conv_no_bias(planes, planes * expansion, 1, 1));
-  bn3 = register_module("bn3", norm(planes * expansion));
+  bn3 = register_module("bn3", BatchNorm2d(planes * expansion));
   register_downsample(std::move(projection));
 }
 
@@ -138,7 +137,7 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options) : options_(options) 
   } else {
     conv1 = register_module("conv1", conv_no_bias(3, width, 3, 1));
   }
-  bn1 = register_module("bn1", norm(width));
+  bn1 = register_module("bn1", BatchNorm2d(width));
 
   const ArchSpec spec = arch_spec(options_.arch);
   Stages stages = spec.bottleneck ? make_stages<BottleneckImpl>(width, spec.blocks_per_stage)

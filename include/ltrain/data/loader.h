@@ -46,6 +46,10 @@ class TrainLoader {
 
  private:
   bool augments() const { return random_crop_ || flip_; }
+  /// Zero border kept around each image: the crop padding with random crops, else none.
+  int64_t border() const { return random_crop_ ? padding_ : 0; }
+  /// Side of a stored (bordered) image plane.
+  int64_t padded_side() const { return kImageSide + 2 * border(); }
 
   ImageSet train_;  // its images are dropped when augmenting (padded_images_ holds them)
   Normalizer normalize_;
@@ -55,13 +59,13 @@ class TrainLoader {
   bool flip_;
   uint64_t seed_;
   // Fixed, on the device (when augmenting):
-  torch::Tensor padded_images_;  // [N,3,S,S] uint8: the images with a zero border of `padding`, S = 32 + 2 * padding
+  torch::Tensor padded_images_;  // [N,3,S,S] uint8: the images with their zero border, S = padded_side()
   torch::Tensor rows_;           // [1,32,1] int64: y * S
   torch::Tensor columns_;        // [2,1,32] int64: x, and 31 - x for a flipped image
   // Per epoch, on the device, indexed by position in the epoch's order (a batch is a slice):
   torch::Tensor order_;           // [N] int64, the epoch's permutation
   torch::Tensor labels_in_order_;  // [N] int64
-  torch::Tensor crop_offset_;     // [N,1,1] int64: (dy + padding) * S + dx + padding, the crop's corner in the padded plane
+  torch::Tensor crop_offset_;     // [N,1,1] int64: (dy + border) * S + dx + border, the crop's corner in the padded plane
   torch::Tensor flipped_;         // [N] int64: 1 where the image is mirrored
 };
 
