@@ -162,8 +162,8 @@ int run_bench(int argc, char** argv) {
   if (args->count("json")) {
     std::cout << ltrain::bench::to_json(result).dump() << "\n";
   } else {
-    std::cout << fmt::format("{} batch {}: {:.2f} ms/step, {:.0f} img/s, peak memory {}\n", result.device,
-                             result.batch_size, result.ms_per_step, result.images_per_second,
+    std::cout << fmt::format("{} batch {}{}: {:.2f} ms/step, {:.0f} img/s, peak memory {}\n", result.device,
+                             result.batch_size, result.cuda_graph ? " (CUDA graph)" : "", result.ms_per_step, result.images_per_second,
                              result.peak_memory_bytes < 0 ? std::string("n/a")
                                                           : fmt::format("{:.2f} GiB", static_cast<double>(result.peak_memory_bytes) / (1 << 30)));
   }

@@ -19,7 +19,8 @@ Modes:
 A configuration that fails (out of memory, a compile error) becomes a row with an "error" field;
 the run goes on. The JSON file is rewritten after every row, so a killed run keeps what it measured.
 Memory: peak_mem_gib counts from the start of a configuration (for the first configuration that
-meets a shape it includes cudnn.benchmark's trial workspaces); steady_mem_gib only the timed steps.
+meets a shape it includes cudnn.benchmark's trial workspaces); steady_mem_gib only the timed steps;
+steady_reserved_gib what the allocator held over them after emptying its cache (a graph's pool included).
 
 Duration (measured on an H200, torch 2.11): the resnet50 grid above (48 configurations) takes
 about 17 minutes, mostly torch.compile (about 45 s per compiled configuration) and cudnn.benchmark
@@ -244,10 +245,12 @@ def run_config(cfg, warmup, steps, device, profile_dir=None):
     # peak_mem_gib counts from the start of the config (cudnn.benchmark's trial workspaces
     # included, for the first config that meets a shape); steady_mem_gib only the timed steps.
     peak_setup = torch.cuda.max_memory_allocated(device)
+    torch.cuda.empty_cache()  # so that reserved memory counts what the steps hold (a graph's pool too)
     torch.cuda.reset_peak_memory_stats(device)
 
     ms_mean, ms_median = time_steps(step, steps)
     steady = torch.cuda.max_memory_allocated(device)
+    steady_reserved = torch.cuda.max_memory_reserved(device)
     loss = float(last_loss().detach().float().item())
     if profile_dir:
         activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -260,6 +263,7 @@ def run_config(cfg, warmup, steps, device, profile_dir=None):
     return dict(ms_per_step=round(ms_mean, 3), ms_median=round(ms_median, 3),
                 img_per_s=round(cfg["batch"] * 1000.0 / ms_mean, 1),
                 peak_mem_gib=round(max(peak_setup, steady) / GIB, 3), steady_mem_gib=round(steady / GIB, 3),
+                steady_reserved_gib=round(steady_reserved / GIB, 3),
                 final_loss=round(loss, 4), **extra)
 
 

@@ -5,8 +5,11 @@
 #
 #   scripts/gpu-bench-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
 #                             [--batch-sizes "256 512"] [--precision "fp32"] [--channels-last "off"]
-#                             [--segments "0"] [--steps 50] [--warmup 15] [--python-modes eager] [--rounds 1]
-# --segments lists model.checkpoint_segments values (0: activation checkpointing off).
+#                             [--segments "0"] [--graph "off"] [--steps 50] [--warmup 15] [--python-modes eager]
+#                             [--rounds 1]
+# --segments lists model.checkpoint_segments values (0: activation checkpointing off); --graph
+# lists cuda_graph.train values for ltrain ("off on": eager and graphed rows); --python-modes
+# lists bench_pytorch.py modes (eager compile graph).
 # --rounds N runs the whole grid N times, ltrain then Python in each round: the host's speed
 # drifts within a call (seen on the H200 host), and alternating keeps both sides under the same drift.
 set -euo pipefail
@@ -15,7 +18,7 @@ cd "$(dirname "$0")/.."
 out="${1:?usage: scripts/gpu-bench-step.sh OUT [options]}"
 shift
 ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json
-batch_sizes="256 512" precisions="fp32" channels_last="off" segments="0" steps=50 warmup=15 python_modes=eager rounds=1
+batch_sizes="256 512" precisions="fp32" channels_last="off" segments="0" graph=off steps=50 warmup=15 python_modes=eager rounds=1
 while (($#)); do
   case "$1" in
     --ltrain) ltrain="$2" ;;
@@ -24,6 +27,7 @@ while (($#)); do
     --precision) precisions="$2" ;;
     --channels-last) channels_last="$2" ;;
     --segments) segments="$2" ;;
+    --graph) graph="$2" ;;
     --python-modes) python_modes="$2" ;;
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
@@ -41,11 +45,14 @@ run_ltrain_grid() {  # $1: output file
   for layout in $channels_last; do
     for precision in $precisions; do
       for segment_count in $segments; do
-        for batch in $batch_sizes; do
-          "$ltrain" bench step --config "$config" --set "data.batch_size=$batch" --set "precision.mode=$precision" \
-            --set "model.channels_last=$([ "$layout" = on ] && echo true || echo false)" \
-            --set "model.checkpoint_segments=$segment_count" \
-            --warmup "$warmup" --steps "$steps" --json | tee -a "$1"
+        for graphed in $graph; do
+          for batch in $batch_sizes; do
+            "$ltrain" bench step --config "$config" --set "data.batch_size=$batch" --set "precision.mode=$precision" \
+              --set "model.channels_last=$([ "$layout" = on ] && echo true || echo false)" \
+              --set "model.checkpoint_segments=$segment_count" \
+              --set "cuda_graph.train=$([ "$graphed" = on ] && echo true || echo false)" \
+              --warmup "$warmup" --steps "$steps" --json | tee -a "$1"
+          done
         done
       done
     done

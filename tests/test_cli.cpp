@@ -89,6 +89,26 @@ TEST(Cli, PrecisionTheCpuCannotRunIsAConfigError) {
       << read_file(dir.path() / "out");
 }
 
+TEST(Cli, CudaGraphsOnTheCpuAreAConfigError) {
+  TempDir dir;
+  write_file(dir.path() / "c.json", R"({"run": {"device": "cpu", "out_dir": ")" + (dir.path() / "runs").string() +
+                                        R"("}, "cuda_graph": {"train": true}})");
+  EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "c.json").string(), dir.path() / "out"), 2);
+  EXPECT_NE(read_file(dir.path() / "out")
+                .find("cuda_graph.train = true: CUDA graphs need a CUDA device and run.device is cpu; set it to false, "
+                      "or run on a GPU with a CUDA build of ltrain"),
+            std::string::npos)
+      << read_file(dir.path() / "out");
+  EXPECT_EQ(run_ltrain("bench step --config " + (dir.path() / "c.json").string() +
+                           " --set cuda_graph.train=false --set cuda_graph.eval=true",
+                       dir.path() / "out"),
+            2);
+  EXPECT_NE(read_file(dir.path() / "out").find("cuda_graph.eval = true: CUDA graphs need a CUDA device"),
+            std::string::npos)
+      << read_file(dir.path() / "out");
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));  // refused before a run directory exists
+}
+
 TEST(Cli, CpuBuildRefusesCudaDevice) {
   if (LTRAIN_WITH_CUDA) GTEST_SKIP() << "CUDA build";
   TempDir dir;

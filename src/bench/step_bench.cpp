@@ -2,7 +2,10 @@
 
 #include <chrono>
 
+#include <fmt/format.h>
+
 #include "ltrain/amp/precision.h"
+#include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
@@ -13,6 +16,10 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
                             const std::string& profile_trace) {
   const config::RunConfig& config = loaded.config;
   const torch::Device device = engine::resolve_device(loaded);
+  if (config.cuda_graph.train && warmup <= config.cuda_graph.warmup_steps)
+    throw ConfigError(fmt::format("ltrain bench step: --warmup {} must exceed cuda_graph.warmup_steps ({}), so that "
+                                  "the capture is not timed",
+                                  warmup, config.cuda_graph.warmup_steps));
   if (!profile_trace.empty()) {
     // An empty profile first: a LibTorch that cannot write traces fails now, not after the timing.
     compat::start_profiler(device.is_cuda());
@@ -45,6 +52,7 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   const engine::StepTotals totals = train_step.take_totals();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t peak_memory = compat::peak_memory_bytes(device);
+  const int64_t peak_reserved = compat::peak_reserved_bytes(device);
   if (!profile_trace.empty()) {
     compat::start_profiler(device.is_cuda());
     run_steps(kProfiledSteps);
@@ -59,6 +67,7 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   result.precision = config::to_string(config.precision.mode);
   result.channels_last = config.model.channels_last;
   result.checkpoint_segments = config.model.checkpoint_segments;
+  result.cuda_graph = train_step.graphed();
   result.batch_size = loader.batch_size();
   result.steps = steps;
   result.seconds = seconds;
@@ -66,6 +75,7 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   result.host_ms_per_step = 1e3 * host_seconds / static_cast<double>(steps);
   result.images_per_second = static_cast<double>(steps * loader.batch_size()) / seconds;
   result.peak_memory_bytes = peak_memory;
+  result.peak_reserved_bytes = peak_reserved;
   result.final_loss = totals.mean_loss();
   return result;
 }
@@ -77,6 +87,8 @@ nlohmann::json to_json(const StepBenchResult& r) {
           {"precision", r.precision},
           {"channels_last", r.channels_last},
           {"checkpoint_segments", r.checkpoint_segments},
+          {"cuda_graph", r.cuda_graph},
+          {"mode", r.cuda_graph ? "graph" : "eager"},
           {"batch_size", r.batch_size},
           {"steps", r.steps},
           {"seconds", r.seconds},
@@ -84,6 +96,7 @@ nlohmann::json to_json(const StepBenchResult& r) {
           {"host_ms_per_step", r.host_ms_per_step},
           {"images_per_second", r.images_per_second},
           {"peak_memory_bytes", r.peak_memory_bytes},
+          {"peak_reserved_bytes", r.peak_reserved_bytes},
           {"final_loss", r.final_loss}};
 }
 

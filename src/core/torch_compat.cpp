@@ -133,7 +133,11 @@ std::pair<int, int> cuda_capability(int index) {
 
 void reset_peak_memory(const torch::Device& device) {
 #if LTRAIN_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (device.is_cuda()) {
+    // Cached blocks nothing uses (cuDNN's autotuning workspaces, say) would count as reserved.
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  }
 #else
   (void)device;
 #endif
@@ -146,6 +150,15 @@ int64_t peak_memory_bytes(const torch::Device& device) {
     // Entry 0 of a stat array is the aggregate over pool types (the StatType enum's namespace moved in 2.x).
     return stats.allocated_bytes[0].peak;
   }
+#else
+  (void)device;
+#endif
+  return -1;
+}
+
+int64_t peak_reserved_bytes(const torch::Device& device) {
+#if LTRAIN_WITH_CUDA
+  if (device.is_cuda()) return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).reserved_bytes[0].peak;
 #else
   (void)device;
 #endif

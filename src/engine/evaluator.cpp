@@ -6,35 +6,67 @@
 
 namespace ltrain::engine {
 
-EvalResult evaluate(models::ResNet& model, const data::EvalLoader& loader, const config::RunConfig& config) {
-  const amp::PrecisionPlan precision = amp::plan_precision(config.precision);
-  const torch::MemoryFormat format = memory_format(config);
-  const bool was_training = model->is_training();
-  model->eval();
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss_sum;  // [] float32 on the device
-  torch::Tensor correct;   // [] int64 on the device
-  for (int64_t index = 0; index < loader.num_batches(); ++index) {
-    const data::Batch batch = loader.batch(index);
-    torch::Tensor logits;  // [B,classes]
-    {
-      const amp::AutocastGuard autocast(batch.images.device().type(), precision.dtype, precision.autocast);
-      logits = model->forward(batch.images.contiguous(format)).to(torch::kFloat32);
-    }
-    const torch::Tensor batch_loss = torch::nn::functional::cross_entropy(
-        logits, batch.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-    const torch::Tensor batch_correct = logits.argmax(1).eq(batch.labels).sum();
-    loss_sum = loss_sum.defined() ? loss_sum + batch_loss : batch_loss;
-    correct = correct.defined() ? correct + batch_correct : batch_correct;
+Evaluator::Evaluator(models::ResNet model, const data::EvalLoader& loader, const config::RunConfig& config)
+    : model_(std::move(model)), loader_(loader), config_(config), use_graph_(config.cuda_graph.eval) {
+  const torch::Device device = model_->parameters().front().device();
+  loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+}
+
+void Evaluator::enqueue(const torch::Tensor& images, const torch::Tensor& labels) {
+  const amp::PrecisionPlan precision = amp::plan_precision(config_.precision);
+  torch::Tensor logits;  // [B,classes] float32
+  {
+    const amp::AutocastGuard autocast(images.device().type(), precision.dtype, precision.autocast);
+    logits = model_->forward(images.contiguous(memory_format(config_))).to(torch::kFloat32);
   }
-  model->train(was_training);
+  loss_sum_.add_(torch::nn::functional::cross_entropy(
+      logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
+  correct_.add_(logits.argmax(1).eq(labels).sum());
+}
+
+EvalResult Evaluator::run() {
+  const bool was_training = model_->is_training();
+  model_->eval();
+  torch::NoGradGuard no_grad;
+  loss_sum_.zero_();
+  correct_.zero_();
+  const int64_t batch_size = config_.data.eval_batch_size;
+  for (int64_t index = 0; index < loader_.num_batches(); ++index) {
+    const data::Batch batch = loader_.batch(index);
+    const bool full = batch.labels.size(0) == batch_size;
+    if (!use_graph_ || !full) {
+      enqueue(batch.images, batch.labels);
+    } else if (!graph_ && index == 0) {
+      // The warm-up PyTorch asks for before a capture (cuDNN picks its algorithms here).
+      gpu::run_on_side_stream(batch.images.device(), [&] { enqueue(batch.images, batch.labels); });
+    } else {
+      if (!graph_) {
+        graph_images_ = torch::empty_like(batch.images, batch.images.options(), memory_format(config_));
+        graph_labels_ = torch::empty_like(batch.labels);
+        auto graph = std::make_unique<gpu::CudaGraph>();
+        graph->capture(batch.images.device(), [&] { enqueue(graph_images_, graph_labels_); });
+        graph_ = std::move(graph);
+      }
+      graph_images_.copy_(batch.images);
+      graph_labels_.copy_(batch.labels);
+      graph_->replay();
+    }
+  }
+  model_->train(was_training);
   EvalResult result;
-  result.images = loader.size();
+  result.images = loader_.size();
   if (result.images == 0) return result;
-  result.correct = correct.item<int64_t>();
-  result.loss = loss_sum.item<double>() / static_cast<double>(result.images);
+  result.correct = correct_.item<int64_t>();
+  result.loss = loss_sum_.item<double>() / static_cast<double>(result.images);
   result.accuracy = static_cast<double>(result.correct) / static_cast<double>(result.images);
   return result;
+}
+
+EvalResult evaluate(models::ResNet& model, const data::EvalLoader& loader, const config::RunConfig& config) {
+  config::RunConfig eager = config;
+  eager.cuda_graph.eval = false;
+  return Evaluator(model, loader, eager).run();
 }
 
 }  // namespace ltrain::engine

@@ -35,6 +35,16 @@ void check_precision_support(const config::LoadedConfig& loaded, const torch::De
                                            device.str(), major, minor));
 }
 
+/// CUDA graphs where they cannot run, as config errors.
+void check_cuda_graph_support(const config::LoadedConfig& loaded, const torch::Device& device) {
+  const config::CudaGraphSection& graph = loaded.config.cuda_graph;
+  if (device.is_cuda() || !(graph.train || graph.eval)) return;
+  throw config::config_error(loaded, graph.train ? "cuda_graph.train" : "cuda_graph.eval",
+                             fmt::format("CUDA graphs need a CUDA device and run.device is {}; set it to false, or "
+                                         "run on a GPU with a CUDA build of ltrain",
+                                         device.str()));
+}
+
 }  // namespace
 
 torch::Device resolve_device(const config::LoadedConfig& loaded) {
@@ -57,6 +67,7 @@ torch::Device resolve_device(const config::LoadedConfig& loaded) {
     device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   check_precision_support(loaded, device);
+  check_cuda_graph_support(loaded, device);
   return device;
 }
 

@@ -1,5 +1,7 @@
 #include "ltrain/engine/train_step.h"
 
+#include <stdexcept>
+
 #include "ltrain/amp/autocast.h"
 #include "ltrain/engine/setup.h"
 
@@ -36,11 +38,39 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
   const torch::Device device = optimizer_.lr().device();
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  if (config.cuda_graph.train) steps_before_capture_ = config.cuda_graph.warmup_steps;
 }
 
 void TrainStep::run(const data::Batch& batch) {
-  const std::vector<torch::Tensor> images = batch.images.chunk(accumulation_steps_);  // K x [B,3,32,32] float32
-  const std::vector<torch::Tensor> labels = batch.labels.chunk(accumulation_steps_);  // K x [B] int64
+  images_ += batch.labels.size(0);
+  if (steps_before_capture_ < 0) {
+    enqueue(batch.images, batch.labels);
+    return;
+  }
+  if (steps_before_capture_ > 0) {
+    gpu::run_on_side_stream(batch.images.device(), [&] { enqueue(batch.images, batch.labels); });
+    --steps_before_capture_;
+    return;
+  }
+  if (!graph_) capture(batch);
+  if (batch.images.sizes() != graph_images_.sizes())
+    throw std::logic_error("TrainStep: a captured step was given a batch of another shape");
+  graph_images_.copy_(batch.images);
+  graph_labels_.copy_(batch.labels);
+  graph_->replay();
+}
+
+void TrainStep::capture(const data::Batch& like) {
+  graph_images_ = torch::empty_like(like.images, like.images.options(), memory_format_);
+  graph_labels_ = torch::empty_like(like.labels);
+  auto graph = std::make_unique<gpu::CudaGraph>();
+  graph->capture(like.images.device(), [&] { enqueue(graph_images_, graph_labels_); });
+  graph_ = std::move(graph);
+}
+
+void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& batch_labels) {
+  const std::vector<torch::Tensor> images = batch_images.chunk(accumulation_steps_);  // K x [B,3,32,32] float32
+  const std::vector<torch::Tensor> labels = batch_labels.chunk(accumulation_steps_);  // K x [B] int64
   optimizer_.zero_grad(/*set_to_none=*/true);
   std::optional<amp::LowPrecisionWeights::InUse> low_precision;  // over every forward and backward pass
   if (low_precision_weights_) low_precision.emplace(*low_precision_weights_);
@@ -59,7 +89,6 @@ void TrainStep::run(const data::Batch& batch) {
     correct_.add_(logits.argmax(1).eq(labels[micro]).sum());
   }
   low_precision.reset();
-  images_ += batch.labels.size(0);
 
   const std::vector<torch::Tensor> grads = optimizer_.gradients();
   if (clip_grad_norm_ > 0.0) {

@@ -89,6 +89,7 @@ TrainResult train(const config::LoadedConfig& loaded) {
   const optim::LrSchedule schedule(config.schedule, config.optim.lr, total_steps, steps_per_epoch);
   amp::GradScaler scaler(amp::scaler_options(config.precision), device);
   TrainStep train_step(model, *optimizer, scaler, config);
+  Evaluator evaluator(model, eval_loader, config);
 
   const fs::path run_dir = io::create_run_dir(config.run.out_dir, config.run.name);
   const fs::path checkpoint_dir = run_dir / "checkpoints";
@@ -105,9 +106,13 @@ TrainResult train(const config::LoadedConfig& loaded) {
                "{} steps in {} epoch(s)",
                config::to_string(config.data.source), sets.train.size(), sets.test.size(), steps_per_epoch,
                train_loader.batch_size(), config.optim.accumulation_steps, config.data.batch_size, total_steps, epochs);
-  spdlog::info("precision {}{}{} | optimizer step: {}", config::to_string(config.precision.mode),
+  spdlog::info("precision {}{}{} | optimizer step: {}{}{}", config::to_string(config.precision.mode),
                scaler.enabled() ? " with a GradScaler" : "", config.model.channels_last ? " | channels_last" : "",
-               optimizer->fused() ? "fused (LibTorch)" : "portable");
+               optimizer->fused() ? "fused (LibTorch)" : "portable",
+               config.cuda_graph.train
+                   ? fmt::format(" | CUDA graph of the training step after {} eager steps", config.cuda_graph.warmup_steps)
+                   : "",
+               config.cuda_graph.eval ? " | CUDA graph of evaluation" : "");
 
   io::MetricsLog metrics(run_dir);
   Progress progress(stderr_is_terminal());
@@ -169,7 +174,7 @@ TrainResult train(const config::LoadedConfig& loaded) {
       // ---- Evaluation ----
       std::optional<EvalResult> evaluation;
       if (due(epoch, config.run.eval_every_epochs, last_epoch)) {
-        evaluation = evaluate(model, eval_loader, config);
+        evaluation = evaluator.run();
         result.final_test_accuracy = evaluation->accuracy;
         result.final_test_loss = evaluation->loss;
         if (evaluation->accuracy > result.best_test_accuracy || result.best_epoch == 0) {

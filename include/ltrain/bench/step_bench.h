@@ -16,6 +16,7 @@ struct StepBenchResult {
   std::string precision;  ///< precision.mode
   bool channels_last = false;  ///< model.channels_last
   int64_t checkpoint_segments = 0;  ///< model.checkpoint_segments (0: activation checkpointing off)
+  bool cuda_graph = false;          ///< cuda_graph.train: the timed steps were graph replays
   int64_t batch_size = 0;
   int64_t steps = 0;
   double seconds = 0.0;
@@ -24,7 +25,9 @@ struct StepBenchResult {
   /// when the step is bound by the host (kernel launches), well below it when the GPU is the limit.
   double host_ms_per_step = 0.0;
   double images_per_second = 0.0;
-  int64_t peak_memory_bytes = -1;  ///< -1 where the device cannot tell (the CPU)
+  int64_t peak_memory_bytes = -1;  ///< peak allocated over the timed steps; -1 where unknown (the CPU)
+  /// Peak the allocator held over the timed steps, a CUDA graph's pool included; -1 where unknown.
+  int64_t peak_reserved_bytes = -1;
   double final_loss = 0.0;         ///< mean training loss over the timed steps (finite if all went well)
 };
 

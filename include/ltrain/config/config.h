@@ -323,6 +323,24 @@ struct CheckpointSection {
   }
 };
 
+struct CudaGraphSection {
+  /// Capture the whole training step (forward, loss, backward, GradScaler, optimizer; every
+  /// micro-batch) as one CUDA graph after `warmup_steps` eager steps, and replay it (CUDA only).
+  bool train = false;
+  /// Capture evaluation's forward pass too (full batches; a last partial batch runs eagerly).
+  bool eval = false;
+  /// Eager training steps before the capture, on a side stream: cuDNN autotuning and lazy set-up
+  /// happen there. They train like any other step.
+  int64_t warmup_steps = 3;
+
+  template <class V>
+  void visit(V& v) {
+    v("train", train);
+    v("eval", eval);
+    v("warmup_steps", warmup_steps, at_least(1));
+  }
+};
+
 /// Everything a run needs, resolved from JSON files, `extends` and --set overrides.
 struct RunConfig {
   RunSection run;
@@ -333,6 +351,7 @@ struct RunConfig {
   ScheduleSection schedule;
   PrecisionSection precision;
   CheckpointSection checkpoint;
+  CudaGraphSection cuda_graph;
 
   template <class V>
   void visit_sections(V& v) {
@@ -344,6 +363,7 @@ struct RunConfig {
     v.section("schedule", schedule);
     v.section("precision", precision);
     v.section("checkpoint", checkpoint);
+    v.section("cuda_graph", cuda_graph);
   }
 };
 

@@ -83,11 +83,16 @@ void set_deterministic(bool deterministic);
 /// Compute capability (major, minor) of CUDA device `index`; (0, 0) on a CPU build.
 std::pair<int, int> cuda_capability(int index);
 
-/// Resets the peak of allocated device memory (no-op on the CPU).
+/// Releases cached device blocks nothing uses and resets the peaks below (no-op on the CPU).
 void reset_peak_memory(const torch::Device& device);
 
-/// Peak bytes allocated on `device` since the last reset; -1 where unknown (the CPU).
+/// Peak bytes allocated to tensors on `device` since the last reset; -1 where unknown (the CPU).
+/// A CUDA graph's private pool counts only while its tensors are alive: see peak_reserved_bytes.
 int64_t peak_memory_bytes(const torch::Device& device);
+
+/// Peak bytes the caching allocator held on `device` since the last reset (allocated, cached,
+/// and CUDA graph pools); -1 where unknown (the CPU).
+int64_t peak_reserved_bytes(const torch::Device& device);
 
 /// Starts LibTorch's (Kineto) profiler: host operators, and with `cuda` the CUDA runtime calls and
 /// kernels. Throws RunError where this LibTorch was built without it.

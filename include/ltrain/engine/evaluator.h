@@ -1,8 +1,10 @@
 #pragma once
 // Test-set evaluation: every image once, sums kept on the device, one host sync at the end.
 #include <cstdint>
+#include <memory>
 
 #include "ltrain/config/config.h"
+#include "ltrain/core/cuda_graph.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/models/resnet.h"
 
@@ -15,8 +17,33 @@ struct EvalResult {
   int64_t images = 0;
 };
 
-/// Runs `model` in eval mode (BatchNorm running statistics) over every test batch, with the
-/// config's autocast and memory format; restores the model's previous train/eval mode.
+/// Evaluates one model over one test loader, as often as asked. With cuda_graph.eval the forward
+/// pass of a full batch is captured once (after one eager batch) and replayed for the others; a
+/// last, smaller batch runs eagerly, so every image counts exactly once.
+class Evaluator {
+ public:
+  Evaluator(models::ResNet model, const data::EvalLoader& loader, const config::RunConfig& config);
+
+  /// Runs the model in eval mode (BatchNorm running statistics) over every test batch, with the
+  /// config's autocast and memory format; restores the model's previous train/eval mode.
+  EvalResult run();
+
+ private:
+  /// Adds the loss and hits of one batch to the device sums (no host sync).
+  void enqueue(const torch::Tensor& images, const torch::Tensor& labels);
+
+  models::ResNet model_;
+  const data::EvalLoader& loader_;
+  const config::RunConfig& config_;
+  bool use_graph_;
+  torch::Tensor loss_sum_;  // [] float32 on the device
+  torch::Tensor correct_;   // [] int64 on the device
+  std::unique_ptr<gpu::CudaGraph> graph_;
+  torch::Tensor graph_images_;  // [eval_batch_size,3,32,32] float32, the model's memory format
+  torch::Tensor graph_labels_;  // [eval_batch_size] int64
+};
+
+/// One evaluation without a graph: Evaluator(model, loader, config).run() with cuda_graph.eval off.
 EvalResult evaluate(models::ResNet& model, const data::EvalLoader& loader, const config::RunConfig& config);
 
 }  // namespace ltrain::engine

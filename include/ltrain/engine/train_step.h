@@ -3,7 +3,9 @@
 // scaled backward (fp16), accumulation over micro-batches, unscale/clip, the optimizer step (skipped
 // on the device after inf/NaN gradients) and the scaler update. Loss, accuracy, skipped steps and
 // the scale are kept on the device and read only when the loop asks (at log intervals).
+// With cuda_graph.train the step's device work is captured once as a CUDA graph and replayed.
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include <torch/torch.h>
@@ -12,6 +14,7 @@
 #include "ltrain/amp/low_precision_weights.h"
 #include "ltrain/amp/precision.h"
 #include "ltrain/config/config.h"
+#include "ltrain/core/cuda_graph.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/optim/optimizer.h"
@@ -35,13 +38,23 @@ class TrainStep {
   TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::GradScaler& scaler, const config::RunConfig& config);
 
   /// One optimizer step over `batch`: [K*B] images as K = optim.accumulation_steps micro-batches
-  /// of B. Enqueues work only.
+  /// of B. Enqueues work only. With cuda_graph.train the first cuda_graph.warmup_steps calls run
+  /// eagerly on a side stream, the next one captures the step, and every call from then on
+  /// copies `batch` into the graph's input buffers and replays it (every batch the same shape).
   void run(const data::Batch& batch);
+
+  /// True once the step has been captured as a CUDA graph.
+  bool graphed() const { return graph_ != nullptr; }
 
   /// Reads and resets the device-side sums: one host sync.
   StepTotals take_totals();
 
  private:
+  /// The step's device work on `images` [K*B,3,32,32] float32 and `labels` [K*B] int64, with no
+  /// host sync and no host state that changes between steps (it may be captured once and replayed).
+  void enqueue(const torch::Tensor& images, const torch::Tensor& labels);
+  void capture(const data::Batch& like);
+
   models::ResNet model_;
   optim::Optimizer& optimizer_;
   amp::GradScaler& scaler_;
@@ -54,6 +67,12 @@ class TrainStep {
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
   int64_t images_ = 0;
+  // cuda_graph.train: eager steps left before the capture (-1: never capture), the graph and its
+  // input buffers (images in the model's memory format).
+  int64_t steps_before_capture_ = -1;
+  std::unique_ptr<gpu::CudaGraph> graph_;
+  torch::Tensor graph_images_;  // [K*B,3,32,32] float32
+  torch::Tensor graph_labels_;  // [K*B] int64
 };
 
 /// Cross-entropy (mean over the batch) with label smoothing, as torch.nn.CrossEntropyLoss.

@@ -1,0 +1,44 @@
+#pragma once
+// CUDA graphs: work captured once (kernels recorded, not run) and replayed as one launch. The
+// only file that touches LibTorch's CUDAGraph and stream API; on a CPU build every entry point
+// throws RunError (configs asking for graphs are refused before that, in engine::resolve_device).
+#include <functional>
+#include <memory>
+
+#include <torch/torch.h>
+
+namespace ltrain::gpu {
+
+/// True when this build can capture CUDA graphs.
+bool cuda_graphs_available();
+
+/// Runs `work` on a side stream of `device`, after the current stream's queued work and before
+/// any work queued on it later. PyTorch asks for a few such warm-up runs before a capture: cuDNN
+/// autotuning, lazy initialisation and the autograd engine's device threads happen there.
+void run_on_side_stream(const torch::Device& device, const std::function<void()>& work);
+
+/// One captured CUDA graph and its private memory pool. Tensors that `enqueue` allocates live in
+/// the pool and are rewritten at every replay; tensors it reads or writes that were allocated
+/// before the capture (weights, optimizer state, static input buffers) keep their addresses.
+class CudaGraph {
+ public:
+  CudaGraph();
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  /// Records the work `enqueue` issues on `device` (on a side stream, ordered after the current
+  /// stream's queued work). Nothing runs. Host-side effects of `enqueue` happen once, now.
+  void capture(const torch::Device& device, const std::function<void()>& enqueue);
+
+  /// Launches the captured work on the current stream (no host sync).
+  void replay();
+
+  bool captured() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ltrain::gpu

@@ -1,0 +1,104 @@
+#include "ltrain/core/cuda_graph.h"
+
+#include "ltrain/core/errors.h"
+
+#if LTRAIN_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace ltrain::gpu {
+
+#if LTRAIN_WITH_CUDA
+
+bool cuda_graphs_available() { return true; }
+
+namespace {
+/// A pool stream of `device` that waits for the current stream's queued work.
+c10::cuda::CUDAStream side_stream_after_current(const torch::Device& device) {
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  at::cuda::CUDAEvent queued;
+  queued.record(current);
+  queued.block(side);
+  return side;
+}
+
+/// Makes the current stream of `device` wait for `side`'s queued work.
+void current_waits_for(const torch::Device& device, const c10::cuda::CUDAStream& side) {
+  at::cuda::CUDAEvent done;
+  done.record(side);
+  done.block(c10::cuda::getCurrentCUDAStream(device.index()));
+}
+}  // namespace
+
+void run_on_side_stream(const torch::Device& device, const std::function<void()>& work) {
+  const c10::cuda::CUDAStream side = side_stream_after_current(device);
+  {
+    const c10::cuda::CUDAStreamGuard on_side(side);
+    work();
+  }
+  current_waits_for(device, side);
+}
+
+struct CudaGraph::Impl {
+  at::cuda::CUDAGraph graph;
+  bool captured = false;
+};
+
+CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
+CudaGraph::~CudaGraph() = default;
+
+void CudaGraph::capture(const torch::Device& device, const std::function<void()>& enqueue) {
+  if (impl_->captured) throw std::logic_error("CudaGraph::capture called twice");
+  const c10::cuda::CUDAStream side = side_stream_after_current(device);
+  {
+    // Capture needs a stream other than the default one. Waiting once for everything queued keeps
+    // the capture free of pending work from the warm-up.
+    side.synchronize();
+    const c10::cuda::CUDAStreamGuard on_side(side);
+    impl_->graph.capture_begin();
+    try {
+      enqueue();
+    } catch (...) {
+      // End the capture so that the stream is usable again; the partial graph is discarded.
+      try {
+        impl_->graph.capture_end();
+      } catch (...) {
+      }
+      throw;
+    }
+    impl_->graph.capture_end();
+  }
+  current_waits_for(device, side);
+  impl_->captured = true;
+}
+
+void CudaGraph::replay() { impl_->graph.replay(); }
+
+bool CudaGraph::captured() const { return impl_->captured; }
+
+#else
+
+bool cuda_graphs_available() { return false; }
+
+namespace {
+[[noreturn]] void no_cuda() {
+  throw RunError("CUDA graphs need a CUDA build of ltrain: build it on a GPU host with scripts/gpu-host-build.sh");
+}
+}  // namespace
+
+void run_on_side_stream(const torch::Device&, const std::function<void()>&) { no_cuda(); }
+
+struct CudaGraph::Impl {};
+CudaGraph::CudaGraph() { no_cuda(); }
+CudaGraph::~CudaGraph() = default;
+void CudaGraph::capture(const torch::Device&, const std::function<void()>&) { no_cuda(); }
+void CudaGraph::replay() { no_cuda(); }
+bool CudaGraph::captured() const { return false; }
+
+#endif
+
+}  // namespace ltrain::gpu

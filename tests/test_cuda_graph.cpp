@@ -1,0 +1,171 @@
+// Whole-step and evaluation CUDA graphs against the eager path (GPU only; skipped elsewhere).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+
+#include "ltrain/amp/grad_scaler.h"
+#include "ltrain/config/load.h"
+#include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/setup.h"
+#include "ltrain/engine/train_step.h"
+#include "support.h"
+
+namespace ltrain {
+namespace {
+
+config::LoadedConfig graph_test_config(const std::vector<std::string>& extra) {
+  return testing::config_from({"run.device=cuda", "model.arch=resnet18", "model.stem=cifar", "model.width=16",
+                               "data.batch_size=32", "optim.lr=0.05", "cuda_graph.warmup_steps=2",
+                               "precision.deterministic=true"},
+                              extra);
+}
+
+/// What a run of steps leaves behind, for comparing two runs.
+struct StepRecord {
+  std::vector<double> losses;   // per step
+  std::vector<double> scales;   // per step (1 without a scaler)
+  int64_t skipped_steps = 0;
+  std::vector<torch::Tensor> weights;  // parameters and buffers at the end, on the CPU
+  bool graphed = false;
+};
+
+/// Runs `batches.size()` steps from a fresh model (run.seed), the LR of step i being lrs[i]. With
+/// `inf_step` >= 0 the gradient of bn1.weight is multiplied by infinity in that step (through a
+/// hook, which a graph captures like any backward work), so the step must be skipped.
+StepRecord run_steps(const config::LoadedConfig& loaded, const std::vector<data::Batch>& batches,
+                     const std::vector<double>& lrs, int64_t inf_step) {
+  engine::apply_runtime_settings(loaded.config);
+  const torch::Device device = engine::resolve_device(loaded);
+  models::ResNet model = engine::build_model(loaded, device);
+  const optim::NamedTensors params = engine::named_parameters(*model);
+  const torch::Tensor gradient_factor = torch::ones({}, torch::TensorOptions().device(device));  // [] float32
+  if (inf_step >= 0) {
+    torch::Tensor bn1_weight = *optim::find_tensor(params, "bn1.weight");
+    bn1_weight.register_hook([gradient_factor](const torch::Tensor& grad) { return grad * gradient_factor; });
+  }
+  auto optimizer = optim::make_optimizer(loaded.config.optim, params);
+  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), device);
+  engine::TrainStep step(model, *optimizer, scaler, loaded.config);
+  StepRecord record;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    optimizer->set_lr(lrs[i]);
+    gradient_factor.fill_(static_cast<int64_t>(i) == inf_step ? std::numeric_limits<double>::infinity() : 1.0);
+    step.run(batches[i]);
+    const engine::StepTotals totals = step.take_totals();
+    record.losses.push_back(totals.mean_loss());
+    record.scales.push_back(totals.loss_scale);
+    record.skipped_steps = totals.skipped_steps;
+  }
+  for (const auto& [name, tensor] : engine::state_dict(*model)) record.weights.push_back(tensor.detach().cpu().clone());
+  record.graphed = step.graphed();
+  return record;
+}
+
+std::vector<data::Batch> random_batches(int64_t count, int64_t size) {
+  torch::manual_seed(11);
+  std::vector<data::Batch> batches;
+  for (int64_t i = 0; i < count; ++i)
+    batches.push_back({torch::randn({size, 3, 32, 32}).cuda(), torch::randint(0, 10, {size}, torch::kInt64).cuda()});
+  return batches;
+}
+
+TEST(CudaGraph, GraphedStepsMatchEagerSteps_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  const std::vector<std::vector<std::string>> variants{
+      {"precision.mode=fp16", "model.channels_last=true"},
+      {"precision.mode=bf16"},
+      {"precision.mode=fp32", "optim.clip_grad_norm=1.0", "optim.name=adamw", "optim.lr=0.001"},
+      {"precision.mode=fp16", "optim.accumulation_steps=2", "model.checkpoint_segments=2"},
+      {"precision.mode=fp16", "optim.fused=false"},
+  };
+  for (const auto& variant : variants) {
+    const auto eager = graph_test_config(variant);
+    std::vector<std::string> graphed_variant = variant;
+    graphed_variant.push_back("cuda_graph.train=true");
+    const auto graphed = graph_test_config(graphed_variant);
+    const int64_t images = eager.config.data.batch_size * eager.config.optim.accumulation_steps;
+    const std::vector<data::Batch> batches = random_batches(8, images);
+    const bool fp16 = eager.config.precision.mode == config::PrecisionMode::fp16;
+    // fp16: step 5 (a replay) gets an inf gradient; both paths must skip it and back the scale off.
+    const int64_t inf_step = fp16 ? 5 : -1;
+    // Every step its own LR, and one of zero: the graph must read the LR written before each replay.
+    const double base_lr = eager.config.optim.lr;
+    const std::vector<double> lrs{base_lr, base_lr, base_lr * 0.9, base_lr * 0.8, 0.0, base_lr * 0.6, base_lr * 0.5,
+                                  base_lr * 0.25};
+
+    const StepRecord a = run_steps(eager, batches, lrs, inf_step);
+    const StepRecord b = run_steps(graphed, batches, lrs, inf_step);
+    std::string name;
+    for (const auto& setting : variant) name += setting + " ";
+    EXPECT_FALSE(a.graphed) << name;
+    EXPECT_TRUE(b.graphed) << name;
+    for (size_t i = 0; i < a.losses.size(); ++i) {
+      EXPECT_NEAR(a.losses[i], b.losses[i], 1e-3 * std::abs(a.losses[i]) + 1e-5) << name << " step " << i;
+      EXPECT_EQ(a.scales[i], b.scales[i]) << name << " step " << i;
+    }
+    EXPECT_EQ(a.skipped_steps, fp16 ? 1 : 0) << name;
+    if (fp16) {
+      EXPECT_EQ(a.scales[5], 0.5 * a.scales[4]) << name;
+    }
+    EXPECT_EQ(a.skipped_steps, b.skipped_steps) << name;
+    ASSERT_EQ(a.weights.size(), b.weights.size());
+    for (size_t i = 0; i < a.weights.size(); ++i) {
+      const torch::Tensor x = a.weights[i].to(torch::kFloat64), y = b.weights[i].to(torch::kFloat64);
+      EXPECT_LE((x - y).norm().item<double>(), 1e-4 * x.norm().item<double>() + 1e-6) << name << " tensor " << i;
+    }
+  }
+}
+
+TEST(CudaGraph, ReplayReadsTheLearningRateWrittenBeforeIt_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  const auto loaded = graph_test_config({"cuda_graph.train=true", "precision.mode=bf16", "optim.weight_decay=0"});
+  engine::apply_runtime_settings(loaded.config);
+  models::ResNet model = engine::build_model(loaded, torch::kCUDA);
+  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
+  engine::TrainStep step(model, *optimizer, scaler, loaded.config);
+  const std::vector<data::Batch> batches = random_batches(5, 32);
+  optimizer->set_lr(0.05);
+  for (size_t i = 0; i < 4; ++i) step.run(batches[i]);  // two warm-up steps, the capture, one replay
+  ASSERT_TRUE(step.graphed());
+  // With momentum, an LR of zero still leaves the weights where they are (torch.optim.SGD).
+  optimizer->set_lr(0.0);
+  const torch::Tensor before = model->parameters().front().detach().clone();
+  step.run(batches[4]);
+  EXPECT_TRUE(torch::equal(model->parameters().front().detach(), before));
+  optimizer->set_lr(0.05);
+  step.run(batches[4]);
+  EXPECT_FALSE(torch::equal(model->parameters().front().detach(), before));
+}
+
+TEST(CudaGraph, GraphedEvaluationCountsEveryImageOnce_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // 250 test images in batches of 64: the first evaluation runs batch 0 eagerly (the warm-up),
+  // captures at batch 1 and replays for 1-3; later ones replay for 0-3. The last 58 run eagerly.
+  for (const char* mode : {"fp16", "fp32"}) {
+    const auto loaded = graph_test_config({"data.source=synthetic", "data.synthetic_train_size=64",
+                                           "data.synthetic_test_size=250", "data.eval_batch_size=64",
+                                           std::string("precision.mode=") + mode, "cuda_graph.eval=true",
+                                           "model.channels_last=true"});
+    engine::apply_runtime_settings(loaded.config);
+    const data::TrainTestSets sets = engine::load_data(loaded.config, torch::kCUDA);
+    const data::EvalLoader loader(sets.test, loaded.config.data);
+    models::ResNet model = engine::build_model(loaded, torch::kCUDA);
+    engine::Evaluator graphed(model, loader, loaded.config);
+    for (int round = 0; round < 3; ++round) {
+      const engine::EvalResult expected = engine::evaluate(model, loader, loaded.config);
+      const engine::EvalResult got = graphed.run();
+      EXPECT_EQ(got.images, 250);
+      EXPECT_EQ(got.correct, expected.correct) << mode << " round " << round;
+      EXPECT_NEAR(got.loss, expected.loss, 1e-5 * expected.loss) << mode << " round " << round;
+      // New weights between evaluations: the graph reads them in place.
+      torch::NoGradGuard no_grad;
+      for (const auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.05);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ltrain
