@@ -5,13 +5,16 @@
 #
 #   scripts/gpu-profile-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
 #                               [--batch 256] [--precision fp16] [--channels-last on] [--python-mode eager]
+#                               [--graph off]
+# --graph on profiles ltrain's whole-step CUDA graph (cuda_graph.train) and, unless --python-mode
+# says otherwise, PyTorch's hand-captured graph.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out="${1:?usage: scripts/gpu-profile-step.sh OUT [options]}"
 shift
 ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json batch=256 precision=fp16 channels_last=on
-python_mode=eager
+python_mode=""  graph=off
 while (($#)); do
   case "$1" in
     --ltrain) ltrain="$2" ;;
@@ -20,15 +23,18 @@ while (($#)); do
     --precision) precision="$2" ;;
     --channels-last) channels_last="$2" ;;
     --python-mode) python_mode="$2" ;;
+    --graph) graph="$2" ;;
     *) echo "gpu-profile-step: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
 done
 mkdir -p "$out"
-name="$precision-$([ "$channels_last" = on ] && echo cl || echo nchw)-b$batch"
+[ -n "$python_mode" ] || python_mode=$([ "$graph" = on ] && echo graph || echo eager)
+name="$precision-$([ "$channels_last" = on ] && echo cl || echo nchw)-b$batch$([ "$graph" = on ] && echo -graph || true)"
 
 "$ltrain" bench step --config "$config" --set "data.batch_size=$batch" --set "precision.mode=$precision" \
   --set "model.channels_last=$([ "$channels_last" = on ] && echo true || echo false)" \
+  --set "cuda_graph.train=$([ "$graph" = on ] && echo true || echo false)" \
   --warmup 15 --steps 30 --json --profile "$out/ltrain-$name.json" | tee "$out/ltrain-$name.result.json"
 echo "== ltrain $name"
 python3 scripts/trace_summary.py "$out/ltrain-$name.json" --steps 5
