@@ -129,6 +129,10 @@ int run_export(int argc, char** argv) {
                                               {"step", std::to_string(checkpoint.meta.step)}};
   for (const auto& [key, value] : model.items())
     metadata["model." + key] = value.is_string() ? value.get<std::string>() : value.dump();
+  // How the inputs were scaled, so that a reader can feed the weights what they were trained on.
+  const nlohmann::json& data = checkpoint.meta.config.value("data", nlohmann::json::object());
+  for (const char* key : {"normalize", "mean", "std"})
+    if (data.contains(key)) metadata[std::string("data.") + key] = data[key].dump();
   ltrain::io::write_safetensors(out, checkpoint.model, metadata);
   std::cout << fmt::format("wrote {} ({} tensors)\n", out, checkpoint.model.size());
   return 0;

@@ -11,8 +11,11 @@
 
 #include "ltrain/core/errors.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #if LTRAIN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -119,6 +122,40 @@ void set_deterministic(bool deterministic) {
   // cuBLAS is deterministic only with a fixed workspace; the variable must be set before its first use.
   if (deterministic) ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   at::globalContext().setDeterministicAlgorithms(deterministic, /*warn_only=*/false);
+}
+
+torch::Tensor cpu_rng_state() {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_cpu_rng_state(const torch::Tensor& state) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+torch::Tensor cuda_rng_state(int index) {
+#if LTRAIN_WITH_CUDA
+  at::Generator generator = at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(index));
+  const std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+#else
+  (void)index;
+  return {};
+#endif
+}
+
+void set_cuda_rng_state(int index, const torch::Tensor& state) {
+#if LTRAIN_WITH_CUDA
+  at::Generator generator = at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(index));
+  const std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+#else
+  (void)index;
+  (void)state;
+#endif
 }
 
 std::pair<int, int> cuda_capability(int index) {

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
@@ -19,7 +20,10 @@ namespace {
 constexpr const char* kKind = "ltrain-checkpoint";
 constexpr const char* kModelPrefix = "model/";
 constexpr const char* kOptimizerPrefix = "optim/";
+constexpr const char* kScalerPrefix = "scaler/";
+constexpr const char* kRngPrefix = "rng/";
 constexpr const char* kExtension = ".ltc";
+constexpr const char* kCpuRng = "cpu";
 
 std::string utc_now() {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -31,22 +35,43 @@ std::string utc_now() {
 }
 
 bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+std::vector<fs::path> step_checkpoints(const fs::path& folder) {
+  std::vector<fs::path> files;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(folder, error))
+    if (entry.is_regular_file() && entry.path().extension() == kExtension && starts_with(entry.path().filename().string(), "step-"))
+      files.push_back(entry.path());
+  std::sort(files.begin(), files.end());  // zero-padded step numbers: oldest first
+  return files;
+}
 }  // namespace
 
 void save_checkpoint(const fs::path& file, const torch::nn::Module& model, const optim::Optimizer* optimizer,
-                     const CheckpointMeta& meta) {
+                     const amp::GradScaler* scaler, const CheckpointMeta& meta) {
   io::TensorArchive archive;
   archive.info = {{"kind", kKind},
+                  {"checkpoint_version", kCheckpointVersion},
                   {"ltrain_version", LTRAIN_VERSION},
                   {"torch_version", compat::torch_version()},
                   {"created_utc", utc_now()},
                   {"epoch", meta.epoch},
                   {"step", meta.step},
+                  {"epoch_steps_done", meta.epoch_steps_done},
                   {"config", meta.config},
-                  {"metrics", meta.metrics}};
-  for (const auto& [name, tensor] : state_dict(model)) archive.tensors.emplace_back(kModelPrefix + name, tensor);
+                  {"metrics", meta.metrics},
+                  {"progress", meta.progress}};
+  const optim::NamedTensors weights = state_dict(model);
+  for (const auto& [name, tensor] : weights) archive.tensors.emplace_back(kModelPrefix + name, tensor);
   if (optimizer)
     for (const auto& [name, tensor] : optimizer->state()) archive.tensors.emplace_back(kOptimizerPrefix + name, tensor);
+  if (scaler && scaler->enabled())
+    for (const auto& [name, tensor] : scaler->state()) archive.tensors.emplace_back(kScalerPrefix + name, tensor);
+  archive.tensors.emplace_back(std::string(kRngPrefix) + kCpuRng, compat::cpu_rng_state());
+  if (!weights.empty() && weights.front().second.is_cuda()) {
+    const torch::Device device = weights.front().second.device();
+    archive.tensors.emplace_back(kRngPrefix + device.str(), compat::cuda_rng_state(device.index()));
+  }
   io::write_archive(file, archive);
 }
 
@@ -55,27 +80,81 @@ Checkpoint read_checkpoint(const fs::path& file) {
   if (archive.info.value("kind", "") != kKind || !archive.info.contains("config"))
     throw DataError(fmt::format("{}: an ltrain archive, but not a training checkpoint", file.string()));
   Checkpoint checkpoint;
-  checkpoint.meta.epoch = archive.info.value("epoch", int64_t{0});
-  checkpoint.meta.step = archive.info.value("step", int64_t{0});
-  checkpoint.meta.config = archive.info["config"];
-  checkpoint.meta.metrics = archive.info.value("metrics", nlohmann::json::object());
-  for (auto& [name, tensor] : archive.tensors) {
-    if (starts_with(name, kModelPrefix))
-      checkpoint.model.emplace_back(name.substr(std::strlen(kModelPrefix)), std::move(tensor));
-    else if (starts_with(name, kOptimizerPrefix))
-      checkpoint.optimizer.emplace_back(name.substr(std::strlen(kOptimizerPrefix)), std::move(tensor));
-  }
+  CheckpointMeta& meta = checkpoint.meta;
+  meta.version = archive.info.value("checkpoint_version", int64_t{1});
+  meta.epoch = archive.info.value("epoch", int64_t{0});
+  meta.step = archive.info.value("step", int64_t{0});
+  meta.epoch_steps_done = archive.info.value("epoch_steps_done", int64_t{0});
+  meta.config = archive.info["config"];
+  meta.metrics = archive.info.value("metrics", nlohmann::json::object());
+  meta.progress = archive.info.value("progress", nlohmann::json::object());
+  const std::vector<std::pair<const char*, optim::NamedTensors*>> sections{{kModelPrefix, &checkpoint.model},
+                                                                           {kOptimizerPrefix, &checkpoint.optimizer},
+                                                                           {kScalerPrefix, &checkpoint.scaler},
+                                                                           {kRngPrefix, &checkpoint.rng}};
+  for (auto& [name, tensor] : archive.tensors)
+    for (const auto& [prefix, target] : sections)
+      if (starts_with(name, prefix)) target->emplace_back(name.substr(std::strlen(prefix)), std::move(tensor));
   return checkpoint;
+}
+
+void check_resumable(const Checkpoint& checkpoint, const config::RunConfig& config, const fs::path& file) {
+  if (checkpoint.meta.version < 2)
+    throw DataError(fmt::format("{}: written by an earlier ltrain without the training state a resume needs; "
+                                "evaluate or export it, or start a new run (checkpoint.resume \"none\")",
+                                file.string()));
+  const nlohmann::json saved = checkpoint.meta.config.value("model", nlohmann::json::object());
+  const nlohmann::json wanted = config::to_json(config)["model"];
+  for (const char* key : {"arch", "stem", "width", "num_classes"}) {
+    if (saved.value(key, nlohmann::json()) == wanted[key]) continue;
+    throw DataError(fmt::format("{}: its model has model.{} = {} but this config says {}: resume with the same model "
+                                "settings, or start a new run (checkpoint.resume \"none\")",
+                                file.string(), key, saved.value(key, nlohmann::json()).dump(), wanted[key].dump()));
+  }
+}
+
+void restore_training_state(const Checkpoint& checkpoint, const fs::path& file, torch::nn::Module& model,
+                            optim::Optimizer& optimizer, amp::GradScaler& scaler) {
+  load_state_dict(model, checkpoint.model, file.string());
+  try {
+    optimizer.load_state(checkpoint.optimizer);
+    if (scaler.enabled()) scaler.load_state(checkpoint.scaler);
+  } catch (const DataError& error) {
+    throw DataError(fmt::format("{}: {}", file.string(), error.what()));
+  }
+  const torch::Tensor* cpu = optim::find_tensor(checkpoint.rng, kCpuRng);
+  if (!cpu) throw DataError(fmt::format("{}: has no CPU random generator state", file.string()));
+  compat::set_cpu_rng_state(*cpu);
+  const optim::NamedTensors weights = state_dict(model);
+  if (!weights.empty() && weights.front().second.is_cuda()) {
+    const torch::Device device = weights.front().second.device();
+    // A checkpoint from the CPU or another GPU index leaves this GPU's generator as seeded.
+    if (const torch::Tensor* cuda = optim::find_tensor(checkpoint.rng, device.str()))
+      compat::set_cuda_rng_state(device.index(), *cuda);
+  }
+}
+
+std::optional<FoundCheckpoint> newest_valid_checkpoint(const fs::path& folder) {
+  std::vector<fs::path> files = step_checkpoints(folder);
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    try {
+      Checkpoint checkpoint = read_checkpoint(*it);
+      if (checkpoint.meta.version < 2) {
+        spdlog::warn("{}: written by an earlier ltrain without the training state; trying the one before", it->string());
+        continue;
+      }
+      return FoundCheckpoint{*it, std::move(checkpoint)};
+    } catch (const DataError& error) {
+      spdlog::warn("{}; trying the one before", error.what());
+    }
+  }
+  return std::nullopt;
 }
 
 std::string checkpoint_file_name(int64_t step) { return fmt::format("step-{:08d}{}", step, kExtension); }
 
 void prune_checkpoints(const fs::path& folder, int64_t keep_last) {
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(folder))
-    if (entry.is_regular_file() && entry.path().extension() == kExtension && starts_with(entry.path().filename().string(), "step-"))
-      files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
+  const std::vector<fs::path> files = step_checkpoints(folder);
   const auto excess = static_cast<int64_t>(files.size()) - keep_last;
   for (int64_t i = 0; i < excess; ++i) fs::remove(files[static_cast<size_t>(i)]);
 }

@@ -1,6 +1,7 @@
 #include "ltrain/engine/setup.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 
 #include "ltrain/amp/precision.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/io/tensor_file.h"
 
 namespace ltrain::engine {
 
@@ -96,6 +98,12 @@ models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Devi
     throw config::config_error(loaded, "model.checkpoint_segments",
                                fmt::format("{} has {} residual blocks; use at most {} segments",
                                            config::to_string(config.model.arch), blocks, blocks));
+  if (!config.model.init_from.empty()) {
+    const std::string& file = config.model.init_from;
+    if (!std::filesystem::is_regular_file(file))
+      throw config::config_error(loaded, "model.init_from", "no such file (a .safetensors file of the model's weights)");
+    load_state_dict(*model, io::read_safetensors(file), file);
+  }
   model->to(device);
   if (config.model.channels_last) {
     torch::NoGradGuard no_grad;

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "ltrain/amp/precision.h"
+#include "ltrain/core/interrupt.h"
 #include "ltrain/core/log.h"
 #include "ltrain/core/progress.h"
 #include "ltrain/core/torch_compat.h"
@@ -69,13 +72,116 @@ nlohmann::json result_json(const TrainResult& r) {
           {"images_per_second", r.images_per_second}};
 }
 
+/// What the loop accumulates beyond the model and optimizer; a checkpoint carries it (as JSON,
+/// whose numbers round-trip exactly) so that a resumed run continues the same sums.
+struct RunningSums {
+  StepTotals epoch;            // loss, hits and images of the epoch in progress
+  double epoch_seconds = 0.0;  // its time in training steps
+  double train_seconds = 0.0;  // time in training steps of the epochs before it
+  double final_test_accuracy = 0.0;
+  double final_test_loss = 0.0;
+  double best_test_accuracy = 0.0;
+  int64_t best_epoch = 0;
+  double best_metric = 0.0;  // checkpoint.best_metric's value in best.ltc
+  bool has_best_metric = false;
+  double last_scale = 0.0;  // the GradScaler's scale and skipped steps at the last read (fp16)
+  int64_t skipped_steps = 0;
+
+  nlohmann::json to_json() const {
+    return {{"epoch_loss_sum", number(epoch.loss_sum)}, {"epoch_correct", epoch.correct},
+            {"epoch_images", epoch.images},             {"epoch_seconds", number(epoch_seconds)},
+            {"train_seconds", number(train_seconds)},   {"final_test_accuracy", number(final_test_accuracy)},
+            {"final_test_loss", number(final_test_loss)}, {"best_test_accuracy", number(best_test_accuracy)},
+            {"best_epoch", best_epoch},                 {"best_metric", number(best_metric)},
+            {"has_best_metric", has_best_metric},       {"last_scale", number(last_scale)},
+            {"skipped_steps", skipped_steps}};
+  }
+  static RunningSums from_json(const nlohmann::json& j) {
+    RunningSums s;
+    s.epoch.loss_sum = number(j, "epoch_loss_sum");
+    s.epoch.correct = j.value("epoch_correct", int64_t{0});
+    s.epoch.images = j.value("epoch_images", int64_t{0});
+    s.epoch_seconds = number(j, "epoch_seconds");
+    s.train_seconds = number(j, "train_seconds");
+    s.final_test_accuracy = number(j, "final_test_accuracy");
+    s.final_test_loss = number(j, "final_test_loss");
+    s.best_test_accuracy = number(j, "best_test_accuracy");
+    s.best_epoch = j.value("best_epoch", int64_t{0});
+    s.best_metric = number(j, "best_metric");
+    s.has_best_metric = j.value("has_best_metric", false);
+    s.last_scale = number(j, "last_scale");
+    s.skipped_steps = j.value("skipped_steps", int64_t{0});
+    return s;
+  }
+
+ private:
+  // JSON has no inf or NaN (a diverged run's test loss can be either): they travel as strings.
+  static nlohmann::json number(double value) {
+    if (std::isfinite(value)) return value;
+    return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
+  }
+  static double number(const nlohmann::json& j, const char* key) {
+    const nlohmann::json value = j.value(key, nlohmann::json(0.0));
+    if (value.is_number()) return value.get<double>();
+    const std::string text = value.is_string() ? value.get<std::string>() : "nan";
+    if (text == "inf") return std::numeric_limits<double>::infinity();
+    if (text == "-inf") return -std::numeric_limits<double>::infinity();
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+};
+
+/// Where a run starts: its directory and, when it resumes, the checkpoint it resumes from.
+struct StartPoint {
+  fs::path run_dir;  // empty: a new one under run.out_dir
+  std::optional<FoundCheckpoint> resume;
+};
+
+/// checkpoint.resume -> the run directory and checkpoint to continue from. DataError for a
+/// checkpoint that cannot be resumed (named, with why); nothing is created here.
+StartPoint choose_start(const config::LoadedConfig& loaded) {
+  const config::RunConfig& config = loaded.config;
+  const std::string& resume = config.checkpoint.resume;
+  StartPoint start;
+  if (resume == "none") return start;
+  if (resume == "auto") {
+    start.run_dir = fs::path(config.run.out_dir) / config.run.name;
+    start.resume = newest_valid_checkpoint(start.run_dir / "checkpoints");
+  } else {
+    const fs::path file = resume;
+    if (!fs::is_regular_file(file))
+      throw config::config_error(loaded, "checkpoint.resume",
+                                 "no such checkpoint file; use \"auto\", \"none\" or the path of a .ltc file");
+    start.resume = FoundCheckpoint{file, read_checkpoint(file)};
+    // A checkpoint inside a run directory continues that run's logs and metrics.
+    const fs::path folder = fs::absolute(file).parent_path();
+    if (folder.filename() == "checkpoints" && fs::exists(folder.parent_path() / "config.json"))
+      start.run_dir = folder.parent_path();
+  }
+  if (start.resume) check_resumable(start.resume->checkpoint, config, start.resume->file);
+  return start;
+}
+
+/// Config keys whose values differ between a checkpoint and the run resuming it, "a (x -> y)".
+std::vector<std::string> changed_settings(const nlohmann::json& before, const nlohmann::json& after) {
+  std::vector<std::string> changes;
+  for (const auto& [section, keys] : after.items())
+    for (const auto& [key, value] : keys.items()) {
+      const std::string name = section + "." + key;
+      const nlohmann::json old = before.contains(section) ? before[section].value(key, nlohmann::json()) : nlohmann::json();
+      if (old != value && name != "checkpoint.resume")
+        changes.push_back(fmt::format("{} ({} -> {})", name, old.dump(), value.dump()));
+    }
+  return changes;
+}
+
 }  // namespace
 
-TrainResult train(const config::LoadedConfig& loaded) {
+TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   const config::RunConfig& config = loaded.config;
 
   // ---- Set-up: everything that can fail on bad input fails before the run directory exists ----
   const torch::Device device = resolve_device(loaded);
+  StartPoint start = choose_start(loaded);
   apply_runtime_settings(config);
   const data::TrainTestSets sets = load_data(config, device);
   data::TrainLoader train_loader = make_train_loader(loaded, sets.train);
@@ -88,20 +194,52 @@ TrainResult train(const config::LoadedConfig& loaded) {
   const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
   const optim::LrSchedule schedule(config.schedule, config.optim.lr, total_steps, steps_per_epoch);
   amp::GradScaler scaler(amp::scaler_options(config.precision), device);
+  RunningSums sums;
+  int64_t first_epoch = 1, first_index = 0, step = 0;  // where the loop begins
+  if (start.resume) {
+    const Checkpoint& checkpoint = start.resume->checkpoint;
+    restore_training_state(checkpoint, start.resume->file, *model, *optimizer, scaler);
+    sums = RunningSums::from_json(checkpoint.meta.progress);
+    first_epoch = checkpoint.meta.epoch + 1;
+    first_index = checkpoint.meta.epoch_steps_done;
+    step = checkpoint.meta.step;
+  }
   TrainStep train_step(model, *optimizer, scaler, config);
   Evaluator evaluator(model, eval_loader, config);
 
-  const fs::path run_dir = io::create_run_dir(config.run.out_dir, config.run.name);
+  fs::path run_dir = start.run_dir;
+  if (run_dir.empty()) {
+    run_dir = io::create_run_dir(config.run.out_dir, config.run.name);
+  } else {
+    std::error_code error;
+    fs::create_directories(run_dir, error);
+    if (error)
+      throw RunError(fmt::format("{}: cannot create the run folder ({}); set run.out_dir to a writable folder",
+                                 run_dir.string(), error.message()));
+    // Rows written after the checkpoint (or by an attempt without one) will be written again.
+    io::truncate_metrics(run_dir, step, /*epoch_row_at_step_kept=*/first_index == 0);
+  }
   const fs::path checkpoint_dir = run_dir / "checkpoints";
   fs::create_directories(checkpoint_dir);
   log::add_file(run_dir / "train.log");
   spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads", LTRAIN_VERSION, compat::torch_version(),
                device.str(), torch::get_num_threads());
   spdlog::info("run directory {}", run_dir.string());
+  if (start.resume) {
+    spdlog::info("resuming from {}: step {}, epoch {} ({} of its {} steps done)", start.resume->file.string(), step,
+                 first_epoch, first_index, steps_per_epoch);
+    const std::vector<std::string> changes = changed_settings(start.resume->checkpoint.meta.config, config::to_json(config));
+    if (!changes.empty())
+      spdlog::warn("settings changed since the checkpoint (the run will not repeat an uninterrupted one exactly): {}",
+                   fmt::join(changes, ", "));
+  } else if (config.checkpoint.resume == "auto") {
+    spdlog::info("checkpoint.resume auto: no valid checkpoint in {}, starting afresh", checkpoint_dir.string());
+  }
   spdlog::info("resolved config:\n{}", config::format_table(loaded));
   io::write_text_file(run_dir / "config.json", config::to_json(config).dump(2) + "\n");
-  spdlog::info("model {} ({} stem, width {}): {} parameters", config::to_string(config.model.arch),
-               config::to_string(config.model.stem), config.model.width, models::count_parameters(*model));
+  spdlog::info("model {} ({} stem, width {}): {} parameters{}", config::to_string(config.model.arch),
+               config::to_string(config.model.stem), config.model.width, models::count_parameters(*model),
+               config.model.init_from.empty() ? "" : fmt::format(", weights from {}", config.model.init_from));
   spdlog::info("data {}: {} training images, {} test images; {} steps per epoch of {} images ({} x {} accumulated), "
                "{} steps in {} epoch(s)",
                config::to_string(config.data.source), sets.train.size(), sets.test.size(), steps_per_epoch,
@@ -116,39 +254,67 @@ TrainResult train(const config::LoadedConfig& loaded) {
 
   io::MetricsLog metrics(run_dir);
   Progress progress(stderr_is_terminal());
+  const InterruptHandler interrupt;
   TrainResult result;
   result.run_dir = run_dir;
+  result.epochs = std::min(first_epoch - 1, epochs);
   const auto run_start = Clock::now();
-  int64_t step = 0;
-  double last_scale = 0.0;     // the GradScaler's scale and skipped steps at the last read (fp16)
-  int64_t skipped_steps = 0;
+
+  // A checkpoint of the state after `step`: `epochs_done` whole epochs and `steps_done` of the next.
+  auto write_checkpoint = [&](const fs::path& file, int64_t epochs_done, int64_t steps_done,
+                              const std::map<std::string, double>& values) {
+    CheckpointMeta meta;
+    meta.epoch = epochs_done;
+    meta.step = step;
+    meta.epoch_steps_done = steps_done;
+    meta.config = config::to_json(config);
+    meta.progress = sums.to_json();
+    for (const auto& [key, value] : values) meta.metrics[key] = value;
+    save_checkpoint(file, *model, optimizer.get(), &scaler, meta);
+    spdlog::info("checkpoint {}", file.string());
+  };
+  auto stop_for_signal = [&](const fs::path& file) {
+    throw Interrupted(fmt::format("stopped by signal {} after step {}; checkpoint {} written: run the same command with "
+                                  "--set checkpoint.resume=auto (or ={}) to continue",
+                                  InterruptHandler::signal_number(), step, file.string(), file.string()));
+  };
 
   try {
-    for (int64_t epoch = 1; epoch <= epochs; ++epoch) {
+    for (int64_t epoch = first_epoch; epoch <= epochs; ++epoch) {
       // ---- Training steps of one epoch ----
       train_loader.set_epoch(epoch - 1);
-      const int64_t epoch_steps = std::min(steps_per_epoch, total_steps - step);
-      StepTotals epoch_totals;
-      double epoch_seconds = 0.0;
+      const int64_t epoch_steps = std::min(steps_per_epoch, total_steps - (epoch - 1) * steps_per_epoch);
+      const int64_t first = epoch == first_epoch ? first_index : 0;
+      if (first == 0) {
+        sums.epoch = StepTotals();
+        sums.epoch_seconds = 0.0;
+      }
       auto interval_start = Clock::now();
-      for (int64_t index = 0; index < epoch_steps; ++index) {
+      for (int64_t index = first; index < epoch_steps; ++index) {
         const double lr = schedule.at(step);
         optimizer->set_lr(lr);
         train_step.run(train_loader.batch(index));
         ++step;
-        if (step % config.run.log_every_steps != 0 && index + 1 != epoch_steps) continue;
+        if (hooks.after_step) hooks.after_step(step);
+        const bool last_of_epoch = index + 1 == epoch_steps;
+        const bool stop = InterruptHandler::requested();
+        // Steps checkpoints inside the epoch; one at its last step waits for the evaluation.
+        const bool checkpoint_now =
+            stop || (config.checkpoint.every_steps > 0 && step % config.checkpoint.every_steps == 0 && !last_of_epoch);
+        if (step % config.run.log_every_steps != 0 && !last_of_epoch && !checkpoint_now) continue;
 
         // ---- Log interval: the loop's only host sync ----
         const StepTotals totals = train_step.take_totals();
         const double interval_seconds = seconds_since(interval_start);
         interval_start = Clock::now();
-        epoch_seconds += interval_seconds;
-        epoch_totals.loss_sum += totals.loss_sum;
-        epoch_totals.correct += totals.correct;
-        epoch_totals.images += totals.images;
+        sums.epoch_seconds += interval_seconds;
+        sums.epoch.loss_sum += totals.loss_sum;
+        sums.epoch.correct += totals.correct;
+        sums.epoch.images += totals.images;
         check_numerics(config, totals, step, epoch, checkpoint_dir);
         const double images_per_second = static_cast<double>(totals.images) / interval_seconds;
-        const double seconds_per_step = (result.train_seconds + epoch_seconds) / static_cast<double>(step);
+        const double seconds_per_step =
+            (sums.train_seconds + sums.epoch_seconds) / static_cast<double>(std::max<int64_t>(step, 1));
         progress.update({epoch, epochs, step, total_steps, index + 1, epoch_steps, totals.mean_loss(),
                          totals.accuracy(), lr, images_per_second,
                          seconds_per_step * static_cast<double>(total_steps - step)});
@@ -160,41 +326,57 @@ TrainResult train(const config::LoadedConfig& loaded) {
         if (scaler.enabled()) {
           values["loss_scale"] = totals.loss_scale;
           values["skipped_steps"] = static_cast<double>(totals.skipped_steps);
-          last_scale = totals.loss_scale;
-          skipped_steps = totals.skipped_steps;
+          sums.last_scale = totals.loss_scale;
+          sums.skipped_steps = totals.skipped_steps;
         }
         metrics.write({"step", epoch, step, values});
+        if (checkpoint_now) {
+          progress.clear();
+          const fs::path file = checkpoint_dir / checkpoint_file_name(step);
+          write_checkpoint(file, epoch - 1, index + 1, values);
+          prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
+          if (stop) stop_for_signal(file);
+        }
       }
       progress.clear();
-      result.train_seconds += epoch_seconds;
+      sums.train_seconds += sums.epoch_seconds;
       result.epochs = epoch;
-      result.steps = step;
       const bool last_epoch = epoch == epochs;
 
       // ---- Evaluation ----
       std::optional<EvalResult> evaluation;
+      bool new_best = false;
       if (due(epoch, config.run.eval_every_epochs, last_epoch)) {
         evaluation = evaluator.run();
-        result.final_test_accuracy = evaluation->accuracy;
-        result.final_test_loss = evaluation->loss;
-        if (evaluation->accuracy > result.best_test_accuracy || result.best_epoch == 0) {
-          result.best_test_accuracy = evaluation->accuracy;
-          result.best_epoch = epoch;
+        sums.final_test_accuracy = evaluation->accuracy;
+        sums.final_test_loss = evaluation->loss;
+        if (evaluation->accuracy > sums.best_test_accuracy || sums.best_epoch == 0) {
+          sums.best_test_accuracy = evaluation->accuracy;
+          sums.best_epoch = epoch;
+        }
+        if (config.checkpoint.best_metric != config::BestMetric::none) {
+          const bool accuracy = config.checkpoint.best_metric == config::BestMetric::test_acc;
+          const double value = accuracy ? evaluation->accuracy : evaluation->loss;
+          new_best = !sums.has_best_metric || (accuracy ? value > sums.best_metric : value < sums.best_metric);
+          if (new_best) {
+            sums.best_metric = value;
+            sums.has_best_metric = true;
+          }
         }
       }
 
       // ---- Epoch log and metrics ----
-      const double epoch_images_per_second = static_cast<double>(epoch_totals.images) / epoch_seconds;
+      const double epoch_images_per_second = static_cast<double>(sums.epoch.images) / sums.epoch_seconds;
       std::map<std::string, double> epoch_values{{"lr", schedule.at(std::max<int64_t>(step - 1, 0))},
-                                                 {"train_loss", epoch_totals.mean_loss()},
-                                                 {"train_acc", epoch_totals.accuracy()},
+                                                 {"train_loss", sums.epoch.mean_loss()},
+                                                 {"train_acc", sums.epoch.accuracy()},
                                                  {"img_per_s", epoch_images_per_second},
                                                  {"elapsed_s", seconds_since(run_start)}};
       std::string test_text;
       if (scaler.enabled()) {
-        epoch_values["loss_scale"] = last_scale;
-        epoch_values["skipped_steps"] = static_cast<double>(skipped_steps);
-        test_text += fmt::format(" | scale {:g}, {} skipped", last_scale, skipped_steps);
+        epoch_values["loss_scale"] = sums.last_scale;
+        epoch_values["skipped_steps"] = static_cast<double>(sums.skipped_steps);
+        test_text += fmt::format(" | scale {:g}, {} skipped", sums.last_scale, sums.skipped_steps);
       }
       if (evaluation) {
         epoch_values["test_loss"] = evaluation->loss;
@@ -202,19 +384,22 @@ TrainResult train(const config::LoadedConfig& loaded) {
         test_text += fmt::format(" | test loss {:.4f} acc {:.2f}%", evaluation->loss, 100.0 * evaluation->accuracy);
       }
       spdlog::info("epoch {}/{} | train loss {:.4f} acc {:.2f}%{} | {:.0f} img/s | {} elapsed", epoch, epochs,
-                   epoch_totals.mean_loss(), 100.0 * epoch_totals.accuracy(), test_text, epoch_images_per_second,
+                   sums.epoch.mean_loss(), 100.0 * sums.epoch.accuracy(), test_text, epoch_images_per_second,
                    format_duration(seconds_since(run_start)));
       metrics.write({"epoch", epoch, step, epoch_values});
 
-      // ---- Checkpoint ----
-      if (due(epoch, config.checkpoint.every_epochs, last_epoch)) {
-        CheckpointMeta meta{epoch, step, config::to_json(config), nlohmann::json::object()};
-        for (const auto& [key, value] : epoch_values) meta.metrics[key] = value;
-        const fs::path file = checkpoint_dir / checkpoint_file_name(step);
-        save_checkpoint(file, *model, optimizer.get(), meta);
+      // ---- Checkpoints: the state after this epoch ----
+      const bool stop = InterruptHandler::requested();
+      sums.epoch = StepTotals();
+      sums.epoch_seconds = 0.0;
+      const fs::path file = checkpoint_dir / checkpoint_file_name(step);
+      if (due(epoch, config.checkpoint.every_epochs, last_epoch) || stop ||
+          (config.checkpoint.every_steps > 0 && step % config.checkpoint.every_steps == 0)) {
+        write_checkpoint(file, epoch, 0, epoch_values);
         prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
-        spdlog::info("checkpoint {}", file.string());
       }
+      if (new_best) write_checkpoint(checkpoint_dir / kBestCheckpointName, epoch, 0, epoch_values);
+      if (stop && !last_epoch) stop_for_signal(file);
     }
   } catch (const c10::Error& error) {
     if (compat::is_out_of_memory(error)) throw out_of_memory_error(config, error);
@@ -222,6 +407,12 @@ TrainResult train(const config::LoadedConfig& loaded) {
   }
 
   // ---- Summary ----
+  result.steps = step;
+  result.final_test_accuracy = sums.final_test_accuracy;
+  result.final_test_loss = sums.final_test_loss;
+  result.best_test_accuracy = sums.best_test_accuracy;
+  result.best_epoch = sums.best_epoch;
+  result.train_seconds = sums.train_seconds;
   result.wall_seconds = seconds_since(run_start);
   result.images_per_second =
       result.train_seconds > 0 ? static_cast<double>(step * train_loader.batch_size()) / result.train_seconds : 0.0;

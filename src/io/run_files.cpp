@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -41,6 +43,38 @@ void write_text_file(const fs::path& file, const std::string& text) {
   }
   if (std::rename(temporary.c_str(), file.c_str()) != 0)
     throw RunError(fmt::format("{}: cannot rename the temporary file into place", file.string()));
+}
+
+namespace {
+/// Keeps the lines of `file` for which `keep(line)` holds (the first line always when `header`).
+void filter_lines(const fs::path& file, bool header, const std::function<bool(const std::string&)>& keep) {
+  std::ifstream in(file);
+  if (!in) return;
+  std::string kept, line;
+  for (bool first = true; std::getline(in, line); first = false)
+    if ((first && header) || keep(line)) kept += line + '\n';
+  in.close();
+  write_text_file(file, kept);
+}
+}  // namespace
+
+void truncate_metrics(const fs::path& run_dir, int64_t step, bool epoch_row_at_step_kept) {
+  auto keep = [&](const std::string& kind, int64_t row_step) {
+    return row_step < step || (row_step == step && (kind != "epoch" || epoch_row_at_step_kept));
+  };
+  filter_lines(run_dir / "metrics.csv", /*header=*/true, [&](const std::string& line) {
+    // kind,epoch,step,...
+    const size_t first = line.find(','), second = line.find(',', first + 1);
+    if (first == std::string::npos || second == std::string::npos) return false;
+    const char* digits = line.c_str() + second + 1;
+    char* end = nullptr;
+    const long long row_step = std::strtoll(digits, &end, 10);
+    return end != digits && keep(line.substr(0, first), row_step);  // a torn last line goes
+  });
+  filter_lines(run_dir / "metrics.jsonl", /*header=*/false, [&](const std::string& line) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    return row.is_object() && keep(row.value("kind", ""), row.value("step", int64_t{0}));
+  });
 }
 
 const std::vector<std::string>& MetricsLog::columns() {

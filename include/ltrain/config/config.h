@@ -20,6 +20,7 @@ enum class DataSource { cifar10, synthetic };
 enum class OptimizerKind { sgd, adamw };
 enum class ScheduleKind { constant, multistep, cosine, onecycle };
 enum class PrecisionMode { fp32, tf32, fp16, bf16 };
+enum class BestMetric { none, test_acc, test_loss };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> names
@@ -60,6 +61,12 @@ struct EnumNames<PrecisionMode> {
                                                                                {PrecisionMode::tf32, "tf32"},
                                                                                {PrecisionMode::fp16, "fp16"},
                                                                                {PrecisionMode::bf16, "bf16"}}};
+};
+
+template <>
+struct EnumNames<BestMetric> {
+  static constexpr std::array<std::pair<BestMetric, const char*>, 3> names{
+      {{BestMetric::none, "none"}, {BestMetric::test_acc, "test_acc"}, {BestMetric::test_loss, "test_loss"}}};
 };
 
 /// The JSON spelling of an enum value.
@@ -135,6 +142,9 @@ struct ModelSection {
   /// Activation checkpointing: split the residual blocks into N segments and recompute all but
   /// the last in the backward pass (checkpoint_sequential(chunks=N)); 0 keeps every activation.
   int64_t checkpoint_segments = 0;
+  /// Start from the weights in this safetensors file (torchvision's names, e.g. `ltrain export`
+  /// output or a torchvision state_dict saved from Python); "" starts from a fresh initialization.
+  std::string init_from;
 
   template <class V>
   void visit(V& v) {
@@ -145,6 +155,7 @@ struct ModelSection {
     v("zero_init_residual", zero_init_residual);
     v("channels_last", channels_last);
     v("checkpoint_segments", checkpoint_segments, at_least(0));
+    v("init_from", init_from);
   }
 };
 
@@ -313,13 +324,24 @@ struct PrecisionSection {
 struct CheckpointSection {
   /// Write a checkpoint every N epochs and after the last (0: only after the last).
   int64_t every_epochs = 1;
-  /// Checkpoints kept in RUN_DIR/checkpoints (older ones are deleted).
+  /// Also write one every N optimizer steps, in the middle of an epoch too (0: off).
+  int64_t every_steps = 0;
+  /// Checkpoints kept in RUN_DIR/checkpoints (older ones are deleted; best.ltc never is).
   int64_t keep_last = 3;
+  /// Keep RUN_DIR/checkpoints/best.ltc: the state after the evaluation with the best value of
+  /// this metric (none | test_acc | test_loss).
+  BestMetric best_metric = BestMetric::none;
+  /// none: a new run directory; auto: continue from the newest valid checkpoint in
+  /// run.out_dir/run.name (a fresh start there if it has none); or the path of a checkpoint file.
+  std::string resume = "none";
 
   template <class V>
   void visit(V& v) {
     v("every_epochs", every_epochs, at_least(0));
+    v("every_steps", every_steps, at_least(0));
     v("keep_last", keep_last, at_least(1));
+    v("best_metric", best_metric);
+    v("resume", resume);
   }
 };
 

@@ -44,4 +44,10 @@ class RunError : public UserError {
   explicit RunError(const std::string& message) : UserError(ExitCode::runtime, message) {}
 };
 
+/// The run stopped on SIGINT/SIGTERM after writing a checkpoint (exit code 130).
+class Interrupted : public UserError {
+ public:
+  explicit Interrupted(const std::string& message) : UserError(ExitCode::interrupted, message) {}
+};
+
 }  // namespace ltrain

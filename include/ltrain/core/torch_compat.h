@@ -80,6 +80,15 @@ void foreach_copy(const std::vector<torch::Tensor>& destinations, const std::vec
 /// Only deterministic algorithms (and cuBLAS's deterministic workspace when CUDA is used).
 void set_deterministic(bool deterministic);
 
+/// The default CPU generator's state (a uint8 tensor), and setting it back.
+torch::Tensor cpu_rng_state();
+void set_cpu_rng_state(const torch::Tensor& state);
+
+/// The default generator state of CUDA device `index` (uint8 tensor; undefined on a CPU build),
+/// and setting it back.
+torch::Tensor cuda_rng_state(int index);
+void set_cuda_rng_state(int index, const torch::Tensor& state);
+
 /// Compute capability (major, minor) of CUDA device `index`; (0, 0) on a CPU build.
 std::pair<int, int> cuda_capability(int index);
 

@@ -18,8 +18,10 @@ torch::Device resolve_device(const config::LoadedConfig& loaded);
 /// deterministic-algorithm switches.
 void apply_runtime_settings(const config::RunConfig& config);
 
-/// A freshly initialized model (seeded from run.seed) on `device`, NHWC with model.channels_last.
-/// ConfigError when model.checkpoint_segments exceeds the model's residual blocks.
+/// A freshly initialized model (seeded from run.seed) on `device`, NHWC with model.channels_last,
+/// with the weights of model.init_from when set. ConfigError when model.checkpoint_segments exceeds
+/// the model's residual blocks or model.init_from is no file; DataError naming the file and the
+/// tensor when its weights do not fit the model.
 models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Device& device);
 
 /// The memory format model.channels_last asks for.

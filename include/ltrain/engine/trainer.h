@@ -2,6 +2,7 @@
 // The training loop: read it top to bottom in trainer.cpp.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 
 #include "ltrain/config/load.h"
 
@@ -20,8 +21,14 @@ struct TrainResult {
   double images_per_second = 0.0;  ///< training images / train_seconds
 };
 
+/// Observers of a run (tests use them to stop a run at a chosen step).
+struct TrainHooks {
+  std::function<void(int64_t step)> after_step;  ///< after each optimizer step is enqueued
+};
+
 /// Trains as `loaded` says, writing logs, metrics, checkpoints and summary.json into a new run
-/// directory. Throws ConfigError, DataError or RunError for the user to act on.
-TrainResult train(const config::LoadedConfig& loaded);
+/// directory, or continuing one (checkpoint.resume). SIGINT/SIGTERM finish the step, write a
+/// checkpoint and throw Interrupted. Throws ConfigError, DataError or RunError for the user to act on.
+TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks = {});
 
 }  // namespace ltrain::engine

@@ -24,6 +24,11 @@ struct MetricsRow {
   std::map<std::string, double> values;  ///< keys from MetricsLog::columns()
 };
 
+/// Drops the rows a resumed run will write again from RUN_DIR/metrics.csv and metrics.jsonl: those
+/// after `step`, and the epoch row at `step` unless `epoch_row_at_step_kept` (a checkpoint taken
+/// after its epoch's evaluation). Missing files are left missing.
+void truncate_metrics(const std::filesystem::path& run_dir, int64_t step, bool epoch_row_at_step_kept);
+
 /// Appends rows to RUN_DIR/metrics.csv and RUN_DIR/metrics.jsonl, flushed after each row.
 class MetricsLog {
  public:

@@ -1,0 +1,280 @@
+// Full-state checkpoints: exact resume (mid-epoch and at an epoch boundary), signals, damaged
+// files, keep_last and best, weights in (model.init_from).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "ltrain/config/load.h"
+#include "ltrain/core/errors.h"
+#include "ltrain/engine/checkpoint.h"
+#include "ltrain/engine/setup.h"
+#include "ltrain/engine/trainer.h"
+#include "ltrain/io/tensor_file.h"
+#include "support.h"
+
+namespace ltrain::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using ltrain::testing::read_file;
+using ltrain::testing::TempDir;
+
+/// 256 synthetic images in steps of 32: 8 steps per epoch, 24 in all; deterministic algorithms,
+/// momentum, a one-cycle schedule (its LR depends on the step), checkpoints every 3 steps.
+config::LoadedConfig resumable_run(const fs::path& out_dir, const std::string& name,
+                                   const std::vector<std::string>& extra = {}) {
+  return testing::config_from(
+      {"run.out_dir=" + out_dir.string(), "run.name=" + name, "run.epochs=3", "run.log_every_steps=2",
+       "run.device=cpu", "run.threads=2", "model.arch=resnet18", "model.stem=cifar", "model.width=8",
+       "data.source=synthetic", "data.synthetic_train_size=256", "data.synthetic_test_size=64", "data.batch_size=32",
+       "optim.lr=0.05", "schedule.name=onecycle", "precision.deterministic=true", "checkpoint.every_steps=3",
+       "checkpoint.keep_last=20"},
+      extra);
+}
+
+std::vector<nlohmann::json> metrics_rows(const fs::path& run_dir) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json row = nlohmann::json::parse(line);
+    for (const char* timing : {"img_per_s", "elapsed_s"}) row.erase(timing);  // wall-clock values differ
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+/// The run's last checkpoint: weights, optimizer state and metrics history equal bitwise.
+void expect_same_end(const fs::path& a, const fs::path& b, int64_t last_step) {
+  const Checkpoint ca = read_checkpoint(a / "checkpoints" / checkpoint_file_name(last_step));
+  const Checkpoint cb = read_checkpoint(b / "checkpoints" / checkpoint_file_name(last_step));
+  ASSERT_EQ(ca.model.size(), cb.model.size());
+  for (size_t i = 0; i < ca.model.size(); ++i)
+    EXPECT_TRUE(torch::equal(ca.model[i].second, cb.model[i].second)) << ca.model[i].first;
+  ASSERT_EQ(ca.optimizer.size(), cb.optimizer.size());
+  for (size_t i = 0; i < ca.optimizer.size(); ++i)
+    EXPECT_TRUE(torch::equal(ca.optimizer[i].second, cb.optimizer[i].second)) << ca.optimizer[i].first;
+  EXPECT_EQ(metrics_rows(a), metrics_rows(b));
+  const nlohmann::json sa = nlohmann::json::parse(read_file(a / "summary.json"));
+  const nlohmann::json sb = nlohmann::json::parse(read_file(b / "summary.json"));
+  for (const char* key : {"epochs", "steps", "final_test_accuracy", "final_test_loss", "best_epoch"})
+    EXPECT_EQ(sa[key], sb[key]) << key;
+}
+
+/// Trains `loaded`, sending this process SIGTERM right after step `stop_step`; expects the run
+/// to stop there with Interrupted (exit code 130) after writing its checkpoint.
+void train_until_signal(const config::LoadedConfig& loaded, int64_t stop_step) {
+  TrainHooks hooks;
+  hooks.after_step = [stop_step](int64_t step) {
+    if (step == stop_step) std::raise(SIGTERM);
+  };
+  try {
+    train(loaded, hooks);
+    FAIL() << "the run did not stop on SIGTERM";
+  } catch (const Interrupted& stopped) {
+    EXPECT_EQ(stopped.code(), ExitCode::interrupted);
+    EXPECT_NE(std::string(stopped.what()).find("checkpoint.resume=auto"), std::string::npos) << stopped.what();
+  }
+}
+
+TEST(Resume, InterruptedMidEpochThenResumedMatchesAnUninterruptedRun) {
+  TempDir dir;
+  for (const std::vector<std::string>& variant :
+       {std::vector<std::string>{}, {"precision.mode=bf16", "optim.accumulation_steps=2", "data.batch_size=16",
+                                     "optim.name=adamw", "optim.lr=0.002"}}) {
+    const TrainResult whole = train(resumable_run(dir.path(), "whole", variant));
+    ASSERT_EQ(whole.steps, 24);
+    // Step 10 is the second step of epoch 2, between two steps checkpoints (9 and 12).
+    train_until_signal(resumable_run(dir.path(), "split", variant), 10);
+    const fs::path split_dir = dir.path() / "split";
+    ASSERT_TRUE(fs::exists(split_dir / "checkpoints" / checkpoint_file_name(10)));
+    EXPECT_FALSE(fs::exists(split_dir / "summary.json"));
+    const Checkpoint stopped = read_checkpoint(split_dir / "checkpoints" / checkpoint_file_name(10));
+    EXPECT_EQ(stopped.meta.epoch, 1);
+    EXPECT_EQ(stopped.meta.epoch_steps_done, 2);
+
+    std::vector<std::string> resume = variant;
+    resume.push_back("checkpoint.resume=auto");
+    const TrainResult resumed = train(resumable_run(dir.path(), "split", resume));
+    EXPECT_EQ(resumed.run_dir, split_dir);
+    EXPECT_EQ(resumed.steps, 24);
+    expect_same_end(whole.run_dir, split_dir, 24);
+    EXPECT_NE(read_file(split_dir / "train.log").find("resuming from"), std::string::npos);
+    fs::rename(whole.run_dir, dir.path() / ("whole-done-" + std::to_string(variant.size())));
+    fs::rename(split_dir, dir.path() / ("split-done-" + std::to_string(variant.size())));
+  }
+}
+
+TEST(Resume, FromAnEpochBoundaryCheckpointByPath) {
+  TempDir dir;
+  const TrainResult whole = train(resumable_run(dir.path(), "whole"));
+  // A copy of the finished run, continued from its checkpoint after epoch 2 (step 16): it writes
+  // epoch 3 again, and must end where the original did.
+  const fs::path copy = dir.path() / "copy";
+  fs::copy(whole.run_dir, copy, fs::copy_options::recursive);
+  const fs::path boundary = copy / "checkpoints" / checkpoint_file_name(16);
+  EXPECT_EQ(read_checkpoint(boundary).meta.epoch, 2);
+  EXPECT_EQ(read_checkpoint(boundary).meta.epoch_steps_done, 0);
+  fs::remove(copy / "checkpoints" / checkpoint_file_name(24));
+  const TrainResult resumed =
+      train(resumable_run(dir.path(), "ignored", {"checkpoint.resume=" + boundary.string()}));
+  EXPECT_EQ(resumed.run_dir, copy);
+  EXPECT_FALSE(fs::exists(dir.path() / "ignored"));
+  expect_same_end(whole.run_dir, copy, 24);
+}
+
+TEST(Resume, AutoSkipsDamagedCheckpointsAndRefusesAnotherModel) {
+  TempDir dir;
+  train_until_signal(resumable_run(dir.path(), "run"), 13);
+  const fs::path checkpoints = dir.path() / "run" / "checkpoints";
+  // The newest (13) loses its tail, the one before (12) gets a flipped bit: auto goes back to 9.
+  const fs::path newest = checkpoints / checkpoint_file_name(13), second = checkpoints / checkpoint_file_name(12);
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+  {
+    std::fstream file(second, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(fs::file_size(second) / 2));
+    char byte = 0;
+    file.read(&byte, 1);
+    file.seekp(static_cast<std::streamoff>(fs::file_size(second) / 2));
+    byte = static_cast<char>(byte ^ 0x10);
+    file.write(&byte, 1);
+  }
+  const auto found = newest_valid_checkpoint(checkpoints);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->file, checkpoints / checkpoint_file_name(9));
+
+  // Another width: refused before anything is written, naming the setting.
+  try {
+    train(resumable_run(dir.path(), "run", {"checkpoint.resume=auto", "model.width=16"}));
+    FAIL() << "a checkpoint of another model was resumed";
+  } catch (const DataError& error) {
+    EXPECT_NE(std::string(error.what()).find("model.width = 8 but this config says 16"), std::string::npos)
+        << error.what();
+  }
+  // A damaged file named directly is an error, not a fallback.
+  EXPECT_THROW(train(resumable_run(dir.path(), "run", {"checkpoint.resume=" + second.string()})), DataError);
+
+  const TrainResult resumed = train(resumable_run(dir.path(), "run", {"checkpoint.resume=auto"}));
+  EXPECT_EQ(resumed.steps, 24);
+  EXPECT_NE(read_file(resumed.run_dir / "train.log").find("step-00000009.ltc"), std::string::npos);
+}
+
+TEST(Resume, KeepLastAndBestCheckpoint) {
+  TempDir dir;
+  const TrainResult result = train(resumable_run(
+      dir.path(), "run",
+      {"run.epochs=4", "checkpoint.every_steps=0", "checkpoint.keep_last=2", "checkpoint.best_metric=test_loss"}));
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(result.run_dir / "checkpoints"))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"best.ltc", checkpoint_file_name(24), checkpoint_file_name(32)}));
+  // best.ltc is the state after the epoch with the lowest test loss.
+  int64_t best_epoch = 0;
+  double best_loss = 1e300;
+  for (const auto& row : metrics_rows(result.run_dir))
+    if (row["kind"] == "epoch" && row["test_loss"].get<double>() < best_loss) {
+      best_loss = row["test_loss"].get<double>();
+      best_epoch = row["epoch"].get<int64_t>();
+    }
+  const Checkpoint best = read_checkpoint(result.run_dir / "checkpoints" / kBestCheckpointName);
+  EXPECT_EQ(best.meta.epoch, best_epoch);
+  EXPECT_DOUBLE_EQ(best.meta.metrics["test_loss"].get<double>(), best_loss);
+}
+
+TEST(Resume, FailedCheckpointWriteKeepsThePreviousFile) {
+  TempDir dir;
+  const auto loaded = resumable_run(dir.path(), "run");
+  models::ResNet model = build_model(loaded, torch::kCPU);
+  const fs::path file = dir.path() / "step.ltc";
+  CheckpointMeta meta;
+  meta.step = 1;
+  save_checkpoint(file, *model, nullptr, nullptr, meta);
+  // The temporary file's name taken by a folder: the write fails as on a full or read-only disk.
+  fs::create_directory(file.string() + ".tmp-" + std::to_string(::getpid()));
+  meta.step = 2;
+  EXPECT_THROW(save_checkpoint(file, *model, nullptr, nullptr, meta), RunError);
+  EXPECT_EQ(read_checkpoint(file).meta.step, 1);
+}
+
+TEST(Resume, SigtermToATrainingProcessLeavesAResumableCheckpoint) {
+  TempDir dir;
+  const fs::path config = dir.path() / "c.json";
+  // Big enough to still be training when the signal comes (tens of seconds on two cores).
+  testing::write_file(config, R"({"run": {"out_dir": ")" + dir.path().string() +
+                                  R"(", "name": "run", "epochs": 2, "log_every_steps": 1, "device": "cpu"},
+    "model": {"arch": "resnet18", "stem": "cifar", "width": 16},
+    "data": {"source": "synthetic", "synthetic_train_size": 1024, "synthetic_test_size": 64, "batch_size": 32}})");
+  const fs::path log = dir.path() / "log";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, STDOUT_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+    ::execl(LTRAIN_EXECUTABLE, "ltrain", "train", "--config", config.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Wait for the second logged step, then ask it to stop.
+  const fs::path metrics = dir.path() / "run" / "metrics.csv";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(3);
+  auto logged_steps = [&] {
+    std::ifstream in(metrics);
+    int64_t lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    return lines - 1;
+  };
+  while (logged_steps() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(logged_steps(), 2) << read_file(log);
+  ::kill(child, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130) << read_file(log);
+  EXPECT_NE(read_file(log).find("checkpoint.resume=auto"), std::string::npos) << read_file(log);
+  const auto found = newest_valid_checkpoint(dir.path() / "run" / "checkpoints");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_LT(found->checkpoint.meta.step, 2 * 32);
+
+  EXPECT_EQ(testing::run_ltrain("train --config " + config.string() + " --set checkpoint.resume=auto", log), 0)
+      << read_file(log);
+  const nlohmann::json summary = nlohmann::json::parse(read_file(dir.path() / "run" / "summary.json"));
+  EXPECT_EQ(summary["steps"], 2 * 32);
+}
+
+TEST(InitFrom, StartsFromSafetensorsAndNamesWhatDoesNotFit) {
+  TempDir dir;
+  const auto loaded = resumable_run(dir.path(), "run");
+  models::ResNet source = build_model(resumable_run(dir.path(), "run", {"run.seed=7"}), torch::kCPU);
+  const fs::path weights = dir.path() / "w.safetensors";
+  io::write_safetensors(weights, state_dict(*source));
+
+  models::ResNet started = build_model(resumable_run(dir.path(), "run", {"model.init_from=" + weights.string()}),
+                                       torch::kCPU);
+  const optim::NamedTensors a = state_dict(*source), b = state_dict(*started);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+
+  EXPECT_THROW(build_model(resumable_run(dir.path(), "run", {"model.init_from=" + (dir.path() / "no").string()}),
+                           torch::kCPU),
+               ConfigError);
+  try {
+    build_model(resumable_run(dir.path(), "run", {"model.init_from=" + weights.string(), "model.num_classes=5"}),
+                torch::kCPU);
+    FAIL() << "weights for 10 classes went into a 5-class model";
+  } catch (const DataError& error) {
+    EXPECT_NE(std::string(error.what()).find("\"fc.weight\" has shape [10, 64]"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace ltrain::engine
