@@ -37,20 +37,15 @@ EvalResult Evaluator::run() {
     const bool full = batch.labels.size(0) == batch_size;
     if (!use_graph_ || !full) {
       enqueue(batch.images, batch.labels);
-    } else if (!graph_ && index == 0) {
+    } else if (!graph_.captured() && index == 0) {
       // The warm-up PyTorch asks for before a capture (cuDNN picks its algorithms here).
       gpu::run_on_side_stream(batch.images.device(), [&] { enqueue(batch.images, batch.labels); });
     } else {
-      if (!graph_) {
-        graph_images_ = torch::empty_like(batch.images, batch.images.options(), memory_format(config_));
-        graph_labels_ = torch::empty_like(batch.labels);
-        auto graph = std::make_unique<gpu::CudaGraph>();
-        graph->capture(batch.images.device(), [&] { enqueue(graph_images_, graph_labels_); });
-        graph_ = std::move(graph);
-      }
-      graph_images_.copy_(batch.images);
-      graph_labels_.copy_(batch.labels);
-      graph_->replay();
+      if (!graph_.captured())
+        graph_.capture(batch, memory_format(config_), [&](const torch::Tensor& images, const torch::Tensor& labels) {
+          enqueue(images, labels);
+        });
+      graph_.replay(batch);
     }
   }
   model_->train(was_training);

@@ -1,7 +1,5 @@
 #include "ltrain/engine/train_step.h"
 
-#include <stdexcept>
-
 #include "ltrain/amp/autocast.h"
 #include "ltrain/engine/setup.h"
 
@@ -52,20 +50,11 @@ void TrainStep::run(const data::Batch& batch) {
     --steps_before_capture_;
     return;
   }
-  if (!graph_) capture(batch);
-  if (batch.images.sizes() != graph_images_.sizes())
-    throw std::logic_error("TrainStep: a captured step was given a batch of another shape");
-  graph_images_.copy_(batch.images);
-  graph_labels_.copy_(batch.labels);
-  graph_->replay();
-}
-
-void TrainStep::capture(const data::Batch& like) {
-  graph_images_ = torch::empty_like(like.images, like.images.options(), memory_format_);
-  graph_labels_ = torch::empty_like(like.labels);
-  auto graph = std::make_unique<gpu::CudaGraph>();
-  graph->capture(like.images.device(), [&] { enqueue(graph_images_, graph_labels_); });
-  graph_ = std::move(graph);
+  if (!graph_.captured())
+    graph_.capture(batch, memory_format_, [&](const torch::Tensor& images, const torch::Tensor& labels) {
+      enqueue(images, labels);
+    });
+  graph_.replay(batch);
 }
 
 void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& batch_labels) {

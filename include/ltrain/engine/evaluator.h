@@ -1,11 +1,10 @@
 #pragma once
 // Test-set evaluation: every image once, sums kept on the device, one host sync at the end.
 #include <cstdint>
-#include <memory>
 
 #include "ltrain/config/config.h"
-#include "ltrain/core/cuda_graph.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/engine/batch_graph.h"
 #include "ltrain/models/resnet.h"
 
 namespace ltrain::engine {
@@ -38,9 +37,7 @@ class Evaluator {
   bool use_graph_;
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
-  std::unique_ptr<gpu::CudaGraph> graph_;
-  torch::Tensor graph_images_;  // [eval_batch_size,3,32,32] float32, the model's memory format
-  torch::Tensor graph_labels_;  // [eval_batch_size] int64
+  BatchGraph graph_;  // cuda_graph.eval: the forward pass of a full batch
 };
 
 /// One evaluation without a graph: Evaluator(model, loader, config).run() with cuda_graph.eval off.

@@ -5,7 +5,6 @@
 // the scale are kept on the device and read only when the loop asks (at log intervals).
 // With cuda_graph.train the step's device work is captured once as a CUDA graph and replayed.
 #include <cstdint>
-#include <memory>
 #include <optional>
 
 #include <torch/torch.h>
@@ -14,8 +13,8 @@
 #include "ltrain/amp/low_precision_weights.h"
 #include "ltrain/amp/precision.h"
 #include "ltrain/config/config.h"
-#include "ltrain/core/cuda_graph.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/engine/batch_graph.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/optim/optimizer.h"
 
@@ -44,7 +43,7 @@ class TrainStep {
   void run(const data::Batch& batch);
 
   /// True once the step has been captured as a CUDA graph.
-  bool graphed() const { return graph_ != nullptr; }
+  bool graphed() const { return graph_.captured(); }
 
   /// Reads and resets the device-side sums: one host sync.
   StepTotals take_totals();
@@ -53,7 +52,6 @@ class TrainStep {
   /// The step's device work on `images` [K*B,3,32,32] float32 and `labels` [K*B] int64, with no
   /// host sync and no host state that changes between steps (it may be captured once and replayed).
   void enqueue(const torch::Tensor& images, const torch::Tensor& labels);
-  void capture(const data::Batch& like);
 
   models::ResNet model_;
   optim::Optimizer& optimizer_;
@@ -67,12 +65,9 @@ class TrainStep {
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
   int64_t images_ = 0;
-  // cuda_graph.train: eager steps left before the capture (-1: never capture), the graph and its
-  // input buffers (images in the model's memory format).
+  // cuda_graph.train: eager steps left before the capture (-1: never capture), and the graph.
   int64_t steps_before_capture_ = -1;
-  std::unique_ptr<gpu::CudaGraph> graph_;
-  torch::Tensor graph_images_;  // [K*B,3,32,32] float32
-  torch::Tensor graph_labels_;  // [K*B] int64
+  BatchGraph graph_;
 };
 
 /// Cross-entropy (mean over the batch) with label smoothing, as torch.nn.CrossEntropyLoss.
