@@ -1,6 +1,9 @@
 // ltrain: parse the command line, call the library, map errors to exit codes. Nothing else.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -8,8 +11,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ltrain/bench/matmul_bench.h"
 #include "ltrain/bench/step_bench.h"
+#include "ltrain/bench/sweep.h"
 #include "ltrain/config/load.h"
+#include "ltrain/core/environment.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/log.h"
 #include "ltrain/core/torch_compat.h"
@@ -32,6 +38,9 @@ commands:
   eval      evaluate a checkpoint:         ltrain eval --checkpoint RUN/checkpoints/step-00000390.ltc
   export    weights to safetensors:        ltrain export --checkpoint CKPT --out resnet.safetensors
   bench     training-step throughput:      ltrain bench step --config CONFIG
+            matmul TFLOP/s per precision:  ltrain bench matmul [--device cuda]
+  doctor    versions, GPUs, warnings:      ltrain doctor [--json] [--device cuda]
+  sweep     a grid of configs, or a batch-size search: ltrain sweep --config configs/sweeps/batch.json
 
 "ltrain COMMAND --help" lists a command's options with their defaults.
 exit codes: 0 success, 1 internal error, 2 usage or config error, 3 data error,
@@ -138,15 +147,7 @@ int run_export(int argc, char** argv) {
   return 0;
 }
 
-int run_bench(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) != "step") {
-    if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-      std::cout << "usage: ltrain bench step --config FILE [--set KEY=VALUE]... [--warmup N] [--steps N] [--json]"
-                   " [--profile TRACE.json]\n";
-      return 0;
-    }
-    throw ltrain::ConfigError("ltrain bench needs a benchmark name: ltrain bench step --config FILE");
-  }
+int run_bench_step(int argc, char** argv) {
   cxxopts::Options options("ltrain bench step", "Time training steps of a config (after warm-up steps).");
   options.add_options()("config", "run config (JSON)", cxxopts::value<std::string>(), "FILE")(
       "warmup", "untimed steps first", cxxopts::value<int64_t>()->default_value("10"), "N")(
@@ -155,7 +156,7 @@ int run_bench(int argc, char** argv) {
       "profile", "after timing, profile a few more steps and write the Chrome trace here",
       cxxopts::value<std::string>(), "TRACE.json");
   add_set_option(options);
-  const auto args = parse(options, argc - 1, argv + 1);
+  const auto args = parse(options, argc, argv);
   if (!args) return 0;
   const auto loaded = ltrain::config::load_file(required(*args, "config", "ltrain bench step"), overrides(*args));
   const std::string profile_trace = args->count("profile") ? (*args)["profile"].as<std::string>() : "";
@@ -167,9 +168,134 @@ int run_bench(int argc, char** argv) {
     std::cout << ltrain::bench::to_json(result).dump() << "\n";
   } else {
     std::cout << fmt::format("{} batch {}{}: {:.2f} ms/step, {:.0f} img/s, peak memory {}\n", result.device,
-                             result.batch_size, result.cuda_graph ? " (CUDA graph)" : "", result.ms_per_step, result.images_per_second,
-                             result.peak_memory_bytes < 0 ? std::string("n/a")
-                                                          : fmt::format("{:.2f} GiB", static_cast<double>(result.peak_memory_bytes) / (1 << 30)));
+                             result.batch_size, result.cuda_graph ? " (CUDA graph)" : "", result.ms_per_step,
+                             result.images_per_second,
+                             result.peak_memory_bytes < 0
+                                 ? std::string("n/a")
+                                 : fmt::format("{:.2f} GiB", static_cast<double>(result.peak_memory_bytes) / (1 << 30)));
+  }
+  return 0;
+}
+
+/// A device named on the command line (auto, cpu, cuda, cuda:N), checked as run.device is.
+torch::Device device_option(const std::string& name) {
+  return ltrain::engine::resolve_device(ltrain::config::load_json({{"run", {{"device", name}}}}, "--device"));
+}
+
+int run_bench_matmul(int argc, char** argv) {
+  cxxopts::Options options("ltrain bench matmul",
+                           "Square matmul throughput per precision (the 4090 guide's test): TFLOP/s = 2 n^3 "
+                           "products / time, timed with CUDA events on a GPU.");
+  options.add_options()("device", "auto | cpu | cuda | cuda:N", cxxopts::value<std::string>()->default_value("auto"),
+                        "D")("size", "matrix side n", cxxopts::value<int64_t>()->default_value("8192"), "N")(
+      "warmup", "untimed products first", cxxopts::value<int64_t>()->default_value("10"), "N")(
+      "iters", "timed products", cxxopts::value<int64_t>()->default_value("100"), "N")(
+      "precision", "comma-separated: fp32, tf32, fp16, bf16",
+      cxxopts::value<std::string>()->default_value("fp32,tf32,fp16,bf16"), "LIST")(
+      "json", "print one JSON object per precision on stdout");
+  const auto args = parse(options, argc, argv);
+  if (!args) return 0;
+  const int64_t n = (*args)["size"].as<int64_t>(), warmup = (*args)["warmup"].as<int64_t>();
+  const int64_t iters = (*args)["iters"].as<int64_t>();
+  if (n < 1 || warmup < 0 || iters < 1)
+    throw ltrain::ConfigError("ltrain bench matmul: --size and --iters must be >= 1 and --warmup >= 0");
+  std::vector<ltrain::config::PrecisionMode> precisions;
+  std::stringstream list((*args)["precision"].as<std::string>());
+  for (std::string name; std::getline(list, name, ',');) {
+    bool known = false;
+    for (const auto& [mode, spelled] : ltrain::config::EnumNames<ltrain::config::PrecisionMode>::names)
+      if (name == spelled) precisions.push_back(mode), known = true;
+    if (!known)
+      throw ltrain::ConfigError(fmt::format("ltrain bench matmul: --precision {}: unknown precision \"{}\"; use fp32, "
+                                            "tf32, fp16 or bf16",
+                                            (*args)["precision"].as<std::string>(), name));
+  }
+  const torch::Device device = device_option((*args)["device"].as<std::string>());
+  for (const auto& result : ltrain::bench::bench_matmul(device, precisions, n, warmup, iters)) {
+    if (args->count("json")) {
+      std::cout << ltrain::bench::to_json(result).dump() << "\n";
+    } else if (result.error.empty()) {
+      std::cout << fmt::format("{} matmul n={} {:<5} ({}): {:.4g} TFLOP/s ({:.3f} ms per product)\n", device.str(), n,
+                               result.precision, result.dtype, result.tflops, result.ms_per_product);
+    } else {
+      std::cout << fmt::format("{} matmul n={} {:<5} ({}): not run: {}\n", device.str(), n, result.precision,
+                               result.dtype, result.error);
+    }
+  }
+  return 0;
+}
+
+int run_bench(int argc, char** argv) {
+  const std::string name = argc >= 2 ? argv[1] : "";
+  if (name == "step") return run_bench_step(argc - 1, argv + 1);
+  if (name == "matmul") return run_bench_matmul(argc - 1, argv + 1);
+  if (name == "--help" || name == "-h") {
+    std::cout << "usage: ltrain bench step --config FILE [--set KEY=VALUE]... [--warmup N] [--steps N] [--json]"
+                 " [--profile TRACE.json]\n"
+                 "       ltrain bench matmul [--device D] [--size 8192] [--warmup 10] [--iters 100]"
+                 " [--precision fp32,tf32,fp16,bf16] [--json]\n";
+    return 0;
+  }
+  throw ltrain::ConfigError("ltrain bench needs a benchmark name: ltrain bench step --config FILE, or ltrain bench "
+                            "matmul");
+}
+
+int run_sweep(int argc, char** argv) {
+  cxxopts::Options options("ltrain sweep",
+                           "Run a config sweep: a base config and keys with lists of values (a grid), timed steps "
+                           "(mode bench) or full runs (mode train) per point, or a batch-size search up to a "
+                           "fraction of GPU memory. Writes results.csv, results.md and results.json; "
+                           "scripts/plot_sweep.py draws results.png.");
+  options.add_options()("config", "sweep description (JSON; the format is in include/ltrain/bench/sweep.h)",
+                        cxxopts::value<std::string>(), "FILE")(
+      "out", "results folder (default: sweeps/NAME, NAME the sweep file's name)", cxxopts::value<std::string>(), "DIR");
+  add_set_option(options);
+  const auto args = parse(options, argc, argv);
+  if (!args) return 0;
+  const std::filesystem::path file = required(*args, "config", "ltrain sweep");
+  const std::filesystem::path out =
+      args->count("out") ? std::filesystem::path((*args)["out"].as<std::string>()) : "sweeps" / file.stem();
+  const ltrain::bench::SweepResult result = ltrain::bench::run_sweep(file, out, overrides(*args));
+  std::cout << ltrain::bench::write_sweep_results(result, out);
+  std::cout << fmt::format("{} point(s), {} failed; results in {} (plot: python3 scripts/plot_sweep.py {})\n",
+                           result.points.size(),
+                           std::count_if(result.points.begin(), result.points.end(),
+                                         [](const auto& point) { return !point.error.empty(); }),
+                           out.string(), out.string());
+  return 0;
+}
+
+int run_doctor(int argc, char** argv) {
+  cxxopts::Options options("ltrain doctor",
+                           "What this machine and build offer: LibTorch, CUDA runtime and driver, cuDNN, NCCL, each "
+                           "GPU, and how ltrain was built; warns about mismatches.");
+  options.add_options()("device", "also check that this device can be used (cpu, cuda, cuda:N)",
+                        cxxopts::value<std::string>(), "D")("json", "print the report as JSON");
+  const auto args = parse(options, argc, argv);
+  if (!args) return 0;
+  const ltrain::env::Environment environment = ltrain::env::probe();
+  if (args->count("json")) {
+    std::cout << ltrain::env::to_json(environment).dump(2) << "\n";
+  } else {
+    using ltrain::env::cuda_version_text;
+    std::cout << fmt::format("ltrain {} ({} build, {}, {}), LibTorch {}\n", environment.ltrain_version,
+                             environment.cuda_build ? "CUDA" : "CPU-only", environment.compiler,
+                             environment.build_type, environment.torch_version);
+    std::cout << fmt::format("CUDA runtime {} | driver supports CUDA {} | cuDNN {} | NCCL {} | {} CPU threads\n",
+                             cuda_version_text(environment.cuda_runtime), cuda_version_text(environment.cuda_driver),
+                             ltrain::env::cudnn_version_text(environment.cudnn),
+                             ltrain::env::nccl_version_text(environment.nccl), environment.cpu_threads);
+    for (const auto& gpu : environment.gpus)
+      std::cout << fmt::format("GPU {}: {} | compute capability {}.{} | {} SMs | {:.1f} GiB | TF32 {} | bf16 {}\n",
+                               gpu.index, gpu.name, gpu.major, gpu.minor, gpu.multiprocessors,
+                               static_cast<double>(gpu.memory_bytes) / (1 << 30), gpu.tf32() ? "yes" : "no",
+                               gpu.bf16() ? "yes" : "no");
+    if (environment.gpus.empty()) std::cout << "no usable GPU\n";
+    for (const auto& warning : ltrain::env::warnings(environment)) std::cout << "warning: " << warning << "\n";
+  }
+  if (args->count("device")) {
+    const torch::Device device = device_option((*args)["device"].as<std::string>());
+    if (!args->count("json")) std::cout << fmt::format("device {}: usable\n", device.str());
   }
   return 0;
 }
@@ -193,6 +319,8 @@ int dispatch(int argc, char** argv) {
   if (command == "eval") return run_eval(argc - 1, argv + 1);
   if (command == "export") return run_export(argc - 1, argv + 1);
   if (command == "bench") return run_bench(argc - 1, argv + 1);
+  if (command == "doctor") return run_doctor(argc - 1, argv + 1);
+  if (command == "sweep") return run_sweep(argc - 1, argv + 1);
   throw ltrain::ConfigError(fmt::format("unknown command \"{}\"; run ltrain --help for the list", command));
 }
 

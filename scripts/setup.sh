@@ -17,7 +17,7 @@ for arg in "$@"; do
 done
 
 packages=(build-essential cmake ninja-build libtorch-dev nlohmann-json3-dev libspdlog-dev libcxxopts-dev
-          libgtest-dev xz-utils curl ca-certificates python3)
+          libgtest-dev xz-utils curl ca-certificates python3 python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "ltrain/bench/sweep.h"
 #include "ltrain/config/load.h"
 #include "support.h"
 
@@ -239,7 +240,11 @@ TEST(Config, ShippedConfigsLoad) {
   const auto configs = std::filesystem::path(LTRAIN_SOURCE_DIR) / "configs";
   int count = 0;
   for (const auto& file : ltrain::testing::files_below(configs, ".json")) {
-    EXPECT_NO_THROW(load_file(file)) << file;
+    // configs/sweeps/ holds sweep descriptions, whose points are run configs.
+    if (file.parent_path().filename() == "sweeps")
+      EXPECT_NO_THROW(bench::check_sweep(file)) << file;
+    else
+      EXPECT_NO_THROW(load_file(file)) << file;
     ++count;
   }
   EXPECT_GT(count, 0);

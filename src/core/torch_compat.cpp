@@ -168,6 +168,15 @@ std::pair<int, int> cuda_capability(int index) {
 #endif
 }
 
+int64_t device_memory_bytes(const torch::Device& device) {
+#if LTRAIN_WITH_CUDA
+  if (device.is_cuda()) return static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+#else
+  (void)device;
+#endif
+  return -1;
+}
+
 void reset_peak_memory(const torch::Device& device) {
 #if LTRAIN_WITH_CUDA
   if (device.is_cuda()) {

@@ -92,6 +92,9 @@ void set_cuda_rng_state(int index, const torch::Tensor& state);
 /// Compute capability (major, minor) of CUDA device `index`; (0, 0) on a CPU build.
 std::pair<int, int> cuda_capability(int index);
 
+/// Total memory of CUDA device `device` in bytes; -1 for the CPU.
+int64_t device_memory_bytes(const torch::Device& device);
+
 /// Releases cached device blocks nothing uses and resets the peaks below (no-op on the CPU).
 void reset_peak_memory(const torch::Device& device);
 

@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "ltrain/core/cuda_graph.h"
+#include "ltrain/core/gpu.h"
 #include "ltrain/data/loader.h"
 
 namespace ltrain::engine {

@@ -1,7 +1,8 @@
 #pragma once
-// CUDA graphs: work captured once (kernels recorded, not run) and replayed as one launch. The
-// only file that touches LibTorch's CUDAGraph and stream API; on a CPU build every entry point
-// throws RunError (configs asking for graphs are refused before that, in engine::resolve_device).
+// CUDA graphs (work captured once, kernels recorded, not run, and replayed as one launch), side
+// streams and event timing. The only file that touches LibTorch's CUDAGraph, stream and event API;
+// on a CPU build the graph and stream entry points throw RunError (configs asking for graphs are
+// refused before that, in engine::resolve_device).
 #include <functional>
 #include <memory>
 
@@ -16,6 +17,10 @@ bool cuda_graphs_available();
 /// any work queued on it later. PyTorch asks for a few such warm-up runs before a capture: cuDNN
 /// autotuning, lazy initialisation and the autograd engine's device threads happen there.
 void run_on_side_stream(const torch::Device& device, const std::function<void()>& work);
+
+/// Milliseconds that `work` takes on `device`: between two CUDA events on the current stream
+/// (waits for them), or on the CPU between two clock reads around it.
+double elapsed_ms(const torch::Device& device, const std::function<void()>& work);
 
 /// One captured CUDA graph and its private memory pool. Tensors that `enqueue` allocates live in
 /// the pool and are rewritten at every replay; tensors it reads or writes that were allocated

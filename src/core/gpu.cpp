@@ -1,4 +1,6 @@
-#include "ltrain/core/cuda_graph.h"
+#include "ltrain/core/gpu.h"
+
+#include <chrono>
 
 #include "ltrain/core/errors.h"
 
@@ -10,6 +12,13 @@
 #endif
 
 namespace ltrain::gpu {
+namespace {
+double clock_ms(const std::function<void()>& work) {
+  const auto start = std::chrono::steady_clock::now();
+  work();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
 
 #if LTRAIN_WITH_CUDA
 
@@ -78,6 +87,17 @@ void CudaGraph::capture(const torch::Device& device, const std::function<void()>
 
 void CudaGraph::replay() { impl_->graph.replay(); }
 
+double elapsed_ms(const torch::Device& device, const std::function<void()>& work) {
+  if (!device.is_cuda()) return clock_ms(work);
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device.index());
+  at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+  start.record(stream);
+  work();
+  end.record(stream);
+  end.synchronize();
+  return static_cast<double>(start.elapsed_time(end));
+}
+
 bool CudaGraph::captured() const { return impl_->captured; }
 
 #else
@@ -91,6 +111,8 @@ namespace {
 }  // namespace
 
 void run_on_side_stream(const torch::Device&, const std::function<void()>&) { no_cuda(); }
+
+double elapsed_ms(const torch::Device&, const std::function<void()>& work) { return clock_ms(work); }
 
 struct CudaGraph::Impl {};
 CudaGraph::CudaGraph() { no_cuda(); }

@@ -1,0 +1,52 @@
+#pragma once
+// Config sweeps (`ltrain sweep --config SWEEP.json`): a base run config, keys with lists of values
+// (a grid), and per point either timed steps (mode "bench") or a full training run (mode
+// "train"); or a batch-size search that doubles data.batch_size until the step's peak memory
+// reaches a fraction of the GPU, as the 4090D guide advises. A point that fails (out of memory, a
+// bad combination) becomes a row with its error, never the end of the sweep.
+//
+//   {"base": "../bench/resnet50-step.json",          (relative to the sweep file)
+//    "set": ["precision.cudnn_benchmark=true"],      (optional, every point)
+//    "mode": "bench",                                ("bench" or "train")
+//    "grid": {"data.batch_size": [256, 512], "precision.mode": ["fp16", "bf16"]},
+//    "bench": {"warmup": 10, "steps": 30},
+//    "batch_search": {"start": 256, "factor": 2, "memory_fraction": 0.9, "max": 65536}}
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ltrain::bench {
+
+struct SweepPoint {
+  std::vector<std::pair<std::string, nlohmann::json>> settings;  ///< key -> value, in grid order
+  std::map<std::string, double> values;  ///< measured: img_per_s, ms_per_step, peak_gib, test_acc, ...
+  std::string error;                     ///< why the point failed ("" when it ran)
+};
+
+struct SweepResult {
+  std::string mode;
+  std::vector<std::string> keys;     ///< the swept keys (columns before the measured ones)
+  std::vector<std::string> columns;  ///< the measured columns, in order
+  std::vector<SweepPoint> points;
+};
+
+/// Checks a sweep description without running it: its format, its base config with its "set",
+/// and every grid value as an override. ConfigError naming the file and what is wrong.
+void check_sweep(const std::filesystem::path& sweep_file);
+
+/// Runs the sweep described by `sweep_file`; points' run directories (mode train) go under
+/// `out_dir`/runs. `overrides` (--set) apply to every point after the file's "set". The results
+/// files (write_sweep_results) are rewritten as the points finish, so a sweep cut short keeps
+/// what it measured.
+/// ConfigError naming the file for a malformed sweep description.
+SweepResult run_sweep(const std::filesystem::path& sweep_file, const std::filesystem::path& out_dir,
+                      const std::vector<std::string>& overrides = {});
+
+/// Writes results.csv, results.md and results.json into `out_dir`; returns the Markdown table.
+std::string write_sweep_results(const SweepResult& result, const std::filesystem::path& out_dir);
+
+}  // namespace ltrain::bench

@@ -1,0 +1,284 @@
+#include "ltrain/bench/sweep.h"
+
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "ltrain/bench/step_bench.h"
+#include "ltrain/config/load.h"
+#include "ltrain/core/errors.h"
+#include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/setup.h"
+#include "ltrain/engine/trainer.h"
+#include "ltrain/io/run_files.h"
+
+namespace ltrain::bench {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+struct BatchSearch {
+  int64_t start = 256;
+  double factor = 2.0;
+  double memory_fraction = 0.9;
+  int64_t max = 65536;
+};
+
+struct SweepSpec {
+  fs::path base;
+  std::vector<std::string> set;
+  std::string mode = "bench";
+  std::vector<std::pair<std::string, std::vector<json>>> grid;
+  int64_t warmup = 10;
+  int64_t steps = 30;
+  std::optional<BatchSearch> batch_search;
+};
+
+ConfigError spec_error(const fs::path& file, const std::string& message) {
+  return ConfigError(fmt::format("{}: {}", file.string(), message));
+}
+
+/// `object[key]` as T when present, else `fallback`; ConfigError naming the key otherwise.
+template <class T>
+T field(const fs::path& file, const json& object, const std::string& where, const char* key, T fallback) {
+  if (!object.contains(key)) return fallback;
+  try {
+    return object.at(key).get<T>();
+  } catch (const json::exception&) {
+    throw spec_error(file, fmt::format("{}{} = {}: wrong type", where, key, object.at(key).dump()));
+  }
+}
+
+SweepSpec parse_spec(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw spec_error(file, "cannot read this sweep file (see ltrain sweep --help for its format)");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // The same document with its keys in the file's order (json sorts them), for the grid.
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) throw spec_error(file, "not a JSON object (see ltrain sweep --help)");
+  const std::set<std::string> known{"base", "set", "mode", "grid", "bench", "batch_search"};
+  for (const auto& [key, value] : doc.items())
+    if (!known.count(key))
+      throw spec_error(file, fmt::format("unknown key \"{}\"; a sweep has base, set, mode, grid, bench, batch_search", key));
+  SweepSpec spec;
+  const std::string base = field<std::string>(file, doc, "", "base", "");
+  if (base.empty()) throw spec_error(file, "needs \"base\": the run config the points start from");
+  spec.base = file.parent_path() / base;
+  spec.set = field<std::vector<std::string>>(file, doc, "", "set", {});
+  spec.mode = field<std::string>(file, doc, "", "mode", "bench");
+  if (spec.mode != "bench" && spec.mode != "train")
+    throw spec_error(file, fmt::format("mode = \"{}\": use \"bench\" (timed steps) or \"train\" (full runs)", spec.mode));
+  if (doc.contains("grid")) {
+    if (!doc["grid"].is_object()) throw spec_error(file, "grid: expected an object of \"section.key\": [values]");
+    // In the file's order: the first key varies slowest.
+    for (const auto& [key, ordered_values] : ordered.at("grid").items()) {
+      const json values = json::parse(ordered_values.dump());
+      if (!values.is_array() || values.empty())
+        throw spec_error(file, fmt::format("grid.{} = {}: expected a non-empty list of values", key, values.dump()));
+      spec.grid.emplace_back(key, std::vector<json>(values.begin(), values.end()));
+    }
+  }
+  const json bench = doc.value("bench", json::object());
+  spec.warmup = field<int64_t>(file, bench, "bench.", "warmup", spec.warmup);
+  spec.steps = field<int64_t>(file, bench, "bench.", "steps", spec.steps);
+  if (spec.warmup < 0 || spec.steps < 1) throw spec_error(file, "bench: warmup must be >= 0 and steps >= 1");
+  if (doc.contains("batch_search")) {
+    const json& search = doc["batch_search"];
+    BatchSearch s;
+    s.start = field<int64_t>(file, search, "batch_search.", "start", s.start);
+    s.factor = field<double>(file, search, "batch_search.", "factor", s.factor);
+    s.memory_fraction = field<double>(file, search, "batch_search.", "memory_fraction", s.memory_fraction);
+    s.max = field<int64_t>(file, search, "batch_search.", "max", s.max);
+    if (s.start < 1 || s.factor <= 1.0 || s.memory_fraction <= 0.0 || s.memory_fraction > 1.0 || s.max < s.start)
+      throw spec_error(file, "batch_search: needs start >= 1, factor > 1, 0 < memory_fraction <= 1, max >= start");
+    if (spec.mode != "bench")
+      throw spec_error(file, "batch_search measures the memory of timed steps: use it with mode \"bench\"");
+    spec.batch_search = s;
+  }
+  if (spec.grid.empty() && !spec.batch_search) throw spec_error(file, "needs a \"grid\" or a \"batch_search\"");
+  return spec;
+}
+
+/// Every combination of the grid's values, the first key varying slowest.
+std::vector<std::vector<std::pair<std::string, json>>> expand(const SweepSpec& spec) {
+  std::vector<std::vector<std::pair<std::string, json>>> points{{}};
+  for (const auto& [key, values] : spec.grid) {
+    std::vector<std::vector<std::pair<std::string, json>>> next;
+    for (const auto& point : points)
+      for (const json& value : values) {
+        next.push_back(point);
+        next.back().emplace_back(key, value);
+      }
+    points = std::move(next);
+  }
+  return points;
+}
+
+/// The text of an exception a point may end with: one line, "out of memory" for OOM.
+std::string point_error(const std::exception& error) {
+  if (compat::is_out_of_memory(error)) return "out of memory";
+  return compat::first_line(error.what());
+}
+
+class SweepRunner {
+ public:
+  SweepRunner(SweepSpec spec, fs::path out_dir, std::vector<std::string> overrides)
+      : spec_(std::move(spec)), out_dir_(std::move(out_dir)), overrides_(std::move(overrides)) {}
+
+  /// Runs one point; fills `point.values` or `point.error`.
+  void run(SweepPoint& point, int64_t index) {
+    std::vector<std::string> sets = spec_.set;
+    sets.insert(sets.end(), overrides_.begin(), overrides_.end());
+    for (const auto& [key, value] : point.settings) sets.push_back(key + "=" + value.dump());
+    if (spec_.mode == "train") {
+      sets.push_back("run.out_dir=" + (out_dir_ / "runs").string());
+      sets.push_back(fmt::format("run.name=point-{:03d}", index));
+    }
+    try {
+      const config::LoadedConfig loaded = config::load_file(spec_.base, sets);
+      if (spec_.mode == "bench") {
+        const StepBenchResult r = bench_steps(loaded, spec_.warmup, spec_.steps);
+        point.values = {{"img_per_s", r.images_per_second}, {"ms_per_step", r.ms_per_step}};
+        if (r.peak_memory_bytes >= 0) point.values["peak_gib"] = static_cast<double>(r.peak_memory_bytes) / kGiB;
+        if (r.peak_reserved_bytes >= 0) {
+          point.values["reserved_gib"] = static_cast<double>(r.peak_reserved_bytes) / kGiB;
+          const int64_t total = compat::device_memory_bytes(engine::resolve_device(loaded));
+          if (total > 0) point.values["memory_fraction"] = static_cast<double>(r.peak_reserved_bytes) / static_cast<double>(total);
+        }
+      } else {
+        const engine::TrainResult r = engine::train(loaded);
+        point.values = {{"test_acc", r.final_test_accuracy}, {"best_test_acc", r.best_test_accuracy},
+                        {"train_s", r.train_seconds},        {"wall_s", r.wall_seconds},
+                        {"img_per_s", r.images_per_second}};
+      }
+    } catch (const UserError& error) {
+      point.error = point_error(error);
+    } catch (const c10::Error& error) {
+      point.error = point_error(error);
+    }
+  }
+
+  /// The batch-size search on top of `settings`: start, start*factor, ... until the peak memory
+  /// reaches the fraction, a point fails, or max is passed.
+  void search(const std::vector<std::pair<std::string, json>>& settings, std::vector<SweepPoint>& out) {
+    const BatchSearch& s = *spec_.batch_search;
+    for (auto batch = static_cast<double>(s.start); batch <= static_cast<double>(s.max); batch *= s.factor) {
+      SweepPoint point;
+      point.settings = settings;
+      point.settings.emplace_back("data.batch_size", static_cast<int64_t>(batch));
+      run(point, static_cast<int64_t>(out.size()));
+      out.push_back(point);
+      if (!point.error.empty()) break;
+      const auto fraction = point.values.find("memory_fraction");
+      if (fraction == point.values.end()) {
+        out.back().error = "batch_search needs a CUDA device (peak memory is measured there)";
+        break;
+      }
+      if (fraction->second >= s.memory_fraction) break;
+    }
+  }
+
+  const SweepSpec& spec() const { return spec_; }
+
+ private:
+  SweepSpec spec_;
+  fs::path out_dir_;
+  std::vector<std::string> overrides_;
+};
+
+std::string cell(const SweepPoint& point, const std::string& column) {
+  const auto it = point.values.find(column);
+  return it == point.values.end() ? "" : fmt::format("{:.4g}", it->second);
+}
+
+std::string setting_text(const json& value) { return value.is_string() ? value.get<std::string>() : value.dump(); }
+
+}  // namespace
+
+void check_sweep(const fs::path& sweep_file) {
+  const SweepSpec spec = parse_spec(sweep_file);
+  for (const auto& settings : expand(spec)) {
+    std::vector<std::string> sets = spec.set;
+    for (const auto& [key, value] : settings) sets.push_back(key + "=" + value.dump());
+    config::load_file(spec.base, sets);
+  }
+}
+
+SweepResult run_sweep(const fs::path& sweep_file, const fs::path& out_dir, const std::vector<std::string>& overrides) {
+  SweepRunner runner(parse_spec(sweep_file), out_dir, overrides);
+  SweepResult result;
+  result.mode = runner.spec().mode;
+  for (const auto& [key, values] : runner.spec().grid) result.keys.push_back(key);
+  if (runner.spec().batch_search) result.keys.push_back("data.batch_size");
+  result.columns = result.mode == "bench"
+                       ? std::vector<std::string>{"img_per_s", "ms_per_step", "peak_gib", "reserved_gib", "memory_fraction"}
+                       : std::vector<std::string>{"test_acc", "best_test_acc", "train_s", "wall_s", "img_per_s"};
+  for (const auto& settings : expand(runner.spec())) {
+    if (runner.spec().batch_search) {
+      runner.search(settings, result.points);
+    } else {
+      SweepPoint point;
+      point.settings = settings;
+      runner.run(point, static_cast<int64_t>(result.points.size()));
+      result.points.push_back(point);
+    }
+    write_sweep_results(result, out_dir);  // a sweep cut short keeps what it measured
+  }
+  return result;
+}
+
+std::string write_sweep_results(const SweepResult& result, const fs::path& out_dir) {
+  fs::create_directories(out_dir);
+  std::string csv, markdown = "|", rule = "|";
+  std::vector<std::string> header = result.keys;
+  header.insert(header.end(), result.columns.begin(), result.columns.end());
+  header.push_back("error");
+  for (size_t i = 0; i < header.size(); ++i) {
+    csv += (i ? "," : "") + header[i];
+    markdown += " " + header[i] + " |";
+    rule += "---|";
+  }
+  csv += "\n";
+  markdown += "\n" + rule + "\n";
+  json rows = json::array();
+  for (const SweepPoint& point : result.points) {
+    std::vector<std::string> cells;
+    json row = json::object();
+    for (const auto& [key, value] : point.settings) {
+      cells.push_back(setting_text(value));
+      row[key] = value;
+    }
+    for (const std::string& column : result.columns) {
+      cells.push_back(cell(point, column));
+      if (point.values.count(column)) row[column] = point.values.at(column);
+    }
+    cells.push_back(point.error);
+    row["error"] = point.error.empty() ? json(nullptr) : json(point.error);
+    rows.push_back(row);
+    markdown += "|";
+    for (size_t i = 0; i < cells.size(); ++i) {
+      // CSV: an error text may hold commas or quotes.
+      const bool quote = cells[i].find_first_of(",\"") != std::string::npos;
+      std::string escaped = cells[i];
+      for (size_t at = escaped.find('"'); at != std::string::npos; at = escaped.find('"', at + 2)) escaped.insert(at, "\"");
+      csv += (i ? "," : "") + (quote ? "\"" + escaped + "\"" : escaped);
+      markdown += " " + cells[i] + " |";
+    }
+    csv += "\n";
+    markdown += "\n";
+  }
+  io::write_text_file(out_dir / "results.csv", csv);
+  io::write_text_file(out_dir / "results.md", markdown);
+  io::write_text_file(out_dir / "results.json",
+                      json{{"mode", result.mode}, {"keys", result.keys}, {"columns", result.columns}, {"rows", rows}}.dump(2) +
+                          "\n");
+  return markdown;
+}
+
+}  // namespace ltrain::bench

@@ -1,0 +1,137 @@
+#include "ltrain/core/environment.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "ltrain/core/torch_compat.h"
+
+#if LTRAIN_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ltrain::env {
+namespace {
+
+std::string compiler_text() {
+#if defined(__clang__)
+  return fmt::format("Clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#elif defined(__GNUC__)
+  return fmt::format("GCC {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+#else
+  return "unknown compiler";
+#endif
+}
+
+/// NCCL's version if a library in this process provides it (LibTorch with CUDA links it).
+int loaded_nccl_version() {
+  using GetVersion = int (*)(int*);  // ncclResult_t ncclGetVersion(int*); ncclSuccess is 0
+  void* symbol = ::dlsym(RTLD_DEFAULT, "ncclGetVersion");
+  if (!symbol) return 0;
+  GetVersion get_version = nullptr;
+  std::memcpy(&get_version, &symbol, sizeof get_version);  // object to function pointer, as POSIX allows
+  int version = 0;
+  return get_version(&version) == 0 ? version : 0;
+}
+
+/// major.minor.patch of a version code packed as major*big + minor*100 + patch.
+std::string packed_version_text(int code, int big) {
+  return fmt::format("{}.{}.{}", code / big, (code % big) / 100, code % 100);
+}
+
+}  // namespace
+
+Environment probe() {
+  Environment e;
+  e.ltrain_version = LTRAIN_VERSION;
+  e.torch_version = compat::torch_version();
+  e.compiler = compiler_text();
+  e.build_type = LTRAIN_BUILD_TYPE;
+  e.cuda_build = compat::built_with_cuda();
+  e.cpu_threads = static_cast<int>(std::thread::hardware_concurrency());
+  std::error_code ignored;
+  e.nvidia_device_node = std::filesystem::exists("/dev/nvidia0", ignored);
+  e.nccl = loaded_nccl_version();
+#if LTRAIN_WITH_CUDA
+  cudaRuntimeGetVersion(&e.cuda_runtime);
+  cudaDriverGetVersion(&e.cuda_driver);
+  e.cudnn = static_cast<int>(at::detail::getCUDAHooks().versionCuDNN());
+  const int count = compat::cuda_device_count();
+  for (int index = 0; index < count; ++index) {
+    const cudaDeviceProp* properties = at::cuda::getDeviceProperties(index);
+    e.gpus.push_back({index, properties->name, properties->major, properties->minor,
+                      properties->multiProcessorCount, static_cast<int64_t>(properties->totalGlobalMem)});
+  }
+#endif
+  return e;
+}
+
+std::string cuda_version_text(int code) {
+  return code == 0 ? "none" : fmt::format("{}.{}", code / 1000, (code % 1000) / 10);
+}
+
+std::string cudnn_version_text(int code) {
+  // cuDNN 9 packs major*10000, cuDNN 8 and older major*1000.
+  return code == 0 ? "none" : packed_version_text(code, code >= 90000 ? 10000 : 1000);
+}
+
+std::string nccl_version_text(int code) {
+  // NCCL 2.9 and later pack major*10000, earlier releases major*1000.
+  return code == 0 ? "none" : packed_version_text(code, code >= 20900 ? 10000 : 1000);
+}
+
+std::vector<std::string> warnings(const Environment& e) {
+  std::vector<std::string> out;
+  if (!e.cuda_build) {
+    if (e.nvidia_device_node)
+      out.push_back("this ltrain was built against a CPU-only LibTorch, but the machine has an NVIDIA GPU: build it "
+                    "on this machine with scripts/gpu-host-build.sh");
+    return out;
+  }
+  if (e.cuda_driver == 0)
+    out.push_back("no NVIDIA driver answers: install one, or run with run.device \"cpu\"");
+  else if (e.cuda_driver < e.cuda_runtime)
+    out.push_back(fmt::format("the driver supports CUDA {} but LibTorch's runtime is CUDA {}: update the driver",
+                              cuda_version_text(e.cuda_driver), cuda_version_text(e.cuda_runtime)));
+  if (e.cuda_driver != 0 && e.gpus.empty())
+    out.push_back("no usable CUDA device (check CUDA_VISIBLE_DEVICES and nvidia-smi)");
+  if (e.cudnn == 0) out.push_back("cuDNN is not available: convolutions will be slow; install LibTorch with cuDNN");
+  if (e.nccl == 0 && e.gpus.size() > 1)
+    out.push_back("NCCL is not loaded: multi-GPU training needs a LibTorch built with NCCL");
+  for (const Gpu& gpu : e.gpus)
+    if (!gpu.tf32())
+      out.push_back(fmt::format("GPU {} ({}) has compute capability {}.{}: no TF32 or bf16 (Ampere and newer); use "
+                                "precision.mode \"fp16\" or \"fp32\"",
+                                gpu.index, gpu.name, gpu.major, gpu.minor));
+  return out;
+}
+
+nlohmann::json to_json(const Environment& e) {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const Gpu& gpu : e.gpus)
+    gpus.push_back({{"index", gpu.index},
+                    {"name", gpu.name},
+                    {"compute_capability", fmt::format("{}.{}", gpu.major, gpu.minor)},
+                    {"multiprocessors", gpu.multiprocessors},
+                    {"memory_bytes", gpu.memory_bytes},
+                    {"tf32", gpu.tf32()},
+                    {"bf16", gpu.bf16()}});
+  return {{"ltrain", e.ltrain_version},
+          {"libtorch", e.torch_version},
+          {"build", {{"compiler", e.compiler}, {"type", e.build_type}, {"cuda", e.cuda_build}}},
+          {"cuda_runtime", cuda_version_text(e.cuda_runtime)},
+          {"cuda_driver", cuda_version_text(e.cuda_driver)},
+          {"cudnn", cudnn_version_text(e.cudnn)},
+          {"nccl", nccl_version_text(e.nccl)},
+          {"cpu_threads", e.cpu_threads},
+          {"gpus", gpus},
+          {"warnings", warnings(e)}};
+}
+
+}  // namespace ltrain::env

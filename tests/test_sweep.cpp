@@ -1,0 +1,122 @@
+// ltrain sweep: grids in bench and train mode, failing points as rows, the batch-size search's
+// refusal on the CPU, the results files and their plot.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "ltrain/bench/sweep.h"
+#include "ltrain/core/errors.h"
+#include "support.h"
+
+namespace ltrain::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::read_file;
+using testing::run_ltrain;
+using testing::TempDir;
+using testing::write_file;
+
+/// A tiny CPU run config in `dir`/base.json, and a sweep over it in `dir`/sweep.json.
+fs::path write_sweep(const TempDir& dir, const std::string& sweep_body) {
+  write_file(dir.path() / "base.json", R"({"run": {"device": "cpu", "epochs": 1, "log_every_steps": 4,
+      "out_dir": ")" + (dir.path() / "unused-runs").string() + R"("},
+    "model": {"arch": "resnet18", "stem": "cifar", "width": 4},
+    "data": {"source": "synthetic", "synthetic_train_size": 128, "synthetic_test_size": 32, "batch_size": 32}})");
+  write_file(dir.path() / "sweep.json", R"({"base": "base.json", )" + sweep_body + "}");
+  return dir.path() / "sweep.json";
+}
+
+TEST(Sweep, BenchGridWithAFailingPointBecomesRows) {
+  TempDir dir;
+  const fs::path file = write_sweep(dir, R"("mode": "bench", "bench": {"warmup": 1, "steps": 2},
+      "grid": {"precision.mode": ["fp32", "bf16"], "data.batch_size": [16, 32, 4096]})");
+  const SweepResult result = run_sweep(file, dir.path() / "out");
+  ASSERT_EQ(result.points.size(), 6u);
+  // The grid's keys in the file's order, the first varying slowest.
+  EXPECT_EQ(result.keys, (std::vector<std::string>{"precision.mode", "data.batch_size"}));
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(result.points[i].settings[0].second, i < 3 ? "fp32" : "bf16");
+    if (result.points[i].settings[1].second == 4096) {
+      // 4096 images per step from a set of 128: a config error, reported as the point's row.
+      EXPECT_NE(result.points[i].error.find("data.batch_size"), std::string::npos) << result.points[i].error;
+      continue;
+    }
+    EXPECT_TRUE(result.points[i].error.empty()) << result.points[i].error;
+    EXPECT_GT(result.points[i].values.at("img_per_s"), 0.0);
+  }
+
+  const std::string table = write_sweep_results(result, dir.path() / "out");
+  EXPECT_EQ(table.substr(0, table.find('\n')),
+            "| precision.mode | data.batch_size | img_per_s | ms_per_step | peak_gib | reserved_gib | memory_fraction | error |");
+  const std::string csv = read_file(dir.path() / "out" / "results.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "precision.mode,data.batch_size,img_per_s,ms_per_step,peak_gib,reserved_gib,memory_fraction,error");
+  EXPECT_EQ(csv.substr(csv.find('\n') + 1, 8), "fp32,16,");
+  const nlohmann::json saved = nlohmann::json::parse(read_file(dir.path() / "out" / "results.json"));
+  ASSERT_EQ(saved["rows"].size(), 6u);
+  EXPECT_EQ(saved["rows"][3]["precision.mode"], "bf16");
+  EXPECT_TRUE(saved["rows"][0]["error"].is_null());
+  EXPECT_TRUE(saved["rows"][5]["error"].is_string());
+
+  // The plot script reads those files, with Debian's python3 and python3-matplotlib (which
+  // scripts/setup.sh installs) where another python3 comes first on the PATH.
+  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  if (std::system((python + " -c 'import matplotlib' > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << "no matplotlib for " << python;
+  const std::string plot = python + " " LTRAIN_SOURCE_DIR "/scripts/plot_sweep.py " + (dir.path() / "out").string() +
+                           " > " + (dir.path() / "plot.log").string() + " 2>&1";
+  ASSERT_EQ(std::system(plot.c_str()), 0) << read_file(dir.path() / "plot.log");
+  const std::string png = read_file(dir.path() / "out" / "results.png");
+  ASSERT_GT(png.size(), 8u);
+  EXPECT_EQ(png.substr(1, 3), "PNG");
+}
+
+TEST(Sweep, TrainModeRunsEachPointToTheEnd) {
+  TempDir dir;
+  const fs::path file = write_sweep(dir, R"("mode": "train", "grid": {"optim.lr": [0.01, 0.05]})");
+  const SweepResult result = run_sweep(file, dir.path() / "out");
+  ASSERT_EQ(result.points.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(result.points[i].error.empty()) << result.points[i].error;
+    EXPECT_GE(result.points[i].values.at("test_acc"), 0.0);
+    EXPECT_LE(result.points[i].values.at("test_acc"), 1.0);
+    EXPECT_TRUE(fs::exists(dir.path() / "out" / "runs" / ("point-00" + std::to_string(i)) / "summary.json"));
+  }
+}
+
+TEST(Sweep, BadDescriptionsAndTheCpuBatchSearch) {
+  TempDir dir;
+  try {
+    run_sweep(write_sweep(dir, R"("mode": "bench", "grid": {"data.batch_size": [16]}, "gird": {})"), dir.path());
+    FAIL() << "an unknown key was accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("unknown key \"gird\""), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(run_sweep(write_sweep(dir, R"("mode": "fit", "grid": {"data.batch_size": [16]})"), dir.path()),
+               ConfigError);
+  EXPECT_THROW(run_sweep(write_sweep(dir, R"("grid": {"data.batch_size": []})"), dir.path()), ConfigError);
+  EXPECT_THROW(run_sweep(write_sweep(dir, R"("mode": "train", "batch_search": {})"), dir.path()), ConfigError);
+
+  // On the CPU the search cannot measure memory: its first point says so, and it stops there.
+  const SweepResult search = run_sweep(
+      write_sweep(dir, R"("bench": {"warmup": 0, "steps": 1}, "batch_search": {"start": 8, "max": 64})"), dir.path());
+  ASSERT_EQ(search.points.size(), 1u);
+  EXPECT_EQ(search.points[0].error, "batch_search needs a CUDA device (peak memory is measured there)");
+
+  // Through the command line: a bad file is exit code 2; a sweep with failed points exits 0.
+  write_sweep(dir, R"("grid": {"data.batch_size": [16, 4096]}, "bench": {"warmup": 0, "steps": 1})");
+  EXPECT_EQ(run_ltrain("sweep --config " + (dir.path() / "sweep.json").string() + " --out " +
+                           (dir.path() / "cli").string(),
+                       dir.path() / "log"),
+            0)
+      << read_file(dir.path() / "log");
+  EXPECT_NE(read_file(dir.path() / "log").find("2 point(s), 1 failed"), std::string::npos) << read_file(dir.path() / "log");
+  EXPECT_EQ(run_ltrain("sweep --config " + (dir.path() / "missing.json").string(), dir.path() / "log"), 2);
+}
+
+}  // namespace
+}  // namespace ltrain::bench
