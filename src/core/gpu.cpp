@@ -7,6 +7,7 @@
 #if LTRAIN_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -65,8 +66,11 @@ void CudaGraph::capture(const torch::Device& device, const std::function<void()>
   const c10::cuda::CUDAStream side = side_stream_after_current(device);
   {
     // Capture needs a stream other than the default one. Waiting once for everything queued keeps
-    // the capture free of pending work from the warm-up.
+    // the capture free of pending work from the warm-up; then the blocks the warm-up left cached
+    // go back to the device (as torch.cuda.graph does): the allocator cannot free them while
+    // capturing, so a step that needs half the GPU could not be captured after its warm-up.
     side.synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
     const c10::cuda::CUDAStreamGuard on_side(side);
     impl_->graph.capture_begin();
     try {
