@@ -82,6 +82,23 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
+std::optional<std::string> python_with_matplotlib() {
+  for (const char* python : {"/usr/bin/python3", "python3"}) {
+    const std::string probe = std::string(python) + " -c 'import matplotlib' > /dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return std::string(python);
+  }
+  return std::nullopt;
+}
+
+int run_plot_script(const std::string& python, const std::string& name, const std::string& args,
+                    const std::filesystem::path& log) {
+  const std::string command =
+      python + " " LTRAIN_SOURCE_DIR "/scripts/" + name + " " + args + " > '" + log.string() + "' 2>&1";
+  const int status = std::system(command.c_str());
+  if (status == -1 || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
 int run_ltrain(const std::string& args, const std::filesystem::path& log) {
   const std::string command = std::string(LTRAIN_EXECUTABLE) + " " + args + " > '" + log.string() + "' 2>&1";
   const int status = std::system(command.c_str());

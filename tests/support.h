@@ -40,6 +40,14 @@ void write_file(const std::filesystem::path& path, const std::string& text);
 /// Runs the ltrain executable with `args` (shell words), returns its exit code; output goes to `log`.
 int run_ltrain(const std::string& args, const std::filesystem::path& log);
 
+/// A python3 that imports matplotlib (for the plot scripts): Debian's /usr/bin/python3 first,
+/// where scripts/setup.sh installs python3-matplotlib, else the one on the PATH; nullopt if none.
+std::optional<std::string> python_with_matplotlib();
+
+/// Runs scripts/NAME with `args` (shell words) under python_with_matplotlib(); exit code, output to `log`.
+int run_plot_script(const std::string& python, const std::string& name, const std::string& args,
+                    const std::filesystem::path& log);
+
 /// Reads a whole file.
 std::string read_file(const std::filesystem::path& path);
 

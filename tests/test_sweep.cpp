@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <cstdlib>
 #include <fstream>
 
 #include "ltrain/bench/sweep.h"
@@ -62,20 +61,17 @@ TEST(Sweep, BenchGridWithAFailingPointBecomesRows) {
   EXPECT_TRUE(saved["rows"][0]["error"].is_null());
   EXPECT_TRUE(saved["rows"][5]["error"].is_string());
 
-  // The plot script reads those files, with Debian's python3 and python3-matplotlib (which
-  // scripts/setup.sh installs) where another python3 comes first on the PATH.
-  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  if (std::system((python + " -c 'import matplotlib' > /dev/null 2>&1").c_str()) != 0)
-    GTEST_SKIP() << "no matplotlib for " << python;
-  const std::string plot = python + " " LTRAIN_SOURCE_DIR "/scripts/plot_sweep.py " + (dir.path() / "out").string() +
-                           " > " + (dir.path() / "plot.log").string() + " 2>&1";
-  ASSERT_EQ(std::system(plot.c_str()), 0) << read_file(dir.path() / "plot.log");
+  // The plot script reads those files.
+  const auto python = testing::python_with_matplotlib();
+  if (!python) GTEST_SKIP() << "no python3 with matplotlib (scripts/setup.sh installs python3-matplotlib)";
+  ASSERT_EQ(testing::run_plot_script(*python, "plot_sweep.py", (dir.path() / "out").string(), dir.path() / "plot.log"), 0)
+      << read_file(dir.path() / "plot.log");
   const std::string png = read_file(dir.path() / "out" / "results.png");
   ASSERT_GT(png.size(), 8u);
   EXPECT_EQ(png.substr(1, 3), "PNG");
 }
 
-TEST(Sweep, TrainModeRunsEachPointToTheEnd) {
+TEST(Sweep, TrainModeRunsEachPointToTheEndAndItsCurvesPlot) {
   TempDir dir;
   const fs::path file = write_sweep(dir, R"("mode": "train", "grid": {"optim.lr": [0.01, 0.05]})");
   const SweepResult result = run_sweep(file, dir.path() / "out");
@@ -86,6 +82,18 @@ TEST(Sweep, TrainModeRunsEachPointToTheEnd) {
     EXPECT_LE(result.points[i].values.at("test_acc"), 1.0);
     EXPECT_TRUE(fs::exists(dir.path() / "out" / "runs" / ("point-00" + std::to_string(i)) / "summary.json"));
   }
+  // A run directory's curves, the two runs over one another.
+  const auto python = testing::python_with_matplotlib();
+  if (!python) GTEST_SKIP() << "no python3 with matplotlib (scripts/setup.sh installs python3-matplotlib)";
+  const fs::path runs = dir.path() / "out" / "runs";
+  ASSERT_EQ(testing::run_plot_script(*python, "plot_run.py",
+                                     (runs / "point-000").string() + " " + (runs / "point-001").string(),
+                                     dir.path() / "plot.log"),
+            0)
+      << read_file(dir.path() / "plot.log");
+  EXPECT_EQ(read_file(runs / "point-000" / "curves.png").substr(1, 3), "PNG");
+  EXPECT_EQ(testing::run_plot_script(*python, "plot_run.py", (dir.path() / "nothing").string(), dir.path() / "plot.log"),
+            3);
 }
 
 TEST(Sweep, BadDescriptionsAndTheCpuBatchSearch) {
