@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ltrain/bench/matmul_bench.h"
+#include "ltrain/bench/reproduce.h"
 #include "ltrain/bench/step_bench.h"
 #include "ltrain/bench/sweep.h"
 #include "ltrain/config/load.h"
@@ -40,7 +41,8 @@ commands:
   bench     training-step throughput:      ltrain bench step --config CONFIG
             matmul TFLOP/s per precision:  ltrain bench matmul [--device cuda]
   doctor    versions, GPUs, warnings:      ltrain doctor [--json] [--device cuda]
-  sweep     a grid of configs, or a batch-size search: ltrain sweep --config configs/sweeps/batch.json
+  sweep     a grid of configs, or a batch-size search: ltrain sweep --config configs/sweeps/precision-batch.json
+  reproduce the guides' claims measured here: ltrain reproduce --config configs/bench/resnet50-step.json
 
 "ltrain COMMAND --help" lists a command's options with their defaults.
 exit codes: 0 success, 1 internal error, 2 usage or config error, 3 data error,
@@ -265,6 +267,37 @@ int run_sweep(int argc, char** argv) {
   return 0;
 }
 
+int run_reproduce(int argc, char** argv) {
+  cxxopts::Options options("ltrain reproduce",
+                           "The GPU guides' claims (AMP speed and memory, TF32, CUDA graphs, gradient accumulation, "
+                           "activation checkpointing, the matmul test, the batch-size search, the hardware) as A/B "
+                           "measurements on this machine; writes REPORT.md and results.json.");
+  options.add_options()("config", "the run config every measurement starts from", cxxopts::value<std::string>(), "FILE")(
+      "out", "report folder", cxxopts::value<std::string>()->default_value("reports/reproduce"), "DIR")(
+      "warmup", "untimed steps per measurement", cxxopts::value<int64_t>()->default_value("10"), "N")(
+      "steps", "timed steps per measurement", cxxopts::value<int64_t>()->default_value("30"), "N")(
+      "matmul-size", "matmul test's n", cxxopts::value<int64_t>()->default_value("8192"), "N")(
+      "matmul-iters", "matmul test's timed products", cxxopts::value<int64_t>()->default_value("100"), "N")(
+      "no-batch-search", "skip the batch-size search (the longest part on a GPU)");
+  add_set_option(options);
+  const auto args = parse(options, argc, argv);
+  if (!args) return 0;
+  ltrain::bench::ReproduceOptions settings;
+  settings.base_config = required(*args, "config", "ltrain reproduce");
+  settings.overrides = overrides(*args);
+  settings.warmup = (*args)["warmup"].as<int64_t>();
+  settings.steps = (*args)["steps"].as<int64_t>();
+  settings.matmul_size = (*args)["matmul-size"].as<int64_t>();
+  settings.matmul_products = (*args)["matmul-iters"].as<int64_t>();
+  settings.batch_search = !args->count("no-batch-search");
+  if (settings.warmup < 0 || settings.steps < 1 || settings.matmul_size < 1 || settings.matmul_products < 1)
+    throw ltrain::ConfigError("ltrain reproduce: --steps, --matmul-size and --matmul-iters must be >= 1, --warmup >= 0");
+  const std::filesystem::path out = (*args)["out"].as<std::string>();
+  std::cout << ltrain::bench::write_report(ltrain::bench::reproduce(settings, out), out);
+  std::cout << fmt::format("report in {}\n", (out / "REPORT.md").string());
+  return 0;
+}
+
 int run_doctor(int argc, char** argv) {
   cxxopts::Options options("ltrain doctor",
                            "What this machine and build offer: LibTorch, CUDA runtime and driver, cuDNN, NCCL, each "
@@ -321,6 +354,7 @@ int dispatch(int argc, char** argv) {
   if (command == "bench") return run_bench(argc - 1, argv + 1);
   if (command == "doctor") return run_doctor(argc - 1, argv + 1);
   if (command == "sweep") return run_sweep(argc - 1, argv + 1);
+  if (command == "reproduce") return run_reproduce(argc - 1, argv + 1);
   throw ltrain::ConfigError(fmt::format("unknown command \"{}\"; run ltrain --help for the list", command));
 }
 
