@@ -56,6 +56,14 @@ TEST(Reproduce, ReducedRunOnTheCpuWritesEveryClaim) {
   EXPECT_TRUE(saved["measurements"]["steps"].contains("fp32"));
   EXPECT_EQ(saved["measurements"]["matmul"].size(), 4u);
 
+  // The report's plot.
+  if (const auto python = testing::python_with_matplotlib()) {
+    ASSERT_EQ(testing::run_plot_script(*python, "plot_report.py", (dir.path() / "report").string(), dir.path() / "plot"),
+              0)
+        << read_file(dir.path() / "plot");
+    EXPECT_EQ(read_file(dir.path() / "report" / "claims.png").substr(1, 3), "PNG");
+  }
+
   // Through the command line, with a base config that does not exist: exit code 2.
   EXPECT_EQ(testing::run_ltrain("reproduce --config " + (dir.path() / "none.json").string(), dir.path() / "log"), 2);
 }

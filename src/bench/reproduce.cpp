@@ -92,6 +92,7 @@ ClaimRow speed_claim(Measurements& m, ClaimRow row, const std::string& a_name, c
   if (!base) return not_measurable(row, m.error(a_name));
   if (!changed) return not_measurable(row, m.error(b_name));
   row.ratio = changed->images_per_second / base->images_per_second;
+  row.claimed = claimed;
   row.measured = fmt::format("{}: {:.0f} img/s, {}: {:.0f} img/s", b_name, changed->images_per_second, a_name,
                              base->images_per_second);
   row.verdict = row.ratio >= claimed ? "holds" : "does not hold";
@@ -112,6 +113,7 @@ ClaimRow memory_claim(Measurements& m, ClaimRow row, const std::string& a_name, 
   }
   const double saving = 1.0 - static_cast<double>(changed->peak_memory_bytes) / static_cast<double>(base->peak_memory_bytes);
   row.ratio = static_cast<double>(changed->peak_memory_bytes) / static_cast<double>(base->peak_memory_bytes);
+  row.claimed = 1.0 - claimed_saving;
   row.measured = fmt::format("peak {:.2f} GiB ({}) vs {:.2f} GiB ({}): {} less; time per image {:+.0f}%",
                              static_cast<double>(changed->peak_memory_bytes) / kGiB, b_name,
                              static_cast<double>(base->peak_memory_bytes) / kGiB, a_name, percent(saving),
@@ -231,6 +233,9 @@ std::string write_report(const ReproduceReport& report, const fs::path& out_dir)
   fs::create_directories(out_dir);
   std::string text = fmt::format("# The guides' claims, measured\n\nDevice: {}. LibTorch {}, ltrain {}.\n\n",
                                  report.device, compat::torch_version(), LTRAIN_VERSION);
+  text += "Ratios are B over A: images/s for speed claims, peak memory for memory claims. Plots: "
+          "`python3 scripts/plot_report.py DIR` draws claims.png; the batch search's sweep is in batch-search/ "
+          "(`python3 scripts/plot_sweep.py DIR/batch-search`).\n\n";
   text += "| claim | guide | measured here | ratio | verdict |\n|---|---|---|---|---|\n";
   nlohmann::json rows = nlohmann::json::array();
   for (const ClaimRow& row : report.rows) {
@@ -240,6 +245,7 @@ std::string write_report(const ReproduceReport& report, const fs::path& out_dir)
                     {"guide", row.guide},
                     {"measured", row.measured},
                     {"ratio", std::isnan(row.ratio) ? nlohmann::json(nullptr) : nlohmann::json(row.ratio)},
+                    {"claimed_ratio", std::isnan(row.claimed) ? nlohmann::json(nullptr) : nlohmann::json(row.claimed)},
                     {"verdict", row.verdict}});
   }
   io::write_text_file(out_dir / "REPORT.md", text);

@@ -27,7 +27,8 @@ struct ClaimRow {
   std::string claim;     ///< what a guide says
   std::string guide;     ///< which guide says it
   std::string measured;  ///< what was measured here, with its numbers
-  double ratio = std::numeric_limits<double>::quiet_NaN();  ///< B over A where the claim is a ratio
+  double ratio = std::numeric_limits<double>::quiet_NaN();    ///< B over A where the claim is a ratio
+  double claimed = std::numeric_limits<double>::quiet_NaN();  ///< the ratio the claim needs (at least / at most)
   std::string verdict;   ///< "holds", "does not hold", "measured" or "not measurable here: why"
 };
 

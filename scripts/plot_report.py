@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Draws an `ltrain reproduce` report's measured ratios beside the claimed ones as DIR/claims.png.
+
+    python3 scripts/plot_report.py DIR
+
+One bar per claim that is a ratio (images/s for speed claims, peak memory for memory claims, B
+over A), with the ratio the claim needs marked on it. Claims that could not be measured on the
+device are listed under the plot. Needs matplotlib (Debian: python3-matplotlib).
+"""
+import argparse
+import json
+import os
+import sys
+import textwrap
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("dir", help="the folder ltrain reproduce wrote")
+    args = p.parse_args(argv)
+    path = os.path.join(args.dir, "results.json")
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        print(f"plot_report: {path}: {exc}", file=sys.stderr)
+        return 3
+    claims = doc["claims"]
+    measured = [c for c in claims if c.get("ratio") is not None]
+    unmeasured = [c for c in claims if c["verdict"].startswith("not measurable")]
+    fig, axis = plt.subplots(figsize=(11, 2.8 + 0.6 * max(1, len(measured))))
+    labels = ["\n".join(textwrap.wrap(c["claim"], 60)) for c in measured]
+    colours = ["tab:green" if c["verdict"] == "holds" else "tab:red" for c in measured]
+    positions = list(range(len(measured)))
+    axis.barh(positions, [c["ratio"] for c in measured], color=colours, alpha=0.8)
+    for y, c in zip(positions, measured):
+        if c.get("claimed_ratio") is not None:
+            axis.plot([c["claimed_ratio"]] * 2, [y - 0.4, y + 0.4], color="black", linewidth=2)
+        axis.text(c["ratio"], y, f" {c['ratio']:.2f}x ({c['verdict']})", va="center", fontsize=8)
+    axis.set_yticks(positions)
+    axis.set_yticklabels(labels, fontsize=8)
+    axis.invert_yaxis()
+    axis.axvline(1.0, color="grey", linewidth=0.8)
+    axis.set_xlabel("measured ratio, B over A (black mark: what the claim needs)")
+    if not measured:
+        axis.text(0.5, 0.5, "no ratio could be measured on this device", ha="center", va="center",
+                  transform=axis.transAxes)
+    axis.set_title(f"The guides' claims on {doc['device']}", fontsize=10)
+    if unmeasured:
+        note = "not measurable here: " + "; ".join(c["claim"] for c in unmeasured)
+        fig.text(0.01, 0.01, "\n".join(textwrap.wrap(note, 180))[:600], fontsize=7)
+    fig.tight_layout(rect=(0, 0.2 if unmeasured else 0, 1, 1))
+    out = os.path.join(args.dir, "claims.png")
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
