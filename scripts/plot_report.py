@@ -8,27 +8,19 @@ over A), with the ratio the claim needs marked on it. Claims that could not be m
 device are listed under the plot. Needs matplotlib (Debian: python3-matplotlib).
 """
 import argparse
-import json
 import os
 import sys
 import textwrap
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from plot_common import load_results, plt
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dir", help="the folder ltrain reproduce wrote")
     args = p.parse_args(argv)
-    path = os.path.join(args.dir, "results.json")
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as exc:
-        print(f"plot_report: {path}: {exc}", file=sys.stderr)
+    doc = load_results(args.dir, "plot_report")
+    if doc is None:
         return 3
     claims = doc["claims"]
     measured = [c for c in claims if c.get("ratio") is not None]

@@ -13,10 +13,7 @@ import json
 import os
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from plot_common import load_results, plt
 
 PANELS = {"bench": [("img_per_s", "images / s"), ("reserved_gib", "peak reserved memory (GiB)")],
           "train": [("test_acc", "test accuracy"), ("train_s", "training time (s)")]}
@@ -30,12 +27,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dir", help="the folder ltrain sweep wrote")
     args = p.parse_args(argv)
-    path = os.path.join(args.dir, "results.json")
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as exc:
-        print(f"plot_sweep: {path}: {exc}", file=sys.stderr)
+    doc = load_results(args.dir, "plot_sweep")
+    if doc is None:
         return 3
     keys, rows = doc["keys"], doc["rows"]
     x_key = "data.batch_size" if "data.batch_size" in keys else keys[0]

@@ -84,41 +84,56 @@ ClaimRow not_measurable(ClaimRow row, const std::string& why) {
   return row;
 }
 
+/// One side of an A/B measurement: a name for the report and the keys it changes.
+struct Variant {
+  std::string name;
+  std::vector<std::string> settings;
+};
+
+/// Both sides measured, or the reason one could not be (then both pointers are null).
+struct Pair {
+  const StepBenchResult* base = nullptr;     // A
+  const StepBenchResult* changed = nullptr;  // B
+  std::string why_not;
+};
+
+Pair measure_pair(Measurements& m, const Variant& a, const Variant& b) {
+  const auto& base = m.step(a.name, a.settings);
+  const auto& changed = m.step(b.name, b.settings);
+  if (!base) return {nullptr, nullptr, m.error(a.name)};
+  if (!changed) return {nullptr, nullptr, m.error(b.name)};
+  return {&*base, &*changed, ""};
+}
+
 /// A throughput claim: B is at least `claimed` times A.
-ClaimRow speed_claim(Measurements& m, ClaimRow row, const std::string& a_name, const std::vector<std::string>& a,
-                     const std::string& b_name, const std::vector<std::string>& b, double claimed) {
-  const auto& base = m.step(a_name, a);
-  const auto& changed = m.step(b_name, b);
-  if (!base) return not_measurable(row, m.error(a_name));
-  if (!changed) return not_measurable(row, m.error(b_name));
-  row.ratio = changed->images_per_second / base->images_per_second;
+ClaimRow speed_claim(Measurements& m, ClaimRow row, const Variant& a, const Variant& b, double claimed) {
+  const Pair pair = measure_pair(m, a, b);
+  if (!pair.base) return not_measurable(row, pair.why_not);
+  row.ratio = pair.changed->images_per_second / pair.base->images_per_second;
   row.claimed = claimed;
-  row.measured = fmt::format("{}: {:.0f} img/s, {}: {:.0f} img/s", b_name, changed->images_per_second, a_name,
-                             base->images_per_second);
+  row.measured = fmt::format("{}: {:.0f} img/s, {}: {:.0f} img/s", b.name, pair.changed->images_per_second, a.name,
+                             pair.base->images_per_second);
   row.verdict = row.ratio >= claimed ? "holds" : "does not hold";
   return row;
 }
 
 /// A memory claim: B's peak is at least `claimed_saving` below A's; the time paid is reported too.
-ClaimRow memory_claim(Measurements& m, ClaimRow row, const std::string& a_name, const std::vector<std::string>& a,
-                      const std::string& b_name, const std::vector<std::string>& b, double claimed_saving) {
-  const auto& base = m.step(a_name, a);
-  const auto& changed = m.step(b_name, b);
-  if (!base) return not_measurable(row, m.error(a_name));
-  if (!changed) return not_measurable(row, m.error(b_name));
-  const double time_paid = base->images_per_second / changed->images_per_second - 1.0;
-  if (base->peak_memory_bytes < 0) {
-    row.measured = fmt::format("time per image {:+.0f}% ({} vs {})", 100.0 * time_paid, b_name, a_name);
+ClaimRow memory_claim(Measurements& m, ClaimRow row, const Variant& a, const Variant& b, double claimed_saving) {
+  const Pair pair = measure_pair(m, a, b);
+  if (!pair.base) return not_measurable(row, pair.why_not);
+  const double time_paid = pair.base->images_per_second / pair.changed->images_per_second - 1.0;
+  if (pair.base->peak_memory_bytes < 0) {
+    row.measured = fmt::format("time per image {:+.0f}% ({} vs {})", 100.0 * time_paid, b.name, a.name);
     return not_measurable(row, "peak memory is measured on CUDA devices");
   }
-  const double saving = 1.0 - static_cast<double>(changed->peak_memory_bytes) / static_cast<double>(base->peak_memory_bytes);
-  row.ratio = static_cast<double>(changed->peak_memory_bytes) / static_cast<double>(base->peak_memory_bytes);
+  const auto base_bytes = static_cast<double>(pair.base->peak_memory_bytes);
+  const auto changed_bytes = static_cast<double>(pair.changed->peak_memory_bytes);
+  row.ratio = changed_bytes / base_bytes;
   row.claimed = 1.0 - claimed_saving;
   row.measured = fmt::format("peak {:.2f} GiB ({}) vs {:.2f} GiB ({}): {} less; time per image {:+.0f}%",
-                             static_cast<double>(changed->peak_memory_bytes) / kGiB, b_name,
-                             static_cast<double>(base->peak_memory_bytes) / kGiB, a_name, percent(saving),
+                             changed_bytes / kGiB, b.name, base_bytes / kGiB, a.name, percent(1.0 - row.ratio),
                              100.0 * time_paid);
-  row.verdict = saving >= claimed_saving ? "holds" : "does not hold";
+  row.verdict = 1.0 - row.ratio >= claimed_saving ? "holds" : "does not hold";
   return row;
 }
 
@@ -136,31 +151,32 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
                                     architecture(gpu->major, gpu->minor))
                       : fmt::format("the CPU ({} threads)", environment.cpu_threads);
   Measurements m(options);
-  const std::vector<std::string> fp32{"precision.mode=fp32"}, fp16{"precision.mode=fp16"};
+  const Variant fp32{"fp32", {"precision.mode=fp32"}}, fp16{"fp16", {"precision.mode=fp16"}};
 
-  report.rows.push_back(speed_claim(m, claim("AMP (fp16 autocast with a GradScaler) trains 2-3x faster than FP32", kSomeGuide),
-                                    "fp32", fp32, "fp16", fp16, 2.0));
-  report.rows.push_back(memory_claim(m, claim("AMP uses 30% less memory than FP32", kSomeGuide), "fp32", fp32, "fp16", fp16,
-                                     0.30));
+  report.rows.push_back(
+      speed_claim(m, claim("AMP (fp16 autocast with a GradScaler) trains 2-3x faster than FP32", kSomeGuide), fp32, fp16, 2.0));
+  report.rows.push_back(memory_claim(m, claim("AMP uses 30% less memory than FP32", kSomeGuide), fp32, fp16, 0.30));
   report.rows.push_back(speed_claim(m, claim("TF32 speeds up FP32 matmuls and convolutions on Ampere and newer", kSomeGuide),
-                                    "fp32", fp32, "tf32", {"precision.mode=tf32"}, 1.05));
-  report.rows.push_back(speed_claim(m, claim("CUDA graphs make training 15% faster", kSomeGuide), "fp16", fp16,
-                                    "fp16 + CUDA graph", {"precision.mode=fp16", "cuda_graph.train=true"}, 1.15));
+                                    fp32, {"tf32", {"precision.mode=tf32"}}, 1.05));
+  report.rows.push_back(speed_claim(m, claim("CUDA graphs make training 15% faster", kSomeGuide), fp16,
+                                    {"fp16 + CUDA graph", {"precision.mode=fp16", "cuda_graph.train=true"}}, 1.15));
 
   // Gradient accumulation: the same images per step in 4 micro-batches.
   const int64_t batch = base.config.data.batch_size * base.config.optim.accumulation_steps;
   const int64_t micro = std::max<int64_t>(1, batch / 4);
-  const std::vector<std::string> whole{fmt::format("data.batch_size={}", batch), "optim.accumulation_steps=1"};
-  const std::vector<std::string> split{fmt::format("data.batch_size={}", micro),
-                                       fmt::format("optim.accumulation_steps={}", batch / micro)};
-  ClaimRow accumulation = memory_claim(
-      m, claim(fmt::format("gradient accumulation reaches the same effective batch ({} images) with less memory", batch),
-               kSomeGuide),
-      fmt::format("batch {}", batch), whole, fmt::format("{} x {} accumulated", batch / micro, micro), split, 1e-9);
-  report.rows.push_back(accumulation);
+  const Variant whole{fmt::format("batch {}", batch),
+                      {fmt::format("data.batch_size={}", batch), "optim.accumulation_steps=1"}};
+  const Variant split{fmt::format("{} x {} accumulated", batch / micro, micro),
+                      {fmt::format("data.batch_size={}", micro), fmt::format("optim.accumulation_steps={}", batch / micro)}};
   report.rows.push_back(memory_claim(
-      m, claim("activation checkpointing (checkpoint_sequential, 4 chunks) trades compute for memory", kSomeGuide),
-      "no checkpointing", {"model.checkpoint_segments=0"}, "4 segments", {"model.checkpoint_segments=4"}, 1e-9));
+      m,
+      claim(fmt::format("gradient accumulation reaches the same effective batch ({} images) with less memory", batch),
+            kSomeGuide),
+      whole, split, 1e-9));
+  report.rows.push_back(
+      memory_claim(m, claim("activation checkpointing (checkpoint_sequential, 4 chunks) trades compute for memory", kSomeGuide),
+                   {"no checkpointing", {"model.checkpoint_segments=0"}}, {"4 segments", {"model.checkpoint_segments=4"}},
+                   1e-9));
 
   // The matmul test, one row per precision.
   const std::vector<MatmulResult> matmuls =
