@@ -157,6 +157,8 @@ class SweepRunner {
                         {"train_s", r.train_seconds},        {"wall_s", r.wall_seconds},
                         {"img_per_s", r.images_per_second}};
       }
+    } catch (const Interrupted&) {
+      throw;  // Ctrl-C or SIGTERM in a training point stops the sweep, not just the point
     } catch (const UserError& error) {
       point.error = point_error(error);
     } catch (const c10::Error& error) {
