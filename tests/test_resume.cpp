@@ -124,8 +124,10 @@ TEST(Resume, FromAnEpochBoundaryCheckpointByPath) {
   EXPECT_EQ(read_checkpoint(boundary).meta.epoch, 2);
   EXPECT_EQ(read_checkpoint(boundary).meta.epoch_steps_done, 0);
   fs::remove(copy / "checkpoints" / checkpoint_file_name(24));
-  const TrainResult resumed =
-      train(resumable_run(dir.path(), "ignored", {"checkpoint.resume=" + boundary.string()}));
+  // The weights come from the checkpoint: a model.init_from file that is gone does not matter.
+  const TrainResult resumed = train(resumable_run(
+      dir.path(), "ignored",
+      {"checkpoint.resume=" + boundary.string(), "model.init_from=" + (dir.path() / "gone.safetensors").string()}));
   EXPECT_EQ(resumed.run_dir, copy);
   EXPECT_FALSE(fs::exists(dir.path() / "ignored"));
   expect_same_end(whole.run_dir, copy, 24);

@@ -187,7 +187,10 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   data::TrainLoader train_loader = make_train_loader(loaded, sets.train);
   const data::EvalLoader eval_loader(sets.test, config.data);
   const int64_t steps_per_epoch = train_loader.batches_per_epoch();
-  models::ResNet model = build_model(loaded, device);
+  // A resumed run takes its weights from the checkpoint: model.init_from need not exist any more.
+  config::LoadedConfig model_source = loaded;
+  if (start.resume) model_source.config.model.init_from.clear();
+  models::ResNet model = build_model(model_source, device);
   const std::unique_ptr<optim::Optimizer> optimizer = optim::make_optimizer(config.optim, named_parameters(*model));
   const int64_t total_steps = config.run.max_steps > 0 ? std::min(config.run.max_steps, config.run.epochs * steps_per_epoch)
                                                        : config.run.epochs * steps_per_epoch;
