@@ -113,6 +113,19 @@ TEST(Resume, InterruptedMidEpochThenResumedMatchesAnUninterruptedRun) {
   }
 }
 
+TEST(Resume, InterruptedOnTheLastStepOfAnEpochThenResumed) {
+  TempDir dir;
+  const TrainResult whole = train(resumable_run(dir.path(), "whole"));
+  // Step 16 ends epoch 2: the checkpoint is taken before that epoch's evaluation, which the
+  // resumed run then does (and writes the epoch's metrics row once).
+  train_until_signal(resumable_run(dir.path(), "split"), 16);
+  const Checkpoint stopped = read_checkpoint(dir.path() / "split" / "checkpoints" / checkpoint_file_name(16));
+  EXPECT_EQ(stopped.meta.epoch, 1);
+  EXPECT_EQ(stopped.meta.epoch_steps_done, 8);
+  train(resumable_run(dir.path(), "split", {"checkpoint.resume=auto"}));
+  expect_same_end(whole.run_dir, dir.path() / "split", 24);
+}
+
 TEST(Resume, FromAnEpochBoundaryCheckpointByPath) {
   TempDir dir;
   const TrainResult whole = train(resumable_run(dir.path(), "whole"));
