@@ -4,15 +4,19 @@
 
 namespace ltrain::engine {
 
-void BatchGraph::capture(const data::Batch& like, torch::MemoryFormat format, const Work& work) {
-  images_ = torch::empty_like(like.images, like.images.options(), format);
-  labels_ = torch::empty_like(like.labels);
-  auto graph = std::make_unique<gpu::CudaGraph>();
-  graph->capture(like.images.device(), [&] { work(images_, labels_); });
-  graph_ = std::move(graph);
-}
-
-void BatchGraph::replay(const data::Batch& batch) {
+void BatchGraph::run(const data::Batch& batch, const Work& work) {
+  if (warmup_runs_left_ > 0) {
+    gpu::run_on_side_stream(batch.images.device(), [&] { work(batch.images, batch.labels); });
+    --warmup_runs_left_;
+    return;
+  }
+  if (!graph_) {
+    images_ = torch::empty_like(batch.images, batch.images.options(), format_);
+    labels_ = torch::empty_like(batch.labels);
+    auto graph = std::make_unique<gpu::CudaGraph>();
+    graph->capture(batch.images.device(), [&] { work(images_, labels_); });
+    graph_ = std::move(graph);
+  }
   if (batch.images.sizes() != images_.sizes() || batch.labels.sizes() != labels_.sizes())
     throw std::logic_error("BatchGraph: a captured graph was given a batch of another shape");
   images_.copy_(batch.images);

@@ -7,18 +7,23 @@
 namespace ltrain::engine {
 
 Evaluator::Evaluator(models::ResNet model, const data::EvalLoader& loader, const config::RunConfig& config)
-    : model_(std::move(model)), loader_(loader), config_(config), use_graph_(config.cuda_graph.eval) {
+    : model_(std::move(model)),
+      loader_(loader),
+      precision_(amp::plan_precision(config.precision)),
+      memory_format_(memory_format(config)),
+      batch_size_(config.data.eval_batch_size) {
+  // One eager full batch first: the warm-up before the capture.
+  if (config.cuda_graph.eval) graph_.emplace(/*warmup_runs=*/1, memory_format_);
   const torch::Device device = model_->parameters().front().device();
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
 }
 
 void Evaluator::enqueue(const torch::Tensor& images, const torch::Tensor& labels) {
-  const amp::PrecisionPlan precision = amp::plan_precision(config_.precision);
   torch::Tensor logits;  // [B,classes] float32
   {
-    const amp::AutocastGuard autocast(images.device().type(), precision.dtype, precision.autocast);
-    logits = model_->forward(images.contiguous(memory_format(config_))).to(torch::kFloat32);
+    const amp::AutocastGuard autocast(images.device().type(), precision_.dtype, precision_.autocast);
+    logits = model_->forward(images.contiguous(memory_format_)).to(torch::kFloat32);
   }
   loss_sum_.add_(torch::nn::functional::cross_entropy(
       logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
@@ -31,21 +36,12 @@ EvalResult Evaluator::run() {
   torch::NoGradGuard no_grad;
   loss_sum_.zero_();
   correct_.zero_();
-  const int64_t batch_size = config_.data.eval_batch_size;
   for (int64_t index = 0; index < loader_.num_batches(); ++index) {
     const data::Batch batch = loader_.batch(index);
-    const bool full = batch.labels.size(0) == batch_size;
-    if (!use_graph_ || !full) {
-      enqueue(batch.images, batch.labels);
-    } else if (!graph_.captured() && index == 0) {
-      // The warm-up PyTorch asks for before a capture (cuDNN picks its algorithms here).
-      gpu::run_on_side_stream(batch.images.device(), [&] { enqueue(batch.images, batch.labels); });
+    if (graph_ && batch.labels.size(0) == batch_size_) {
+      graph_->run(batch, [&](const torch::Tensor& images, const torch::Tensor& labels) { enqueue(images, labels); });
     } else {
-      if (!graph_.captured())
-        graph_.capture(batch, memory_format(config_), [&](const torch::Tensor& images, const torch::Tensor& labels) {
-          enqueue(images, labels);
-        });
-      graph_.replay(batch);
+      enqueue(batch.images, batch.labels);  // no graph, or the smaller last batch
     }
   }
   model_->train(was_training);

@@ -36,25 +36,16 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
   const torch::Device device = optimizer_.lr().device();
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
-  if (config.cuda_graph.train) steps_before_capture_ = config.cuda_graph.warmup_steps;
+  if (config.cuda_graph.train) graph_.emplace(config.cuda_graph.warmup_steps, memory_format_);
 }
 
 void TrainStep::run(const data::Batch& batch) {
   images_ += batch.labels.size(0);
-  if (steps_before_capture_ < 0) {
+  if (!graph_) {
     enqueue(batch.images, batch.labels);
     return;
   }
-  if (steps_before_capture_ > 0) {
-    gpu::run_on_side_stream(batch.images.device(), [&] { enqueue(batch.images, batch.labels); });
-    --steps_before_capture_;
-    return;
-  }
-  if (!graph_.captured())
-    graph_.capture(batch, memory_format_, [&](const torch::Tensor& images, const torch::Tensor& labels) {
-      enqueue(images, labels);
-    });
-  graph_.replay(batch);
+  graph_->run(batch, [&](const torch::Tensor& images, const torch::Tensor& labels) { enqueue(images, labels); });
 }
 
 void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& batch_labels) {

@@ -1,7 +1,8 @@
 #pragma once
-// A CUDA graph of work on one batch: captured once over static copies of a batch's images and
-// labels, replayed after each new batch is copied into them. The training step and evaluation
-// both replay their work this way.
+// A CUDA graph of work on one batch: the first calls run the work eagerly on a side stream (the
+// warm-up PyTorch asks for before a capture: cuDNN autotuning, lazy set-up), the next captures it
+// once over static copies of a batch's images and labels, and every call from then on copies its
+// batch into them and replays. The training step and evaluation both run their work this way.
 #include <functional>
 #include <memory>
 
@@ -17,18 +18,21 @@ class BatchGraph {
   /// The work on images [B,3,32,32] float32 and labels [B] int64 (device work only, no host sync).
   using Work = std::function<void(const torch::Tensor& images, const torch::Tensor& labels)>;
 
+  /// `warmup_runs` eager calls before the capture; the static images are kept in `format`.
+  BatchGraph(int64_t warmup_runs, torch::MemoryFormat format) : warmup_runs_left_(warmup_runs), format_(format) {}
+
+  /// Runs `work` on `batch`: eagerly during the warm-up, then through the graph (captured at the
+  /// first call after the warm-up; nothing the capture records runs until its replay). logic_error
+  /// for a batch of another shape than the captured one.
+  void run(const data::Batch& batch, const Work& work);
+
   bool captured() const { return graph_ != nullptr; }
 
-  /// Captures `work` over buffers shaped like `like` (images in `format`). Nothing runs.
-  void capture(const data::Batch& like, torch::MemoryFormat format, const Work& work);
-
-  /// Copies `batch` into the buffers and replays the captured work. logic_error for a batch of
-  /// another shape than the captured one.
-  void replay(const data::Batch& batch);
-
  private:
+  int64_t warmup_runs_left_;
+  torch::MemoryFormat format_;
   std::unique_ptr<gpu::CudaGraph> graph_;
-  torch::Tensor images_;  // [B,3,32,32] float32
+  torch::Tensor images_;  // [B,3,32,32] float32, in format_
   torch::Tensor labels_;  // [B] int64
 };
 

@@ -1,7 +1,9 @@
 #pragma once
 // Test-set evaluation: every image once, sums kept on the device, one host sync at the end.
 #include <cstdint>
+#include <optional>
 
+#include "ltrain/amp/precision.h"
 #include "ltrain/config/config.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/engine/batch_graph.h"
@@ -33,11 +35,12 @@ class Evaluator {
 
   models::ResNet model_;
   const data::EvalLoader& loader_;
-  const config::RunConfig& config_;
-  bool use_graph_;
+  amp::PrecisionPlan precision_;
+  torch::MemoryFormat memory_format_;
+  int64_t batch_size_;  // data.eval_batch_size: the size of every batch but maybe the last
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
-  BatchGraph graph_;  // cuda_graph.eval: the forward pass of a full batch
+  std::optional<BatchGraph> graph_;  // with cuda_graph.eval: the forward pass of a full batch
 };
 
 /// One evaluation without a graph: Evaluator(model, loader, config).run() with cuda_graph.eval off.

@@ -43,7 +43,7 @@ class TrainStep {
   void run(const data::Batch& batch);
 
   /// True once the step has been captured as a CUDA graph.
-  bool graphed() const { return graph_.captured(); }
+  bool graphed() const { return graph_ && graph_->captured(); }
 
   /// Reads and resets the device-side sums: one host sync.
   StepTotals take_totals();
@@ -65,9 +65,7 @@ class TrainStep {
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
   int64_t images_ = 0;
-  // cuda_graph.train: eager steps left before the capture (-1: never capture), and the graph.
-  int64_t steps_before_capture_ = -1;
-  BatchGraph graph_;
+  std::optional<BatchGraph> graph_;  // with cuda_graph.train
 };
 
 /// Cross-entropy (mean over the batch) with label smoothing, as torch.nn.CrossEntropyLoss.
