@@ -174,6 +174,19 @@ TEST(Resume, AutoSkipsDamagedCheckpointsAndRefusesAnotherModel) {
     EXPECT_NE(std::string(error.what()).find("model.width = 8 but this config says 16"), std::string::npos)
         << error.what();
   }
+  // A file that is not there: one line naming the key and what to use, exit code 2, nothing created.
+  testing::write_file(dir.path() / "c.json", R"({"run": {"device": "cpu", "out_dir": ")" +
+                                                 (dir.path() / "elsewhere").string() + R"("}})");
+  EXPECT_EQ(testing::run_ltrain("train --config " + (dir.path() / "c.json").string() +
+                                    " --set checkpoint.resume=" + (dir.path() / "none.ltc").string(),
+                                dir.path() / "log"),
+            2);
+  EXPECT_NE(read_file(dir.path() / "log").find("checkpoint.resume = \"" + (dir.path() / "none.ltc").string() +
+                                               "\": no such checkpoint file; use \"auto\", \"none\" or the path of a "
+                                               ".ltc file"),
+            std::string::npos)
+      << read_file(dir.path() / "log");
+  EXPECT_FALSE(fs::exists(dir.path() / "elsewhere"));
   // A damaged file named directly is an error, not a fallback.
   EXPECT_THROW(train(resumable_run(dir.path(), "run", {"checkpoint.resume=" + second.string()})), DataError);
 
