@@ -96,6 +96,47 @@ TEST(Sweep, TrainModeRunsEachPointToTheEndAndItsCurvesPlot) {
             3);
 }
 
+/// Runs a search plan against a device where each image takes `fraction_per_image` of the memory
+/// and a batch over `fail_above` images runs out of it; returns the batches tried, in order.
+std::vector<int64_t> search_batches(const BatchSearch& search, double fraction_per_image, int64_t fail_above) {
+  BatchSearchPlan plan(search);
+  std::vector<int64_t> tried;
+  while (const std::optional<int64_t> batch = plan.next()) {
+    tried.push_back(*batch);
+    if (tried.size() > 64) break;  // a plan that never ends fails the test below, not the run
+    plan.record(*batch, *batch > fail_above ? std::nullopt
+                                            : std::optional<double>(fraction_per_image * static_cast<double>(*batch)));
+  }
+  return tried;
+}
+
+TEST(Sweep, BatchSearchDoublesThenBisectsToTheFraction) {
+  BatchSearch search;  // start 256, factor 2, fraction 0.9, refine 3
+  search.max = 1 << 20;
+  // 1e-5 of the device per image: 90% is 90,000 images. Doubling passes it at 131072 (131%,
+  // still runs); three bisections between 65536 and 131072 on multiples of 256.
+  std::vector<int64_t> expected{256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 98304, 81920, 90112};
+  EXPECT_EQ(search_batches(search, 1e-5, 1 << 30), expected);
+  // Out of memory past 100,000 images ends the growth the same way; the bisections then avoid it.
+  EXPECT_EQ(search_batches(search, 1e-5, 100000), expected);
+  BatchSearchPlan plan(search);
+  for (int64_t batch : expected) plan.record(batch, 1e-5 * static_cast<double>(batch));
+  EXPECT_EQ(plan.best(), 81920);
+
+  // The growth stops at max when memory never reaches the fraction; nothing to bisect.
+  search.max = 4096;
+  EXPECT_EQ(search_batches(search, 1e-9, 1 << 30), (std::vector<int64_t>{256, 512, 1024, 2048, 4096}));
+  // A first point that fails ends the search: no multiple of start lies below it.
+  EXPECT_EQ(search_batches(search, 1e-5, 100), (std::vector<int64_t>{256}));
+  // No refinement asked for: the doubling alone.
+  search.max = 1 << 20;
+  search.refine = 0;
+  EXPECT_EQ(search_batches(search, 1e-5, 1 << 30).back(), 131072);
+  // Bisection stops when no multiple of start lies between the two sides: 256 runs at 70%, 512 is past.
+  search.refine = 5;
+  EXPECT_EQ(search_batches(search, 0.7 / 256, 1 << 30), (std::vector<int64_t>{256, 512}));
+}
+
 TEST(Sweep, BadDescriptionsAndTheCpuBatchSearch) {
   TempDir dir;
   try {
@@ -108,6 +149,7 @@ TEST(Sweep, BadDescriptionsAndTheCpuBatchSearch) {
                ConfigError);
   EXPECT_THROW(run_sweep(write_sweep(dir, R"("grid": {"data.batch_size": []})"), dir.path()), ConfigError);
   EXPECT_THROW(run_sweep(write_sweep(dir, R"("mode": "train", "batch_search": {})"), dir.path()), ConfigError);
+  EXPECT_THROW(run_sweep(write_sweep(dir, R"("batch_search": {"refine": -1})"), dir.path()), ConfigError);
 
   // On the CPU the search cannot measure memory: its first point says so, and it stops there.
   const SweepResult search = run_sweep(

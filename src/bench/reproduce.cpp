@@ -216,18 +216,27 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
     io::write_text_file(sweep_dir / "sweep.json", sweep.dump(2) + "\n");
     const SweepResult result = run_sweep(sweep_dir / "sweep.json", sweep_dir);
     write_sweep_results(result, sweep_dir);
+    // The largest batch under 90%, and the smallest past it (or out of memory), over every point.
     const SweepPoint* best = nullptr;
-    for (const SweepPoint& point : result.points)
-      if (point.error.empty() && point.values.count("memory_fraction") && point.values.at("memory_fraction") <= 0.9)
-        best = &point;
+    const SweepPoint* past = nullptr;
+    const auto batch_of = [](const SweepPoint& point) { return point.settings.back().second.get<int64_t>(); };
+    for (const SweepPoint& point : result.points) {
+      const bool under = point.error.empty() && point.values.count("memory_fraction") &&
+                         point.values.at("memory_fraction") <= 0.9;
+      const SweepPoint*& slot = under ? best : past;
+      if (!slot || (under ? batch_of(point) > batch_of(*slot) : batch_of(point) < batch_of(*slot))) slot = &point;
+    }
     if (!best) {
       report.rows.push_back(not_measurable(search, result.points.empty() ? "no point ran" : result.points.front().error));
     } else {
+      const std::string past_text =
+          !past ? "none past 90% up to the search's maximum"
+                : fmt::format("the smallest past 90%: batch {} ({})", batch_of(*past),
+                              past->error.empty() ? percent(past->values.at("memory_fraction")) + " reserved" : past->error);
       search.measured = fmt::format("batch {} is the largest under 90%: {:.0f} img/s, {} of the GPU reserved; {} point(s), "
-                                    "the last: {}",
-                                    best->settings.back().second.dump(), best->values.at("img_per_s"),
-                                    percent(best->values.at("memory_fraction")), result.points.size(),
-                                    result.points.back().error.empty() ? "past 90%" : result.points.back().error);
+                                    "{}",
+                                    batch_of(*best), best->values.at("img_per_s"),
+                                    percent(best->values.at("memory_fraction")), result.points.size(), past_text);
       search.verdict = "measured";
       report.rows.push_back(search);
     }

@@ -1,5 +1,6 @@
 #include "ltrain/bench/sweep.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -21,13 +22,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-struct BatchSearch {
-  int64_t start = 256;
-  double factor = 2.0;
-  double memory_fraction = 0.9;
-  int64_t max = 65536;
-};
 
 struct SweepSpec {
   fs::path base;
@@ -95,8 +89,11 @@ SweepSpec parse_spec(const fs::path& file) {
     s.factor = field<double>(file, search, "batch_search.", "factor", s.factor);
     s.memory_fraction = field<double>(file, search, "batch_search.", "memory_fraction", s.memory_fraction);
     s.max = field<int64_t>(file, search, "batch_search.", "max", s.max);
-    if (s.start < 1 || s.factor <= 1.0 || s.memory_fraction <= 0.0 || s.memory_fraction > 1.0 || s.max < s.start)
-      throw spec_error(file, "batch_search: needs start >= 1, factor > 1, 0 < memory_fraction <= 1, max >= start");
+    s.refine = field<int64_t>(file, search, "batch_search.", "refine", s.refine);
+    if (s.start < 1 || s.factor <= 1.0 || s.memory_fraction <= 0.0 || s.memory_fraction > 1.0 || s.max < s.start ||
+        s.refine < 0)
+      throw spec_error(file, "batch_search: needs start >= 1, factor > 1, 0 < memory_fraction <= 1, max >= start, "
+                             "refine >= 0");
     if (spec.mode != "bench")
       throw spec_error(file, "batch_search measures the memory of timed steps: use it with mode \"bench\"");
     spec.batch_search = s;
@@ -166,23 +163,22 @@ class SweepRunner {
     }
   }
 
-  /// The batch-size search on top of `settings`: start, start*factor, ... until the peak memory
-  /// reaches the fraction, a point fails, or max is passed.
+  /// The batch-size search on top of `settings` (BatchSearchPlan); every batch tried is a row.
   void search(const std::vector<std::pair<std::string, json>>& settings, std::vector<SweepPoint>& out) {
-    const BatchSearch& s = *spec_.batch_search;
-    for (auto batch = static_cast<double>(s.start); batch <= static_cast<double>(s.max); batch *= s.factor) {
+    BatchSearchPlan plan(*spec_.batch_search);
+    while (const std::optional<int64_t> batch = plan.next()) {
       SweepPoint point;
       point.settings = settings;
-      point.settings.emplace_back("data.batch_size", static_cast<int64_t>(batch));
+      point.settings.emplace_back("data.batch_size", *batch);
       run(point, static_cast<int64_t>(out.size()));
-      out.push_back(point);
-      if (!point.error.empty()) break;
       const auto fraction = point.values.find("memory_fraction");
-      if (fraction == point.values.end()) {
-        out.back().error = "batch_search needs a CUDA device (peak memory is measured there)";
-        break;
+      if (point.error.empty() && fraction == point.values.end()) {
+        point.error = "batch_search needs a CUDA device (peak memory is measured there)";
+        out.push_back(point);
+        return;
       }
-      if (fraction->second >= s.memory_fraction) break;
+      plan.record(*batch, point.error.empty() ? std::optional<double>(fraction->second) : std::nullopt);
+      out.push_back(point);
     }
   }
 
@@ -202,6 +198,35 @@ std::string cell(const SweepPoint& point, const std::string& column) {
 std::string setting_text(const json& value) { return value.is_string() ? value.get<std::string>() : value.dump(); }
 
 }  // namespace
+
+BatchSearchPlan::BatchSearchPlan(BatchSearch search) : search_(search), growing_(search.start) {}
+
+std::optional<int64_t> BatchSearchPlan::next() const {
+  if (growing_ > 0) return growing_;
+  if (over_ == 0 || refined_ >= search_.refine) return std::nullopt;
+  // Bisect on multiples of start; stop when no such multiple lies strictly between the two.
+  const int64_t lo = under_ > 0 ? under_ : 0;
+  const int64_t mid = (lo + over_) / 2 / search_.start * search_.start;
+  if (mid <= lo || mid >= over_) return std::nullopt;
+  return mid;
+}
+
+void BatchSearchPlan::record(int64_t batch, std::optional<double> memory_fraction) {
+  const bool under = memory_fraction && *memory_fraction <= search_.memory_fraction;
+  if (under) {
+    under_ = std::max(under_, batch);
+  } else {
+    over_ = over_ == 0 ? batch : std::min(over_, batch);
+  }
+  if (growing_ > 0) {
+    const auto grown = static_cast<int64_t>(static_cast<double>(batch) * search_.factor);
+    // The growth ends past the fraction, on a failure, exactly at the fraction, or at max.
+    const bool reached = memory_fraction && *memory_fraction >= search_.memory_fraction;
+    growing_ = under && !reached && grown <= search_.max ? grown : 0;
+  } else {
+    ++refined_;
+  }
+}
 
 void check_sweep(const fs::path& sweep_file) {
   const SweepSpec spec = parse_spec(sweep_file);

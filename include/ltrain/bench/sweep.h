@@ -2,7 +2,8 @@
 // Config sweeps (`ltrain sweep --config SWEEP.json`): a base run config, keys with lists of values
 // (a grid), and per point either timed steps (mode "bench") or a full training run (mode
 // "train"); or a batch-size search that doubles data.batch_size until the step's peak memory
-// reaches a fraction of the GPU, as the 4090D guide advises. A point that fails (out of memory, a
+// reaches a fraction of the GPU, as the 4090D guide advises, then bisects between the last batch
+// under the fraction and the first past it (or out of memory) to land near the fraction. A point that fails (out of memory, a
 // bad combination) becomes a row with its error, never the end of the sweep.
 //
 //   {"base": "../bench/resnet50-step.json",          (relative to the sweep file)
@@ -10,10 +11,11 @@
 //    "mode": "bench",                                ("bench" or "train")
 //    "grid": {"data.batch_size": [256, 512], "precision.mode": ["fp16", "bf16"]},
 //    "bench": {"warmup": 10, "steps": 30},
-//    "batch_search": {"start": 256, "factor": 2, "memory_fraction": 0.9, "max": 65536}}
+//    "batch_search": {"start": 256, "factor": 2, "memory_fraction": 0.9, "max": 65536, "refine": 3}}
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,37 @@ struct SweepPoint {
   std::vector<std::pair<std::string, nlohmann::json>> settings;  ///< key -> value, in grid order
   std::map<std::string, double> values;  ///< measured: img_per_s, ms_per_step, peak_gib, test_acc, ...
   std::string error;                     ///< why the point failed ("" when it ran)
+};
+
+struct BatchSearch {
+  int64_t start = 256;
+  double factor = 2.0;
+  double memory_fraction = 0.9;
+  int64_t max = 65536;
+  int64_t refine = 3;  ///< bisections after the growth passes the fraction; batches stay multiples of start
+};
+
+/// The batch sizes a search tries, one at a time: start, start*factor, ... while each point runs
+/// and stays under the memory fraction; then up to `refine` bisections between the largest batch
+/// under the fraction and the smallest one past it or failed. Memory grows about linearly with
+/// the batch, so three bisections after a doubling land within 1/8 of the fraction's batch.
+class BatchSearchPlan {
+ public:
+  explicit BatchSearchPlan(BatchSearch search);
+  /// The next batch to measure, or nullopt when the search is done.
+  std::optional<int64_t> next() const;
+  /// What the batch next() gave measured: its peak memory as a fraction of the device, or
+  /// nullopt when the point failed (out of memory).
+  void record(int64_t batch, std::optional<double> memory_fraction);
+  /// The largest batch that ran under the fraction so far (0: none).
+  int64_t best() const { return under_; }
+
+ private:
+  BatchSearch search_;
+  int64_t growing_;     ///< the next batch of the growth phase; 0 once it has ended
+  int64_t under_ = 0;   ///< largest batch at or under the fraction
+  int64_t over_ = 0;    ///< smallest batch past the fraction or failed (0: none yet)
+  int64_t refined_ = 0;
 };
 
 struct SweepResult {
