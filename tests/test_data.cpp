@@ -324,6 +324,24 @@ TEST(DataSynthetic, SameSeedSameDataOtherSeedOtherData) {
   EXPECT_FALSE(torch::equal(first.train.images.narrow(0, 0, 16), first.test.images));
 }
 
+TEST(DataSynthetic, ALargeSetRepeatsItsPoolAndKeepsSmallerSetsUnchanged) {
+  using ltrain::data::kSyntheticPool;
+  const int64_t size = 2 * kSyntheticPool + 5;
+  const auto large = ltrain::data::make_synthetic(size, 3, 7);
+  const auto pool = ltrain::data::make_synthetic(kSyntheticPool, 3, 7);
+  ASSERT_EQ(large.train.images.size(0), size);
+  ASSERT_EQ(large.train.labels.size(0), size);
+  for (int64_t copy = 0; copy < 2; ++copy) {
+    EXPECT_TRUE(torch::equal(large.train.images.narrow(0, copy * kSyntheticPool, kSyntheticPool), pool.train.images));
+    EXPECT_TRUE(torch::equal(large.train.labels.narrow(0, copy * kSyntheticPool, kSyntheticPool), pool.train.labels));
+  }
+  EXPECT_TRUE(torch::equal(large.train.images.narrow(0, 2 * kSyntheticPool, 5), pool.train.images.narrow(0, 0, 5)));
+  // The test set is drawn after the training pool, as for any set size.
+  EXPECT_TRUE(torch::equal(large.test.images, pool.test.images));
+  // A set within the pool is its prefix: the same seed's draws, independent of the size asked for.
+  EXPECT_TRUE(torch::equal(ltrain::data::make_synthetic(100, 3, 7).train.images, pool.train.images.narrow(0, 0, 100)));
+}
+
 TEST(DataSynthetic, LeavesTheGlobalGeneratorAlone) {
   torch::manual_seed(123);
   const auto expected = torch::rand({8});

@@ -1,12 +1,14 @@
 #include "ltrain/bench/sweep.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <optional>
 #include <set>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "ltrain/bench/step_bench.h"
 #include "ltrain/config/load.h"
@@ -137,6 +139,7 @@ class SweepRunner {
       sets.push_back("run.out_dir=" + (out_dir_ / "runs").string());
       sets.push_back(fmt::format("run.name=point-{:03d}", index));
     }
+    const auto started = std::chrono::steady_clock::now();
     try {
       const config::LoadedConfig loaded = config::load_file(spec_.base, sets);
       if (spec_.mode == "bench") {
@@ -161,6 +164,7 @@ class SweepRunner {
     } catch (const c10::Error& error) {
       point.error = point_error(error);
     }
+    log_point(point, index, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
 
   /// The batch-size search on top of `settings` (BatchSearchPlan); every batch tried is a row.
@@ -185,6 +189,15 @@ class SweepRunner {
   const SweepSpec& spec() const { return spec_; }
 
  private:
+  /// One line per point as it ends: a long sweep shows where it is.
+  static void log_point(const SweepPoint& point, int64_t index, double seconds) {
+    std::string settings, values;
+    for (const auto& [key, value] : point.settings) settings += fmt::format(" {}={}", key, value.dump());
+    for (const auto& [key, value] : point.values) values += fmt::format(" {} {:.4g}", key, value);
+    spdlog::info("sweep point {}:{} |{} ({:.0f} s)", index, settings,
+                 point.error.empty() ? values : " failed: " + point.error, seconds);
+  }
+
   SweepSpec spec_;
   fs::path out_dir_;
   std::vector<std::string> overrides_;

@@ -1,5 +1,6 @@
 #include "ltrain/data/cifar10.h"
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <system_error>
@@ -104,10 +105,16 @@ TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t see
   // A private generator: the global one (model init, dropout) must not depend on the data source.
   auto generator = at::detail::createCPUGenerator(seed);
   const auto draw = [&generator](int64_t count) {
+    const int64_t drawn = std::min(count, kSyntheticPool);
     ImageSet set;
-    set.images = torch::randint(0, 256, {count, kChannels, kImageSide, kImageSide}, generator,
+    set.images = torch::randint(0, 256, {drawn, kChannels, kImageSide, kImageSide}, generator,
                                 torch::TensorOptions().dtype(torch::kUInt8));
-    set.labels = torch::randint(0, kNumClasses, {count}, generator, torch::TensorOptions().dtype(torch::kInt64));
+    set.labels = torch::randint(0, kNumClasses, {drawn}, generator, torch::TensorOptions().dtype(torch::kInt64));
+    if (count > drawn) {
+      const int64_t copies = (count + drawn - 1) / drawn;
+      set.images = set.images.repeat({copies, 1, 1, 1}).narrow(0, 0, count).contiguous();
+      set.labels = set.labels.repeat({copies}).narrow(0, 0, count).contiguous();
+    }
     return set;
   };
   TrainTestSets sets;

@@ -38,7 +38,10 @@ ImageSet read_cifar10_file(const std::filesystem::path& file);
 /// naming the missing file and saying how to get the data when one is absent.
 TrainTestSets read_cifar10(const std::filesystem::path& root);
 
-/// Uniform random pixels and labels of CIFAR-10's shapes, the same for the same seed.
+/// Uniform random pixels and labels of CIFAR-10's shapes, the same for the same seed. A set larger
+/// than kSyntheticPool images repeats its first kSyntheticPool (labels included): drawing each
+/// byte takes minutes for the million-image sets of a batch-size search, copying takes a second.
+constexpr int64_t kSyntheticPool = 65536;
 TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t seed);
 
 /// The source `data.source` names, on the CPU.
