@@ -22,7 +22,6 @@ ltrain=build-gpu/ltrain
 mkdir -p "$out"
 status=0
 step() { echo "== $* ($(date -u +%H:%M:%S))"; }
-git log -1 --format='%H %cI' >"$out/commit.txt" 2>/dev/null || true
 
 for part in "${parts[@]}"; do
   case "$part" in
