@@ -20,6 +20,7 @@
 #include "ltrain/core/errors.h"
 #include "ltrain/core/log.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/dist/launch.h"
 #include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/evaluator.h"
 #include "ltrain/engine/setup.h"
@@ -43,10 +44,13 @@ commands:
   doctor    versions, GPUs, warnings:      ltrain doctor [--json] [--device cuda]
   sweep     a grid of configs, or a batch-size search: ltrain sweep --config configs/sweeps/precision-batch.json
   reproduce the guides' claims measured here: ltrain reproduce --config configs/bench/resnet50-step.json
+  launch    N data-parallel processes:     ltrain launch -n 2 -- train --config configs/quickstart.json
+            (or torchrun --nproc-per-node 2 --no-python build/ltrain train --config ...)
 
 "ltrain COMMAND --help" lists a command's options with their defaults.
 exit codes: 0 success, 1 internal error, 2 usage or config error, 3 data error,
-            4 run failed (non-finite loss, out of memory), 130 interrupted
+            4 run failed (non-finite loss, out of memory), 5 another data-parallel process
+            failed or hung, 130 interrupted
 )";
 
 /// Parses argv for one command; --help prints the help (plus `extra_help`) and returns nullopt.
@@ -333,6 +337,51 @@ int run_doctor(int argc, char** argv) {
   return 0;
 }
 
+int run_launch(int argc, char** argv) {
+  constexpr const char* kLaunchHelp = R"(usage: ltrain launch -n N [--master-port P] -- COMMAND [OPTIONS]
+
+Starts N ltrain processes on this host as torchrun does (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT), each running COMMAND; data-parallel training when COMMAND is train.
+Signals are passed on; when one process fails the others are stopped.
+  -n, --nproc-per-node N  processes (one per GPU on a GPU host)
+  --master-port P         rendezvous port (default: a free one)
+Exit code: 0 when every process succeeded, else the first failure's.
+)";
+  ltrain::dist::LaunchOptions options;
+  bool have_processes = false;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument == "--") break;
+    if (argument == "--help" || argument == "-h") {
+      std::cout << kLaunchHelp;
+      return 0;
+    }
+    if ((argument == "-n" || argument == "--nproc-per-node" || argument == "--master-port") && i + 1 < argc) {
+      const std::string value = argv[++i];
+      int64_t number = 0;
+      try {
+        size_t used = 0;
+        number = std::stoll(value, &used);
+        if (used != value.size()) throw std::invalid_argument(value);
+      } catch (const std::exception&) {
+        throw ltrain::ConfigError(fmt::format("ltrain launch: {} expects a number, got \"{}\"", argument, value));
+      }
+      if (argument == "--master-port") {
+        options.master_port = number;
+      } else {
+        options.processes = number;
+        have_processes = true;
+      }
+      continue;
+    }
+    throw ltrain::ConfigError(fmt::format("ltrain launch: unknown option \"{}\"; see ltrain launch --help", argument));
+  }
+  if (!have_processes) throw ltrain::ConfigError("ltrain launch: -n N (the number of processes) is required");
+  for (++i; i < argc; ++i) options.command.emplace_back(argv[i]);
+  return ltrain::dist::launch(options);
+}
+
 int dispatch(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << kUsage;
@@ -355,6 +404,7 @@ int dispatch(int argc, char** argv) {
   if (command == "doctor") return run_doctor(argc - 1, argv + 1);
   if (command == "sweep") return run_sweep(argc - 1, argv + 1);
   if (command == "reproduce") return run_reproduce(argc - 1, argv + 1);
+  if (command == "launch") return run_launch(argc - 1, argv + 1);
   throw ltrain::ConfigError(fmt::format("unknown command \"{}\"; run ltrain --help for the list", command));
 }
 

@@ -16,7 +16,7 @@ for arg in "$@"; do
   esac
 done
 
-packages=(build-essential cmake ninja-build libtorch-dev nlohmann-json3-dev libspdlog-dev libcxxopts-dev
+packages=(build-essential cmake ninja-build libtorch-dev libgloo-dev nlohmann-json3-dev libspdlog-dev libcxxopts-dev
           libgtest-dev xz-utils curl ca-certificates python3 python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do

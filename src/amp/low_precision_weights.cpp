@@ -62,4 +62,10 @@ void LowPrecisionWeights::collect_gradients(bool first_micro_batch) {
   }
 }
 
+torch::Tensor LowPrecisionWeights::mirror_of(const torch::Tensor& master) const {
+  for (const Slot& slot : slots_)
+    if (slot.master.is_same(master)) return slot.mirror;
+  return {};
+}
+
 }  // namespace ltrain::amp

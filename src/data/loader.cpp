@@ -67,19 +67,20 @@ torch::Tensor Normalizer::operator()(const torch::Tensor& images_uint8) const {
 
 // ---- TrainLoader ------------------------------------------------------------------------------
 
-TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64_t seed)
+TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64_t seed, Shard shard)
     : train_(std::move(train)),
       normalize_(data, train_.images.device()),
       batch_size_(data.batch_size),
+      shard_(shard),
       random_crop_(data.random_crop),
       padding_(data.crop_padding),
       flip_(data.horizontal_flip),
       seed_(seed) {
   if (batch_size_ < 1) throw ConfigError(fmt::format("data.batch_size: {} is not a positive number", batch_size_));
-  if (train_.size() < batch_size_)
-    throw ConfigError(fmt::format("data.batch_size: {} is larger than the training set ({} images): no full batch "
-                                  "fits in an epoch; lower data.batch_size",
-                                  batch_size_, train_.size()));
+  if (train_.size() < batch_size_ * shard_.count)
+    throw ConfigError(fmt::format("data.batch_size: {} x {} process(es) is larger than the training set ({} images): "
+                                  "no full batch fits in an epoch; lower data.batch_size",
+                                  batch_size_, shard_.count, train_.size()));
   if (padding_ < 0 || padding_ >= kImageSide)
     throw ConfigError(fmt::format("data.crop_padding: {} is outside 0-{}", padding_, kImageSide - 1));
   if (augments()) {
@@ -94,7 +95,7 @@ TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64
   set_epoch(0);  // batches are valid from the start
 }
 
-int64_t TrainLoader::batches_per_epoch() const { return train_.size() / batch_size_; }
+int64_t TrainLoader::batches_per_epoch() const { return train_.size() / (batch_size_ * shard_.count); }
 
 void TrainLoader::set_epoch(int64_t epoch) {
   // Drawn on the CPU from a private generator, so the result is the same on every device and
@@ -124,7 +125,7 @@ Batch TrainLoader::batch(int64_t index) const {
   if (index < 0 || index >= batches_per_epoch())
     throw std::out_of_range(fmt::format("{}:{}: TrainLoader::batch({}) outside 0-{}", __FILE__, __LINE__, index,
                                         batches_per_epoch() - 1));
-  const int64_t start = index * batch_size_;
+  const int64_t start = (index * shard_.count + shard_.rank) * batch_size_;
   const auto indices = order_.narrow(0, start, batch_size_);           // [B] int64, device
   const auto labels = labels_in_order_.narrow(0, start, batch_size_);  // [B] int64, device
   if (!augments()) return {normalize_(train_.images.index_select(0, indices)), labels};

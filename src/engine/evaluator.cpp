@@ -6,12 +6,14 @@
 
 namespace ltrain::engine {
 
-Evaluator::Evaluator(models::ResNet model, const data::EvalLoader& loader, const config::RunConfig& config)
+Evaluator::Evaluator(models::ResNet model, const data::EvalLoader& loader, const config::RunConfig& config,
+                     dist::Group* group)
     : model_(std::move(model)),
       loader_(loader),
       precision_(amp::plan_precision(config.precision)),
       memory_format_(memory_format(config)),
-      batch_size_(config.data.eval_batch_size) {
+      batch_size_(config.data.eval_batch_size),
+      group_(group) {
   // One eager full batch first: the warm-up before the capture.
   if (config.cuda_graph.eval) graph_.emplace(/*warmup_runs=*/1, memory_format_);
   const torch::Device device = model_->parameters().front().device();
@@ -47,6 +49,13 @@ EvalResult Evaluator::run() {
   model_->train(was_training);
   EvalResult result;
   result.images = loader_.size();
+  if (group_) {
+    group_->all_reduce_sum({loss_sum_}).wait();
+    group_->all_reduce_sum({correct_}).wait();
+    torch::Tensor images = torch::full({}, result.images, correct_.options());
+    group_->all_reduce_sum({images}).wait();
+    result.images = images.item<int64_t>();
+  }
   if (result.images == 0) return result;
   result.correct = correct_.item<int64_t>();
   result.loss = loss_sum_.item<double>() / static_cast<double>(result.images);

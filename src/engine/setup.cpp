@@ -161,19 +161,23 @@ data::TrainTestSets load_data(const config::RunConfig& config, const torch::Devi
   return {sets.train.to(device), sets.test.to(device)};
 }
 
-data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train) {
+data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train, data::Shard shard) {
   // An optimizer step takes K micro-batches: the loader serves K * batch_size images at a time.
   config::DataSection step_data = loaded.config.data;
   step_data.batch_size *= loaded.config.optim.accumulation_steps;
-  if (train.size() < step_data.batch_size)
-    throw config::config_error(loaded, "data.batch_size",
-                               loaded.config.optim.accumulation_steps == 1
-                                   ? fmt::format("larger than the training set ({} images); use a smaller batch",
-                                                 train.size())
-                                   : fmt::format("times optim.accumulation_steps ({}) is larger than the training set "
-                                                 "({} images); use a smaller batch or fewer accumulation steps",
-                                                 loaded.config.optim.accumulation_steps, train.size()));
-  return data::TrainLoader(train, step_data, static_cast<uint64_t>(loaded.config.run.seed));
+  if (train.size() < step_data.batch_size * shard.count) {
+    std::string why = loaded.config.optim.accumulation_steps == 1
+                          ? fmt::format("larger than the training set ({} images); use a smaller batch", train.size())
+                          : fmt::format("times optim.accumulation_steps ({}) is larger than the training set ({} "
+                                        "images); use a smaller batch or fewer accumulation steps",
+                                        loaded.config.optim.accumulation_steps, train.size());
+    if (shard.count > 1)
+      why = fmt::format("times {} processes times optim.accumulation_steps ({}) is larger than the training set ({} "
+                        "images); use a smaller batch",
+                        shard.count, loaded.config.optim.accumulation_steps, train.size());
+    throw config::config_error(loaded, "data.batch_size", why);
+  }
+  return data::TrainLoader(train, step_data, static_cast<uint64_t>(loaded.config.run.seed), shard);
 }
 
 }  // namespace ltrain::engine

@@ -23,7 +23,7 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& grads, double max
 }
 
 TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::GradScaler& scaler,
-                     const config::RunConfig& config)
+                     const config::RunConfig& config, dist::Group* group)
     : model_(std::move(model)),
       optimizer_(optimizer),
       scaler_(scaler),
@@ -31,8 +31,17 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
       memory_format_(memory_format(config)),
       accumulation_steps_(config.optim.accumulation_steps),
       clip_grad_norm_(config.optim.clip_grad_norm),
-      label_smoothing_(config.loss.label_smoothing) {
+      label_smoothing_(config.loss.label_smoothing),
+      group_(group) {
   if (precision_.autocast) low_precision_weights_.emplace(*model_, precision_.dtype);
+  if (group_) {
+    std::vector<dist::GradientSource> sources;
+    for (const torch::Tensor& param : model_->parameters()) {
+      const torch::Tensor mirror = low_precision_weights_ ? low_precision_weights_->mirror_of(param) : torch::Tensor();
+      sources.push_back({param, mirror.defined() ? mirror : param});
+    }
+    reducer_ = std::make_unique<dist::GradientReducer>(*group_, std::move(sources), config.distributed.bucket_mb);
+  }
   const torch::Device device = optimizer_.lr().device();
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
@@ -62,8 +71,11 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
       loss = classification_loss(logits, labels[micro], label_smoothing_);  // [] float32 (autocast runs it in fp32)
     }
     // Each micro-batch's loss is divided by K: the gradients sum to those of the mean loss.
+    const bool last_micro_batch = micro + 1 == images.size();
+    if (reducer_ && last_micro_batch) reducer_->arm(/*accumulated=*/micro > 0);
     scaler_.scale_loss(loss / static_cast<double>(accumulation_steps_)).backward();
     if (low_precision_weights_) low_precision_weights_->collect_gradients(/*first_micro_batch=*/micro == 0);
+    if (reducer_ && last_micro_batch) reducer_->finish();  // every rank now holds the mean gradients
     torch::NoGradGuard no_grad;
     loss_sum_.add_(loss.detach().to(torch::kFloat32) * static_cast<double>(labels[micro].size(0)));
     correct_.add_(logits.argmax(1).eq(labels[micro]).sum());
@@ -86,6 +98,11 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
 }
 
 StepTotals TrainStep::take_totals() {
+  if (group_) {
+    group_->all_reduce_sum({loss_sum_}).wait();
+    group_->all_reduce_sum({correct_}).wait();
+    images_ *= group_->size();
+  }
   StepTotals totals;
   totals.loss_sum = loss_sum_.item<double>();
   totals.correct = correct_.item<int64_t>();

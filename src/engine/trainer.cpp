@@ -15,6 +15,7 @@
 #include "ltrain/core/log.h"
 #include "ltrain/core/progress.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/dist/group.h"
 #include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/evaluator.h"
 #include "ltrain/engine/setup.h"
@@ -174,18 +175,71 @@ std::vector<std::string> changed_settings(const nlohmann::json& before, const nl
   return changes;
 }
 
+/// The data-parallel process group when torchrun's variables name more than one process.
+std::unique_ptr<dist::Group> join_group(const config::LoadedConfig& loaded, torch::Device& device) {
+  const std::optional<dist::Environment> environment = dist::read_environment();
+  if (!environment || environment->world_size == 1) return nullptr;
+  // One GPU per process: "auto" and "cuda" mean this process's LOCAL_RANK.
+  const std::string& name = loaded.config.run.device;
+  if (device.is_cuda() && (name == "auto" || name == "cuda")) {
+    if (environment->local_rank >= compat::cuda_device_count())
+      throw config::config_error(loaded, "run.device",
+                                 fmt::format("LOCAL_RANK {} but this machine has {} CUDA device(s): start at most one "
+                                             "process per GPU",
+                                             environment->local_rank, compat::cuda_device_count()));
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(environment->local_rank));
+  }
+  auto group = std::make_unique<dist::Group>(*environment, loaded.config.distributed, device);
+  // Every process must train the same thing: compare the resolved configs.
+  const std::vector<std::string> configs = group->all_gather_text("config", config::to_json(loaded.config).dump());
+  for (size_t rank = 1; rank < configs.size(); ++rank)
+    if (configs[rank] != configs[0]) {
+      const std::vector<std::string> changes =
+          changed_settings(nlohmann::json::parse(configs[0]), nlohmann::json::parse(configs[rank]));
+      throw ConfigError(fmt::format("rank {}'s config differs from rank 0's: {}; every process must run the same "
+                                    "config and --set flags",
+                                    rank, changes.empty() ? "checkpoint.resume" : fmt::format("{}", fmt::join(changes, ", "))));
+    }
+  return group;
+}
+
+/// Rank `rank`'s contiguous part of `set` when it is split into `count` parts (sizes differ by at most one).
+data::ImageSet shard_of(const data::ImageSet& set, int64_t rank, int64_t count) {
+  const int64_t begin = set.size() * rank / count;
+  const int64_t end = set.size() * (rank + 1) / count;
+  return {set.images.narrow(0, begin, end - begin), set.labels.narrow(0, begin, end - begin)};
+}
+
+/// True on every rank when `value` is true on any (a collective: every rank must call it).
+bool any_rank(dist::Group& group, bool value, const torch::Device& device) {
+  torch::Tensor flag = torch::full({1}, value ? 1 : 0, torch::TensorOptions().dtype(torch::kInt32).device(device));
+  group.all_reduce_sum({flag}).wait();
+  return flag.item<int32_t>() > 0;
+}
+
+/// The model's parameters and buffers, in module order.
+std::vector<torch::Tensor> model_state(const torch::nn::Module& model) {
+  std::vector<torch::Tensor> tensors = model.parameters();
+  for (const torch::Tensor& buffer : model.buffers()) tensors.push_back(buffer);
+  return tensors;
+}
+
 }  // namespace
 
 TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   const config::RunConfig& config = loaded.config;
 
   // ---- Set-up: everything that can fail on bad input fails before the run directory exists ----
-  const torch::Device device = resolve_device(loaded);
+  torch::Device device = resolve_device(loaded);
+  const std::unique_ptr<dist::Group> group = join_group(loaded, device);
+  const bool main_process = !group || group->is_main();
+  const int64_t ranks = group ? group->size() : 1;
+  const int64_t rank = group ? group->rank() : 0;
   StartPoint start = choose_start(loaded);
   apply_runtime_settings(config);
   const data::TrainTestSets sets = load_data(config, device);
-  data::TrainLoader train_loader = make_train_loader(loaded, sets.train);
-  const data::EvalLoader eval_loader(sets.test, config.data);
+  data::TrainLoader train_loader = make_train_loader(loaded, sets.train, {rank, ranks});
+  const data::EvalLoader eval_loader(shard_of(sets.test, rank, ranks), config.data);
   const int64_t steps_per_epoch = train_loader.batches_per_epoch();
   // A resumed run takes its weights from the checkpoint: model.init_from need not exist any more.
   config::LoadedConfig model_source = loaded;
@@ -207,11 +261,26 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
     first_index = checkpoint.meta.epoch_steps_done;
     step = checkpoint.meta.step;
   }
-  TrainStep train_step(model, *optimizer, scaler, config);
-  Evaluator evaluator(model, eval_loader, config);
+  if (group) {
+    // Every rank starts from rank 0's weights and buffers (a resumed run: the same file anyway).
+    group->broadcast_from_main(model_state(*model));
+    if (config.distributed.sync_batchnorm) {
+      dist::Group* sync_group = group.get();
+      models::synchronize_batchnorm(*model, [sync_group](const torch::Tensor& values) {
+        return dist::all_reduce_sum_differentiable(*sync_group, values);
+      });
+    }
+  }
+  TrainStep train_step(model, *optimizer, scaler, config, group.get());
+  Evaluator evaluator(model, eval_loader, config, group.get());
 
+  // Only rank 0 writes: the run directory, logs, metrics and checkpoints; the others log warnings
+  // and errors only.
+  if (!main_process) spdlog::set_level(spdlog::level::warn);
   fs::path run_dir = start.run_dir;
-  if (run_dir.empty()) {
+  if (!main_process) {
+    run_dir = group->all_gather_text("run_dir", "")[0];
+  } else if (run_dir.empty()) {
     run_dir = io::create_run_dir(config.run.out_dir, config.run.name);
   } else {
     std::error_code error;
@@ -222,9 +291,12 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
     // Rows written after the checkpoint (or by an attempt without one) will be written again.
     io::truncate_metrics(run_dir, step, /*epoch_row_at_step_kept=*/first_index == 0);
   }
+  if (group && main_process) group->all_gather_text("run_dir", run_dir.string());
   const fs::path checkpoint_dir = run_dir / "checkpoints";
-  fs::create_directories(checkpoint_dir);
-  log::add_file(run_dir / "train.log");
+  if (main_process) {
+    fs::create_directories(checkpoint_dir);
+    log::add_file(run_dir / "train.log");
+  }
   spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads", LTRAIN_VERSION, compat::torch_version(),
                device.str(), torch::get_num_threads());
   spdlog::info("run directory {}", run_dir.string());
@@ -239,14 +311,18 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
     spdlog::info("checkpoint.resume auto: no valid checkpoint in {}, starting afresh", checkpoint_dir.string());
   }
   spdlog::info("resolved config:\n{}", config::format_table(loaded));
-  io::write_text_file(run_dir / "config.json", config::to_json(config).dump(2) + "\n");
+  if (main_process) io::write_text_file(run_dir / "config.json", config::to_json(config).dump(2) + "\n");
+  if (group)
+    spdlog::info("data-parallel: {} processes ({}), {} images per process per step{}", ranks, group->backend_name(),
+                 train_loader.batch_size(), config.distributed.sync_batchnorm ? ", SyncBatchNorm" : "");
   spdlog::info("model {} ({} stem, width {}): {} parameters{}", config::to_string(config.model.arch),
                config::to_string(config.model.stem), config.model.width, models::count_parameters(*model),
                config.model.init_from.empty() ? "" : fmt::format(", weights from {}", config.model.init_from));
   spdlog::info("data {}: {} training images, {} test images; {} steps per epoch of {} images ({} x {} accumulated), "
                "{} steps in {} epoch(s)",
                config::to_string(config.data.source), sets.train.size(), sets.test.size(), steps_per_epoch,
-               train_loader.batch_size(), config.optim.accumulation_steps, config.data.batch_size, total_steps, epochs);
+               train_loader.batch_size() * ranks, config.optim.accumulation_steps, config.data.batch_size * ranks,
+               total_steps, epochs);
   spdlog::info("precision {}{}{} | optimizer step: {}{}{}", config::to_string(config.precision.mode),
                scaler.enabled() ? " with a GradScaler" : "", config.model.channels_last ? " | channels_last" : "",
                optimizer->fused() ? "fused (LibTorch)" : "portable",
@@ -255,8 +331,9 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
                    : "",
                config.cuda_graph.eval ? " | CUDA graph of evaluation" : "");
 
-  io::MetricsLog metrics(run_dir);
-  Progress progress(stderr_is_terminal());
+  std::optional<io::MetricsLog> metrics;
+  if (main_process) metrics.emplace(run_dir);
+  Progress progress(main_process && stderr_is_terminal());
   const InterruptHandler interrupt;
   TrainResult result;
   result.run_dir = run_dir;
@@ -266,6 +343,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   // A checkpoint of the state after `step`: `epochs_done` whole epochs and `steps_done` of the next.
   auto write_checkpoint = [&](const fs::path& file, int64_t epochs_done, int64_t steps_done,
                               const std::map<std::string, double>& values) {
+    if (!main_process) return;
     CheckpointMeta meta;
     meta.epoch = epochs_done;
     meta.step = step;
@@ -300,14 +378,17 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
         ++step;
         if (hooks.after_step) hooks.after_step(step);
         const bool last_of_epoch = index + 1 == epoch_steps;
-        const bool stop = InterruptHandler::requested();
+        // Several processes act on a signal together, at the next log interval, where they agree.
+        bool stop = !group && InterruptHandler::requested();
         // Steps checkpoints inside the epoch; one at its last step waits for the evaluation.
-        const bool checkpoint_now =
-            stop || (config.checkpoint.every_steps > 0 && step % config.checkpoint.every_steps == 0 && !last_of_epoch);
-        if (step % config.run.log_every_steps != 0 && !last_of_epoch && !checkpoint_now) continue;
+        const bool periodic_checkpoint =
+            config.checkpoint.every_steps > 0 && step % config.checkpoint.every_steps == 0 && !last_of_epoch;
+        if (step % config.run.log_every_steps != 0 && !last_of_epoch && !periodic_checkpoint && !stop) continue;
 
         // ---- Log interval: the loop's only host sync ----
         const StepTotals totals = train_step.take_totals();
+        if (group) stop = any_rank(*group, InterruptHandler::requested(), device);
+        const bool checkpoint_now = stop || periodic_checkpoint;
         const double interval_seconds = seconds_since(interval_start);
         interval_start = Clock::now();
         sums.epoch_seconds += interval_seconds;
@@ -332,12 +413,12 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
           sums.last_scale = totals.loss_scale;
           sums.skipped_steps = totals.skipped_steps;
         }
-        metrics.write({"step", epoch, step, values});
+        if (metrics) metrics->write({"step", epoch, step, values});
         if (checkpoint_now) {
           progress.clear();
           const fs::path file = checkpoint_dir / checkpoint_file_name(step);
           write_checkpoint(file, epoch - 1, index + 1, values);
-          prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
+          if (main_process) prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
           if (stop) stop_for_signal(file);
         }
       }
@@ -350,6 +431,9 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
       std::optional<EvalResult> evaluation;
       bool new_best = false;
       if (due(epoch, config.run.eval_every_epochs, last_epoch)) {
+        // Without SyncBatchNorm each rank's running statistics are its own: all evaluate (and
+        // rank 0 saves) rank 0's, as DistributedDataParallel's broadcast_buffers does.
+        if (group) group->broadcast_from_main(model->buffers());
         evaluation = evaluator.run();
         sums.final_test_accuracy = evaluation->accuracy;
         sums.final_test_loss = evaluation->loss;
@@ -389,17 +473,17 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
       spdlog::info("epoch {}/{} | train loss {:.4f} acc {:.2f}%{} | {:.0f} img/s | {} elapsed", epoch, epochs,
                    sums.epoch.mean_loss(), 100.0 * sums.epoch.accuracy(), test_text, epoch_images_per_second,
                    format_duration(seconds_since(run_start)));
-      metrics.write({"epoch", epoch, step, epoch_values});
+      if (metrics) metrics->write({"epoch", epoch, step, epoch_values});
 
       // ---- Checkpoints: the state after this epoch ----
-      const bool stop = InterruptHandler::requested();
+      const bool stop = group ? any_rank(*group, InterruptHandler::requested(), device) : InterruptHandler::requested();
       sums.epoch = StepTotals();
       sums.epoch_seconds = 0.0;
       const fs::path file = checkpoint_dir / checkpoint_file_name(step);
       if (due(epoch, config.checkpoint.every_epochs, last_epoch) || stop ||
           (config.checkpoint.every_steps > 0 && step % config.checkpoint.every_steps == 0)) {
         write_checkpoint(file, epoch, 0, epoch_values);
-        prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
+        if (main_process) prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
       }
       if (new_best) write_checkpoint(checkpoint_dir / kBestCheckpointName, epoch, 0, epoch_values);
       if (stop && !last_epoch) stop_for_signal(file);
@@ -418,14 +502,18 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   result.train_seconds = sums.train_seconds;
   result.wall_seconds = seconds_since(run_start);
   result.images_per_second =
-      result.train_seconds > 0 ? static_cast<double>(step * train_loader.batch_size()) / result.train_seconds : 0.0;
+      result.train_seconds > 0 ? static_cast<double>(step * train_loader.batch_size() * ranks) / result.train_seconds
+                               : 0.0;
   spdlog::info("done: {} epoch(s), {} steps in {} (training {}) | test accuracy {:.2f}%, best {:.2f}% (epoch {}) | "
                "{:.0f} img/s",
                result.epochs, result.steps, format_duration(result.wall_seconds),
                format_duration(result.train_seconds), 100.0 * result.final_test_accuracy,
                100.0 * result.best_test_accuracy, result.best_epoch, result.images_per_second);
-  io::write_text_file(run_dir / "summary.json", result_json(result).dump(2) + "\n");
-  log::remove_file();
+  if (main_process) {
+    io::write_text_file(run_dir / "summary.json", result_json(result).dump(2) + "\n");
+    log::remove_file();
+  }
+  if (group) group->barrier();  // no process leaves while another may still need it
   return result;
 }
 

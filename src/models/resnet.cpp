@@ -79,8 +79,35 @@ void BatchNorm2dImpl::reset() {
 }
 
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
+  if (sum_over_ranks && is_training()) return synchronized_forward(x);
   return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training(), kMomentum, kEps,
                            at::globalContext().userEnabledCuDNN());
+}
+
+torch::Tensor BatchNorm2dImpl::synchronized_forward(const torch::Tensor& x) {
+  const torch::Tensor x32 = x.to(torch::kFloat32);  // [B,C,H,W]
+  const std::vector<int64_t> reduced{0, 2, 3};
+  const double local_count = static_cast<double>(x.numel() / channels_);
+  // [2C+1]: per-channel sums and sums of squares, and the number of values per channel.
+  const torch::Tensor stats = sum_over_ranks(torch::cat(
+      {x32.sum(reduced), x32.square().sum(reduced), torch::full({1}, local_count, x32.options())}));
+  const torch::Tensor count = stats.narrow(0, 2 * channels_, 1);                 // [1]
+  const torch::Tensor mean = stats.narrow(0, 0, channels_) / count;             // [C]
+  const torch::Tensor variance = stats.narrow(0, channels_, channels_) / count - mean.square();  // [C], biased
+  {
+    // As torch: the running variance is the unbiased one.
+    torch::NoGradGuard no_grad;
+    running_mean.mul_(1.0 - kMomentum).add_(mean.detach() * kMomentum);
+    running_var.mul_(1.0 - kMomentum).add_(variance.detach() * (count / (count - 1.0)) * kMomentum);
+  }
+  const std::vector<int64_t> per_channel{1, channels_, 1, 1};
+  const torch::Tensor scale = (weight * torch::rsqrt(variance + kEps)).view(per_channel);
+  return ((x32 - mean.view(per_channel)) * scale + bias.view(per_channel)).to(x.scalar_type());
+}
+
+void synchronize_batchnorm(torch::nn::Module& model, const std::function<torch::Tensor(const torch::Tensor&)>& sum_over_ranks) {
+  for (const auto& module : model.modules(/*include_self=*/false))
+    if (auto* batch_norm = module->as<BatchNorm2d>()) batch_norm->sum_over_ranks = sum_over_ranks;
 }
 
 // ---- Residual blocks ---------------------------------------------------------------------------

@@ -42,6 +42,10 @@ class LowPrecisionWeights {
   /// (`first_micro_batch`) or add them, and the mirrors' gradients are dropped.
   void collect_gradients(bool first_micro_batch);
 
+  /// The low-precision mirror of float32 parameter `master`, or an undefined tensor when it has
+  /// none: the tensor whose gradient the backward pass computes in its place.
+  torch::Tensor mirror_of(const torch::Tensor& master) const;
+
   /// Number of mirrored parameters.
   size_t size() const { return slots_.size(); }
 

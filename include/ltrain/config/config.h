@@ -21,6 +21,7 @@ enum class OptimizerKind { sgd, adamw };
 enum class ScheduleKind { constant, multistep, cosine, onecycle };
 enum class PrecisionMode { fp32, tf32, fp16, bf16 };
 enum class BestMetric { none, test_acc, test_loss };
+enum class DistBackend { automatic, gloo, nccl };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> names
@@ -67,6 +68,11 @@ template <>
 struct EnumNames<BestMetric> {
   static constexpr std::array<std::pair<BestMetric, const char*>, 3> names{
       {{BestMetric::none, "none"}, {BestMetric::test_acc, "test_acc"}, {BestMetric::test_loss, "test_loss"}}};
+};
+template <>
+struct EnumNames<DistBackend> {
+  static constexpr std::array<std::pair<DistBackend, const char*>, 3> names{
+      {{DistBackend::automatic, "auto"}, {DistBackend::gloo, "gloo"}, {DistBackend::nccl, "nccl"}}};
 };
 
 /// The JSON spelling of an enum value.
@@ -363,6 +369,31 @@ struct CudaGraphSection {
   }
 };
 
+/// Data-parallel training over several processes (launched by torchrun or `ltrain launch`,
+/// which set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). data.batch_size is per
+/// process; a step takes WORLD_SIZE times as many images. Ignored in a single process.
+struct DistributedSection {
+  /// The c10d backend: "auto" is NCCL on CUDA devices and Gloo on the CPU.
+  DistBackend backend = DistBackend::automatic;
+  /// How long a rank waits for the others (rendezvous, a collective) before it stops with an
+  /// error naming the rank that did not answer, instead of hanging.
+  double timeout_s = 300.0;
+  /// BatchNorm statistics over the whole global batch (torch.nn.SyncBatchNorm) instead of each
+  /// process's own part of it.
+  bool sync_batchnorm = false;
+  /// Gradients are averaged in buckets of about this size, each sent as soon as the backward
+  /// pass has produced all of its gradients.
+  double bucket_mb = 25.0;
+
+  template <class V>
+  void visit(V& v) {
+    v("backend", backend);
+    v("timeout_s", timeout_s, positive());
+    v("sync_batchnorm", sync_batchnorm);
+    v("bucket_mb", bucket_mb, positive());
+  }
+};
+
 /// Everything a run needs, resolved from JSON files, `extends` and --set overrides.
 struct RunConfig {
   RunSection run;
@@ -374,6 +405,7 @@ struct RunConfig {
   PrecisionSection precision;
   CheckpointSection checkpoint;
   CudaGraphSection cuda_graph;
+  DistributedSection distributed;
 
   template <class V>
   void visit_sections(V& v) {
@@ -386,6 +418,7 @@ struct RunConfig {
     v.section("precision", precision);
     v.section("checkpoint", checkpoint);
     v.section("cuda_graph", cuda_graph);
+    v.section("distributed", distributed);
   }
 };
 

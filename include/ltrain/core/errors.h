@@ -13,6 +13,7 @@ enum class ExitCode : int {
   usage = 2,         ///< bad flag or config
   data = 3,          ///< missing, truncated or foreign data file
   runtime = 4,       ///< the run failed: non-finite loss, out of memory, unusable device
+  peer = 5,          ///< data-parallel run: another process failed, hung, or disagrees
   interrupted = 130, ///< SIGINT/SIGTERM
 };
 
@@ -42,6 +43,13 @@ class DataError : public UserError {
 class RunError : public UserError {
  public:
   explicit RunError(const std::string& message) : UserError(ExitCode::runtime, message) {}
+};
+
+/// Data-parallel run: another process stopped, hung past distributed.timeout_s, or could not be
+/// reached (exit code 5). The message names the rank that saw it and says what to check.
+class PeerError : public UserError {
+ public:
+  explicit PeerError(const std::string& message) : UserError(ExitCode::peer, message) {}
 };
 
 /// The run stopped on SIGINT/SIGTERM after writing a checkpoint (exit code 130).

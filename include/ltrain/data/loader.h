@@ -28,16 +28,26 @@ class Normalizer {
   torch::Tensor shift_;  // [1,3,1,1] float32: -mean / std
 };
 
+/// This process's part of each batch in a data-parallel run: of a global batch of
+/// `count` x batch_size images, positions [rank*batch_size, (rank+1)*batch_size).
+struct Shard {
+  int64_t rank = 0;
+  int64_t count = 1;
+};
+
 /// Training batches: a seeded order per epoch (drop_last: the remainder is skipped) and
 /// per-image augmentation drawn per epoch, so batch (epoch, index) is a pure function of
 /// (seed, epoch, index) on any device and after any resume.
 class TrainLoader {
  public:
-  /// `train` must already be on the device the batches are wanted on.
-  TrainLoader(ImageSet train, const config::DataSection& data, uint64_t seed);
+  /// `train` must already be on the device the batches are wanted on. Every shard draws the
+  /// same order and augmentation, so the shards of a global batch are the batch one process
+  /// with count x batch_size images would get.
+  TrainLoader(ImageSet train, const config::DataSection& data, uint64_t seed, Shard shard = {});
 
+  /// This process's images per batch.
   int64_t batch_size() const { return batch_size_; }
-  /// Full batches per epoch (the last partial batch is dropped).
+  /// Full global batches per epoch (the last partial one is dropped).
   int64_t batches_per_epoch() const;
   /// Draws epoch `epoch`'s order and augmentation parameters (on the CPU, copied once).
   void set_epoch(int64_t epoch);
@@ -54,6 +64,7 @@ class TrainLoader {
   ImageSet train_;  // its images are dropped when augmenting (padded_images_ holds them)
   Normalizer normalize_;
   int64_t batch_size_;
+  Shard shard_;
   bool random_crop_;
   int64_t padding_;
   bool flip_;

@@ -6,6 +6,7 @@
 #include "ltrain/amp/precision.h"
 #include "ltrain/config/config.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/dist/group.h"
 #include "ltrain/engine/batch_graph.h"
 #include "ltrain/models/resnet.h"
 
@@ -23,7 +24,10 @@ struct EvalResult {
 /// last, smaller batch runs eagerly, so every image counts exactly once.
 class Evaluator {
  public:
-  Evaluator(models::ResNet model, const data::EvalLoader& loader, const config::RunConfig& config);
+  /// With `group`, `loader` holds this rank's shard of the test set and the sums are added over
+  /// the ranks: every rank gets the whole test set's result.
+  Evaluator(models::ResNet model, const data::EvalLoader& loader, const config::RunConfig& config,
+            dist::Group* group = nullptr);
 
   /// Runs the model in eval mode (BatchNorm running statistics) over every test batch, with the
   /// config's autocast and memory format; restores the model's previous train/eval mode.
@@ -38,6 +42,7 @@ class Evaluator {
   amp::PrecisionPlan precision_;
   torch::MemoryFormat memory_format_;
   int64_t batch_size_;  // data.eval_batch_size: the size of every batch but maybe the last
+  dist::Group* group_;
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
   std::optional<BatchGraph> graph_;  // with cuda_graph.eval: the forward pass of a full batch

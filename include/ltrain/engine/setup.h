@@ -41,8 +41,10 @@ void load_state_dict(torch::nn::Module& module, const optim::NamedTensors& tenso
 /// The dataset `data` names, loaded and moved to `device`.
 data::TrainTestSets load_data(const config::RunConfig& config, const torch::Device& device);
 
-/// The training loader over `train`, serving optim.accumulation_steps micro-batches per batch.
-/// ConfigError naming data.batch_size and its file when the set holds fewer images than that.
-data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train);
+/// The training loader over `train`, serving optim.accumulation_steps micro-batches per batch
+/// (`shard`'s part of the global batch in a data-parallel run). ConfigError naming
+/// data.batch_size and its file when the set holds fewer images than a global batch.
+data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train,
+                                    data::Shard shard = {});
 
 }  // namespace ltrain::engine

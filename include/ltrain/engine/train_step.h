@@ -5,6 +5,7 @@
 // the scale are kept on the device and read only when the loop asks (at log intervals).
 // With cuda_graph.train the step's device work is captured once as a CUDA graph and replayed.
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include <torch/torch.h>
@@ -14,6 +15,7 @@
 #include "ltrain/amp/precision.h"
 #include "ltrain/config/config.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/dist/grad_reducer.h"
 #include "ltrain/engine/batch_graph.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/optim/optimizer.h"
@@ -34,7 +36,10 @@ struct StepTotals {
 
 class TrainStep {
  public:
-  TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::GradScaler& scaler, const config::RunConfig& config);
+  /// With `group` (a data-parallel run) gradients are averaged over its ranks in the backward
+  /// pass and the totals are summed over them.
+  TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::GradScaler& scaler, const config::RunConfig& config,
+            dist::Group* group = nullptr);
 
   /// One optimizer step over `batch`: [K*B] images as K = optim.accumulation_steps micro-batches
   /// of B. Enqueues work only. With cuda_graph.train the first cuda_graph.warmup_steps calls run
@@ -45,7 +50,7 @@ class TrainStep {
   /// True once the step has been captured as a CUDA graph.
   bool graphed() const { return graph_ && graph_->captured(); }
 
-  /// Reads and resets the device-side sums: one host sync.
+  /// Reads and resets the device-side sums (over every rank in a data-parallel run): one host sync.
   StepTotals take_totals();
 
  private:
@@ -66,6 +71,8 @@ class TrainStep {
   torch::Tensor correct_;   // [] int64 on the device
   int64_t images_ = 0;
   std::optional<BatchGraph> graph_;  // with cuda_graph.train
+  dist::Group* group_;
+  std::unique_ptr<dist::GradientReducer> reducer_;  // with a group
 };
 
 /// Cross-entropy (mean over the batch) with label smoothing, as torch.nn.CrossEntropyLoss.

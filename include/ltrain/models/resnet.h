@@ -3,6 +3,7 @@
 // Parameter and buffer names, their order, shapes and initialization match torchvision's
 // resnet18/34/50/101/152, so state dicts move between the two unchanged (io/safetensors).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,10 +32,20 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   torch::Tensor weight, bias;                                   ///< [C] float32, start at 1 and 0
   torch::Tensor running_mean, running_var, num_batches_tracked;  ///< [C], [C], [] int64
 
+  /// Set for SyncBatchNorm: a differentiable sum over the data-parallel ranks. Training then
+  /// normalizes with the statistics of every rank's batch, as torch.nn.SyncBatchNorm does.
+  std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks;
+
  private:
+  /// Training forward with statistics summed over ranks, in float32.
+  torch::Tensor synchronized_forward(const torch::Tensor& x);
+
   int64_t channels_;
 };
 TORCH_MODULE(BatchNorm2d);
+
+/// Makes every BatchNorm2d in `model` a SyncBatchNorm through `sum_over_ranks`.
+void synchronize_batchnorm(torch::nn::Module& model, const std::function<torch::Tensor(const torch::Tensor&)>& sum_over_ranks);
 
 /// One residual block: relu(residual_branch(x) + shortcut(x)). The shortcut is x itself, or
 /// `downsample` (1x1 conv with the block's stride + BatchNorm) where the block changes the

@@ -1,0 +1,83 @@
+#pragma once
+// Data-parallel processes through PyTorch's c10d: torchrun's environment, a TCPStore rendezvous,
+// and a Gloo (CPU) or NCCL (CUDA) process group. The only user of the c10d API; every failure of
+// a collective (a peer that died, or one silent past distributed.timeout_s) becomes a PeerError
+// (exit code 5) naming this rank.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ltrain/config/config.h"
+
+namespace ltrain::dist {
+
+/// torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+struct Environment {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29500;
+};
+
+/// The launcher's variables, or nullopt when WORLD_SIZE is unset (a single process).
+/// ConfigError naming the variable when one is malformed or they disagree (RANK >= WORLD_SIZE).
+std::optional<Environment> read_environment();
+
+/// An asynchronous collective in flight.
+class Pending {
+ public:
+  Pending() = default;
+  /// Blocks the host (Gloo) or makes the current CUDA stream wait (NCCL) until it is done.
+  void wait();
+  bool empty() const { return !work_; }
+
+ private:
+  friend class Group;
+  struct Work;
+  std::shared_ptr<Work> work_;
+  int64_t rank_ = 0;
+};
+
+class Group {
+ public:
+  /// Rendezvous of `environment.world_size` processes and the backend's process group for
+  /// `device` (distributed.backend "auto": NCCL on CUDA, Gloo on the CPU). PeerError when the
+  /// others do not arrive within distributed.timeout_s; ConfigError for a backend this build or
+  /// device cannot run.
+  Group(const Environment& environment, const config::DistributedSection& settings, const torch::Device& device);
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int64_t rank() const { return environment_.rank; }
+  int64_t size() const { return environment_.world_size; }
+  bool is_main() const { return environment_.rank == 0; }
+  const char* backend_name() const { return backend_name_.c_str(); }
+
+  /// Sums `tensors` over every rank, in place, asynchronously. Every rank must issue the same
+  /// collectives in the same order.
+  Pending all_reduce_sum(std::vector<torch::Tensor> tensors);
+  /// Copies rank 0's values of `tensors` into every rank's, in place (blocks until done).
+  void broadcast_from_main(std::vector<torch::Tensor> tensors);
+  void barrier();
+  /// Every rank's `text`, indexed by rank, through the store (for start-up checks).
+  std::vector<std::string> all_gather_text(const std::string& key, const std::string& text);
+
+ private:
+  struct Impl;
+  Environment environment_;
+  std::string backend_name_;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Differentiable sum over ranks of `values` (a new tensor): the backward pass sums the
+/// gradients over ranks too, so each rank gets the gradient of every rank's loss (SyncBatchNorm).
+torch::Tensor all_reduce_sum_differentiable(Group& group, const torch::Tensor& values);
+
+}  // namespace ltrain::dist

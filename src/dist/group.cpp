@@ -1,0 +1,235 @@
+#include "ltrain/dist/group.h"
+
+#include <cstdlib>
+#include <limits>
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if LTRAIN_WITH_CUDA
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "ltrain/core/errors.h"
+#include "ltrain/core/torch_compat.h"
+
+namespace ltrain::dist {
+
+namespace {
+
+// LibTorch 2 split process groups into a front and per-device "backends"; 1.13's process
+// groups are what 2's backends are. Gloo and NCCL derive from this base in each.
+#if TORCH_VERSION_MAJOR >= 2
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
+
+/// An environment variable as an integer in [lo, hi]; ConfigError naming it otherwise.
+int64_t integer_variable(const char* name, const char* text, int64_t lo, int64_t hi) {
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || value < lo || value > hi)
+    throw ConfigError(fmt::format("environment variable {}=\"{}\" is not an integer in {}..{}; launch with torchrun "
+                                  "or `ltrain launch -n N -- train ...`, which set it",
+                                  name, text, lo, hi));
+  return value;
+}
+
+PeerError peer_error(int64_t rank, const std::string& what, const std::exception& error) {
+  return PeerError(fmt::format("rank {}: {} failed ({}): another process stopped, hung past distributed.timeout_s, or "
+                               "cannot be reached; its own log says why",
+                               rank, what, compat::first_line(error.what())));
+}
+
+}  // namespace
+
+std::optional<Environment> read_environment() {
+  const char* world = std::getenv("WORLD_SIZE");
+  if (!world) return std::nullopt;
+  Environment e;
+  e.world_size = integer_variable("WORLD_SIZE", world, 1, 1 << 16);
+  const char* rank = std::getenv("RANK");
+  if (!rank) throw ConfigError("WORLD_SIZE is set but RANK is not; launch with torchrun or `ltrain launch`, which set both");
+  e.rank = integer_variable("RANK", rank, 0, e.world_size - 1);
+  if (const char* local = std::getenv("LOCAL_RANK")) e.local_rank = integer_variable("LOCAL_RANK", local, 0, 1 << 16);
+  if (const char* addr = std::getenv("MASTER_ADDR")) e.master_addr = addr;
+  if (const char* port = std::getenv("MASTER_PORT")) e.master_port = integer_variable("MASTER_PORT", port, 1, 65535);
+  return e;
+}
+
+// ---- Pending ------------------------------------------------------------------------------------
+
+struct Pending::Work {
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+void Pending::wait() {
+  if (!work_) return;
+  try {
+    work_->work->wait();
+  } catch (const std::exception& error) {
+    work_.reset();
+    throw peer_error(rank_, "a collective with the other processes", error);
+  }
+  work_.reset();
+}
+
+// ---- Group --------------------------------------------------------------------------------------
+
+struct Group::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<BackendBase> backend;
+};
+
+Group::Group(const Environment& environment, const config::DistributedSection& settings, const torch::Device& device)
+    : environment_(environment), impl_(std::make_unique<Impl>()) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(settings.timeout_s * 1000.0));
+  config::DistBackend backend = settings.backend;
+  if (backend == config::DistBackend::automatic)
+    backend = device.is_cuda() ? config::DistBackend::nccl : config::DistBackend::gloo;
+  if (backend == config::DistBackend::nccl && !device.is_cuda())
+    throw ConfigError(fmt::format("distributed.backend \"nccl\" needs CUDA devices and run.device is {}; use \"gloo\" "
+                                  "or \"auto\"",
+                                  device.str()));
+  backend_name_ = config::to_string(backend);
+
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(environment.master_port);
+    options.isServer = environment.rank == 0;
+    options.numWorkers = static_cast<std::size_t>(environment.world_size);
+    options.waitWorkers = true;
+    options.timeout = timeout;
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, options);
+  } catch (const std::exception& error) {
+    throw peer_error(environment.rank,
+                     fmt::format("the rendezvous at {}:{}", environment.master_addr, environment.master_port), error);
+  }
+
+  const int rank = static_cast<int>(environment.rank);
+  const int size = static_cast<int>(environment.world_size);
+  try {
+    if (backend == config::DistBackend::gloo) {
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      // On one host the loopback interface always works; elsewhere, GLOO_SOCKET_IFNAME or the
+      // interface the host name resolves to, as torch.distributed does.
+      if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME")) {
+        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+      } else if (environment.master_addr == "127.0.0.1" || environment.master_addr == "localhost") {
+        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      } else {
+        options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank, size, options);
+    } else {
+#if LTRAIN_WITH_CUDA
+      c10::cuda::set_device(device.index());
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      options->timeout = timeout;
+      impl_->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank, size, options);
+#else
+      throw ConfigError("distributed.backend \"nccl\": this ltrain was built against a CPU-only LibTorch; use \"gloo\"");
+#endif
+    }
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw peer_error(environment.rank, fmt::format("creating the {} process group", backend_name_), error);
+  }
+}
+
+Group::~Group() = default;
+
+Pending Group::all_reduce_sum(std::vector<torch::Tensor> tensors) {
+  Pending pending;
+  pending.rank_ = environment_.rank;
+  try {
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    pending.work_ = std::make_shared<Pending::Work>(Pending::Work{impl_->backend->allreduce(tensors, options)});
+  } catch (const std::exception& error) {
+    throw peer_error(environment_.rank, "a collective with the other processes", error);
+  }
+  return pending;
+}
+
+void Group::broadcast_from_main(std::vector<torch::Tensor> tensors) {
+  Pending pending;
+  pending.rank_ = environment_.rank;
+  try {
+    c10d::BroadcastOptions options;
+    options.rootRank = 0;
+    // One tensor per call: Gloo broadcasts a list as if each tensor lived on a separate device.
+    // Collectives need dense tensors: channels_last weights travel through a contiguous copy.
+    torch::NoGradGuard no_grad;
+    for (const auto& tensor : tensors) {
+      const torch::Tensor target = tensor.detach();
+      std::vector<torch::Tensor> one{target.is_contiguous() ? target : target.contiguous()};
+      pending.work_ = std::make_shared<Pending::Work>(Pending::Work{impl_->backend->broadcast(one, options)});
+      pending.wait();
+      if (!one[0].is_same(target)) target.copy_(one[0]);
+    }
+  } catch (const PeerError&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw peer_error(environment_.rank, "a broadcast from rank 0", error);
+  }
+}
+
+void Group::barrier() {
+  Pending pending;
+  pending.rank_ = environment_.rank;
+  try {
+    pending.work_ = std::make_shared<Pending::Work>(Pending::Work{impl_->backend->barrier()});
+  } catch (const std::exception& error) {
+    throw peer_error(environment_.rank, "a barrier", error);
+  }
+  pending.wait();
+}
+
+std::vector<std::string> Group::all_gather_text(const std::string& key, const std::string& text) {
+  std::vector<std::string> texts(static_cast<size_t>(size()));
+  try {
+    impl_->store->set(fmt::format("ltrain/{}/{}", key, rank()), std::vector<uint8_t>(text.begin(), text.end()));
+    for (int64_t r = 0; r < size(); ++r) {
+      const std::vector<uint8_t> bytes = impl_->store->get(fmt::format("ltrain/{}/{}", key, r));
+      texts[static_cast<size_t>(r)].assign(bytes.begin(), bytes.end());
+    }
+  } catch (const std::exception& error) {
+    throw peer_error(environment_.rank, fmt::format("exchanging \"{}\" through the store", key), error);
+  }
+  return texts;
+}
+
+// ---- Differentiable all-reduce -------------------------------------------------------------------
+
+namespace {
+
+struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& values, Group* group) {
+    context->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    torch::Tensor summed = values.clone();
+    group->all_reduce_sum({summed}).wait();
+    return summed;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
+                                                 torch::autograd::variable_list gradients) {
+    auto* group = reinterpret_cast<Group*>(context->saved_data["group"].toInt());
+    torch::Tensor summed = gradients[0].clone();
+    group->all_reduce_sum({summed}).wait();
+    return {summed, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor all_reduce_sum_differentiable(Group& group, const torch::Tensor& values) {
+  return AllReduceSum::apply(values, &group);
+}
+
+}  // namespace ltrain::dist
