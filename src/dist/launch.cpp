@@ -24,7 +24,8 @@ volatile std::sig_atomic_t received_signal = 0;
 
 extern "C" void remember_signal(int signal) { received_signal = signal; }
 
-/// A TCP port nobody listens on now (the kernel's choice for port 0).
+}  // namespace
+
 int64_t free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw RunError("ltrain launch: cannot open a socket to find a free port; pass --master-port");
@@ -41,6 +42,8 @@ int64_t free_port() {
   if (port == 0) throw RunError("ltrain launch: cannot find a free port; pass --master-port");
   return port;
 }
+
+namespace {
 
 struct Child {
   pid_t pid = -1;

@@ -16,6 +16,9 @@ struct LaunchOptions {
   double grace_seconds = 10.0;       ///< after SIGTERM, how long the others get before SIGKILL
 };
 
+/// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's choice).
+int64_t free_port();
+
 /// Runs the processes to the end. Returns 0 when every one succeeded, else the exit code of the
 /// first that failed (128 + signal for one killed by a signal). ConfigError for bad options.
 int launch(const LaunchOptions& options);

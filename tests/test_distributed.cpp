@@ -1,0 +1,237 @@
+// Data-parallel training on the CPU with Gloo: the gradient reducer in one process, and real
+// multi-process runs through `ltrain launch` and through torchrun's variables set by hand: the
+// same weights as one process with the same global batch, exact resume, a killed rank, configs
+// that differ between ranks, bad launcher input.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "ltrain/dist/grad_reducer.h"
+#include "ltrain/dist/group.h"
+#include "ltrain/dist/launch.h"
+#include "ltrain/engine/checkpoint.h"
+#include "support.h"
+
+namespace ltrain::dist {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::read_file;
+using testing::run_ltrain;
+using testing::TempDir;
+using testing::write_file;
+
+/// A tiny CPU run: ResNet-18 of width 4, 64 synthetic training images (4 global batches of 16),
+/// 30 test images, SyncBatchNorm so that 2 x 8 images normalize like 1 x 16.
+fs::path write_config(const TempDir& dir) {
+  write_file(dir.path() / "run.json", R"({"run": {"device": "cpu", "epochs": 1, "log_every_steps": 1, "threads": 1,
+      "out_dir": ")" + (dir.path() / "runs").string() + R"("},
+    "model": {"arch": "resnet18", "stem": "cifar", "width": 4},
+    "data": {"source": "synthetic", "synthetic_train_size": 64, "synthetic_test_size": 30, "batch_size": 8},
+    "optim": {"name": "sgd", "lr": 0.02, "momentum": 0.9},
+    "schedule": {"name": "constant"},
+    "precision": {"deterministic": true},
+    "distributed": {"sync_batchnorm": true, "timeout_s": 20}})");
+  return dir.path() / "run.json";
+}
+
+engine::Checkpoint last_checkpoint(const fs::path& run_dir) {
+  const auto files = testing::files_below(run_dir / "checkpoints", ".ltc");
+  EXPECT_FALSE(files.empty()) << run_dir;
+  return engine::read_checkpoint(files.back());
+}
+
+/// Largest |a - b| over every tensor of two checkpoints' models, relative to the largest |b|.
+double model_difference(const engine::Checkpoint& a, const engine::Checkpoint& b) {
+  double worst = 0.0;
+  EXPECT_EQ(a.model.size(), b.model.size());
+  for (size_t i = 0; i < std::min(a.model.size(), b.model.size()); ++i) {
+    EXPECT_EQ(a.model[i].first, b.model[i].first);
+    const torch::Tensor x = a.model[i].second.to(torch::kFloat64), y = b.model[i].second.to(torch::kFloat64);
+    const double scale = 1.0 + y.abs().max().item<double>();
+    worst = std::max(worst, (x - y).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+nlohmann::json summary(const fs::path& run_dir) { return nlohmann::json::parse(read_file(run_dir / "summary.json")); }
+
+/// Starts `ltrain ARGS_r` for each rank r with torchrun's variables (backgrounded, so that a test
+/// can kill one); returns at once. Rank r's output goes to DIR/rank-r.log, its exit code to
+/// DIR/rank-r.code, its pid to DIR/rank-r.pid.
+void start_ranks(const fs::path& dir, const std::vector<std::string>& args) {
+  const int64_t port = free_port();
+  std::string script;
+  for (size_t rank = 0; rank < args.size(); ++rank) {
+    const std::string stem = (dir / ("rank-" + std::to_string(rank))).string();
+    script += "(sh -c 'echo $$ > \"" + stem + ".pid\"; exec env RANK=" + std::to_string(rank) +
+              " LOCAL_RANK=" + std::to_string(rank) + " WORLD_SIZE=" + std::to_string(args.size()) +
+              " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " + LTRAIN_EXECUTABLE + " " +
+              args[rank] + " > \"" + stem + ".log\" 2>&1'; echo $? > '" + stem + ".code') &\n";
+  }
+  ASSERT_EQ(std::system(("(" + script + "wait) > /dev/null 2>&1 &").c_str()), 0);
+}
+
+/// Waits up to `seconds` for `file` to exist and be non-empty.
+bool wait_for_file(const fs::path& file, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (fs::exists(file) && fs::file_size(file) > 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+int exit_code(const fs::path& dir, int rank, double seconds) {
+  const fs::path file = dir / ("rank-" + std::to_string(rank) + ".code");
+  if (!wait_for_file(file, seconds)) return -1;
+  return std::stoi(read_file(file));
+}
+
+TEST(GradientReducer, AveragesTheLastMicroBatchPlusTheAccumulatedGradients) {
+  // One Gloo process: the mean over ranks is the local gradient, which shows the bucket logic.
+  Environment environment;
+  environment.master_port = free_port();
+  config::DistributedSection settings;
+  settings.timeout_s = 20;
+  Group group(environment, settings, torch::Device(torch::kCPU));
+
+  // Three parameters; the second computes through a bf16 "mirror" leaf as under autocast; the
+  // third is channels_last and stays unused in the backward pass. Tiny buckets: one per parameter.
+  torch::Tensor a = torch::randn({3}).requires_grad_(true);
+  torch::Tensor b = torch::randn({2, 2}).requires_grad_(true);
+  torch::Tensor b_mirror = b.detach().to(torch::kBFloat16).requires_grad_(true);
+  torch::Tensor c = torch::randn({2, 3, 2, 2}).contiguous(torch::MemoryFormat::ChannelsLast).requires_grad_(true);
+  GradientReducer reducer(group, {{a, a}, {b, b_mirror}, {c, c}}, /*bucket_mb=*/1e-6);
+  EXPECT_EQ(reducer.bucket_count(), 3u);
+
+  // The mirror's gradient goes into b's float32 gradient after each backward, as collect_gradients does.
+  auto micro_batch = [&](double weight) {
+    torch::Tensor loss = (a * weight).square().sum() + (b_mirror.to(torch::kFloat32) * weight).sum();
+    loss.backward();
+    const torch::Tensor mirror_grad = b_mirror.grad().to(torch::kFloat32);
+    if (b.grad().defined()) {
+      b.mutable_grad().add_(mirror_grad);
+    } else {
+      b.mutable_grad() = mirror_grad.clone();
+    }
+    b_mirror.mutable_grad() = torch::Tensor();
+  };
+  micro_batch(1.0);  // not armed: nothing is sent
+  reducer.arm(/*accumulated=*/true);
+  micro_batch(3.0);
+  reducer.finish();
+  const torch::Tensor expected_a = 2 * a.detach() * 1.0 + 2 * a.detach() * 9.0;
+  EXPECT_TRUE(torch::allclose(a.grad(), expected_a)) << a.grad() << expected_a;
+  EXPECT_TRUE(torch::allclose(b.grad(), torch::full({2, 2}, 4.0))) << b.grad();
+  ASSERT_TRUE(c.grad().defined());  // unused: it still takes part, as zeros
+  EXPECT_EQ(c.grad().abs().sum().item<double>(), 0.0);
+
+  // A step without accumulation ignores what .grad held before.
+  reducer.arm(/*accumulated=*/false);
+  torch::Tensor loss = a.sum();
+  loss.backward();  // AccumulateGrad adds into the stale .grad; finish() overwrites it
+  reducer.finish();
+  EXPECT_TRUE(torch::allclose(a.grad(), torch::ones({3}))) << a.grad();
+}
+
+TEST(Distributed, TwoProcessesMatchOneWithTheSameGlobalBatch) {
+  TempDir dir;
+  const fs::path config = write_config(dir);
+  const std::string train = "train --config " + config.string();
+  ASSERT_EQ(run_ltrain("launch -n 2 -- " + train + " --set run.name=two", dir.path() / "two.log"), 0)
+      << read_file(dir.path() / "two.log");
+  ASSERT_EQ(run_ltrain(train + " --set run.name=one --set data.batch_size=16", dir.path() / "one.log"), 0)
+      << read_file(dir.path() / "one.log");
+  const fs::path two = dir.path() / "runs" / "two", one = dir.path() / "runs" / "one";
+  // Only rank 0 writes: one run directory, one log.
+  EXPECT_FALSE(fs::exists(dir.path() / "runs" / "two-1"));
+  EXPECT_NE(read_file(two / "train.log").find("data-parallel: 2 processes (gloo), 8 images per process per step"),
+            std::string::npos);
+  EXPECT_EQ(summary(two)["steps"], 4);
+
+  // 4 steps of 2 x 8 images with averaged gradients and synchronized BatchNorm are 4 steps of 16.
+  EXPECT_LT(model_difference(last_checkpoint(two), last_checkpoint(one)), 1e-4);
+  EXPECT_NEAR(summary(two)["final_test_loss"].get<double>(), summary(one)["final_test_loss"].get<double>(), 1e-3);
+
+  // Evaluation is sharded (15 + 15 test images) and its counts summed: the same figures as one
+  // process evaluating rank 0's checkpoint.
+  const auto checkpoints = testing::files_below(two / "checkpoints", ".ltc");
+  ASSERT_EQ(run_ltrain("eval --checkpoint " + checkpoints.back().string() + " --json", dir.path() / "eval.log"), 0);
+  const std::string eval = read_file(dir.path() / "eval.log");
+  const nlohmann::json evaluated = nlohmann::json::parse(eval.substr(eval.rfind('{')));
+  EXPECT_EQ(evaluated["accuracy"].get<double>(), summary(two)["final_test_accuracy"].get<double>());
+  EXPECT_NEAR(evaluated["loss"].get<double>(), summary(two)["final_test_loss"].get<double>(), 1e-5);
+}
+
+TEST(Distributed, AResumedTwoProcessRunContinuesExactly) {
+  TempDir dir;
+  const std::string train = "launch -n 2 -- train --config " + write_config(dir).string();
+  ASSERT_EQ(run_ltrain(train + " --set run.name=whole --set run.epochs=2", dir.path() / "whole.log"), 0)
+      << read_file(dir.path() / "whole.log");
+  ASSERT_EQ(run_ltrain(train + " --set run.name=split --set run.epochs=1", dir.path() / "first.log"), 0)
+      << read_file(dir.path() / "first.log");
+  ASSERT_EQ(run_ltrain(train + " --set run.name=split --set run.epochs=2 --set checkpoint.resume=auto",
+                       dir.path() / "second.log"),
+            0)
+      << read_file(dir.path() / "second.log");
+  EXPECT_NE(read_file(dir.path() / "second.log").find("resuming from"), std::string::npos);
+  EXPECT_EQ(model_difference(last_checkpoint(dir.path() / "runs" / "split"), last_checkpoint(dir.path() / "runs" / "whole")),
+            0.0);
+}
+
+TEST(Distributed, AKilledRankStopsTheOtherWithinTheTimeout) {
+  TempDir dir;
+  const std::string train = "train --config " + write_config(dir).string() + " --set run.epochs=100000";
+  start_ranks(dir.path(), {train, train});
+  // Once rank 0 has logged a step, kill rank 1 without warning.
+  ASSERT_TRUE(wait_for_file(dir.path() / "runs" / "run" / "metrics.jsonl", 120))
+      << read_file(dir.path() / "rank-0.log");
+  ASSERT_TRUE(wait_for_file(dir.path() / "rank-1.pid", 5));
+  const std::string pid = read_file(dir.path() / "rank-1.pid");
+  ASSERT_EQ(std::system(("kill -9 " + pid).c_str()), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  // distributed.timeout_s is 20: rank 0 must be gone well before a hang would be noticed.
+  EXPECT_EQ(exit_code(dir.path(), 0, 40), 5) << read_file(dir.path() / "rank-0.log");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 30.0);
+  const std::string log = read_file(dir.path() / "rank-0.log");
+  EXPECT_NE(log.find("rank 0: a collective with the other processes failed"), std::string::npos) << log;
+}
+
+TEST(Distributed, ConfigsThatDifferBetweenRanksAreRefused) {
+  TempDir dir;
+  const std::string train = "train --config " + write_config(dir).string();
+  start_ranks(dir.path(), {train, train + " --set optim.lr=0.5"});
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(exit_code(dir.path(), rank, 60), 2) << read_file(dir.path() / ("rank-" + std::to_string(rank) + ".log"));
+    EXPECT_NE(read_file(dir.path() / ("rank-" + std::to_string(rank) + ".log"))
+                  .find("rank 1's config differs from rank 0's: optim.lr (0.02 -> 0.5)"),
+              std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "runs"));  // refused before anything was written
+}
+
+TEST(Distributed, BadLauncherInputIsOneLineAndExitCode2) {
+  TempDir dir;
+  const fs::path log = dir.path() / "log";
+  EXPECT_EQ(run_ltrain("launch -- train --config x.json", log), 2);
+  EXPECT_NE(read_file(log).find("-n N (the number of processes) is required"), std::string::npos) << read_file(log);
+  EXPECT_EQ(run_ltrain("launch -n two -- train", log), 2);
+  EXPECT_EQ(run_ltrain("launch -n 2", log), 2);
+  EXPECT_NE(read_file(log).find("no command after --"), std::string::npos) << read_file(log);
+  const std::string train = "train --config " + write_config(dir).string();
+  EXPECT_EQ(run_ltrain("launch -n 1 -- " + train + " --set run.epochs=0", log), 2);  // the child's own exit code
+  EXPECT_EQ(std::system(("RANK=2 WORLD_SIZE=2 " + std::string(LTRAIN_EXECUTABLE) + " " + train + " > '" +
+                         log.string() + "' 2>&1")
+                            .c_str()) >>
+                8,
+            2);
+  EXPECT_NE(read_file(log).find("environment variable RANK=\"2\" is not an integer in 0..1"), std::string::npos)
+      << read_file(log);
+}
+
+}  // namespace
+}  // namespace ltrain::dist
