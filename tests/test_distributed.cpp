@@ -91,7 +91,12 @@ int exit_code(const fs::path& dir, int rank, double seconds) {
   return std::stoi(read_file(file));
 }
 
+/// These tests run Gloo processes on the CPU.
+#define SKIP_WITHOUT_GLOO() \
+  if (!LTRAIN_WITH_GLOO) GTEST_SKIP() << "built without gloo's headers (libgloo-dev)"
+
 TEST(GradientReducer, AveragesTheLastMicroBatchPlusTheAccumulatedGradients) {
+  SKIP_WITHOUT_GLOO();
   // One Gloo process: the mean over ranks is the local gradient, which shows the bucket logic.
   Environment environment;
   environment.master_port = free_port();
@@ -139,6 +144,7 @@ TEST(GradientReducer, AveragesTheLastMicroBatchPlusTheAccumulatedGradients) {
 }
 
 TEST(Distributed, TwoProcessesMatchOneWithTheSameGlobalBatch) {
+  SKIP_WITHOUT_GLOO();
   TempDir dir;
   const fs::path config = write_config(dir);
   const std::string train = "train --config " + config.string();
@@ -168,6 +174,7 @@ TEST(Distributed, TwoProcessesMatchOneWithTheSameGlobalBatch) {
 }
 
 TEST(Distributed, AResumedTwoProcessRunContinuesExactly) {
+  SKIP_WITHOUT_GLOO();
   TempDir dir;
   const std::string train = "launch -n 2 -- train --config " + write_config(dir).string();
   ASSERT_EQ(run_ltrain(train + " --set run.name=whole --set run.epochs=2", dir.path() / "whole.log"), 0)
@@ -184,6 +191,7 @@ TEST(Distributed, AResumedTwoProcessRunContinuesExactly) {
 }
 
 TEST(Distributed, AKilledRankStopsTheOtherWithinTheTimeout) {
+  SKIP_WITHOUT_GLOO();
   TempDir dir;
   const std::string train = "train --config " + write_config(dir).string() + " --set run.epochs=100000";
   start_ranks(dir.path(), {train, train});
@@ -202,6 +210,7 @@ TEST(Distributed, AKilledRankStopsTheOtherWithinTheTimeout) {
 }
 
 TEST(Distributed, ConfigsThatDifferBetweenRanksAreRefused) {
+  SKIP_WITHOUT_GLOO();
   TempDir dir;
   const std::string train = "train --config " + write_config(dir).string();
   start_ranks(dir.path(), {train, train + " --set optim.lr=0.5"});

@@ -4,9 +4,11 @@
 #include <limits>
 
 #include <fmt/format.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#if LTRAIN_WITH_CUDA
+#if LTRAIN_WITH_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#if LTRAIN_WITH_NCCL
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL
 #endif
@@ -115,6 +117,7 @@ Group::Group(const Environment& environment, const config::DistributedSection& s
   const int size = static_cast<int>(environment.world_size);
   try {
     if (backend == config::DistBackend::gloo) {
+#if LTRAIN_WITH_GLOO
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
       // On one host the loopback interface always works; elsewhere, GLOO_SOCKET_IFNAME or the
       // interface the host name resolves to, as torch.distributed does.
@@ -126,14 +129,19 @@ Group::Group(const Environment& environment, const config::DistributedSection& s
         options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
       }
       impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank, size, options);
+#else
+      throw ConfigError("distributed.backend \"gloo\": this ltrain was built without gloo's headers; install "
+                        "libgloo-dev (Debian) and build again");
+#endif
     } else {
-#if LTRAIN_WITH_CUDA
+#if LTRAIN_WITH_NCCL
       c10::cuda::set_device(device.index());
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = timeout;
       impl_->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank, size, options);
 #else
-      throw ConfigError("distributed.backend \"nccl\": this ltrain was built against a CPU-only LibTorch; use \"gloo\"");
+      throw ConfigError("distributed.backend \"nccl\": this ltrain was built without NCCL (a CPU-only LibTorch, or "
+                        "nccl.h not found at build time); use \"gloo\"");
 #endif
     }
   } catch (const UserError&) {
