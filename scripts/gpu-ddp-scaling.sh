@@ -19,7 +19,7 @@ max_count=1
 for n in "${counts[@]}"; do (( n > max_count )) && max_count=$n; done
 common=(train --config configs/bench/resnet50-step.json --set precision.mode=fp16 --set model.channels_last=true
   --set cuda_graph.train=true --set "data.batch_size=$batch" --set "run.max_steps=$steps" --set run.epochs=1
-  --set run.log_every_steps=25 --set "data.synthetic_train_size=$(( batch * steps * max_count ))"
+  --set schedule.warmup_epochs=0 --set run.log_every_steps=25 --set "data.synthetic_train_size=$(( batch * steps * max_count ))"
   --set "run.out_dir=$out/runs" --set checkpoint.every_epochs=0)
 for n in "${counts[@]}"; do
   echo "== $n GPU(s) ($(date -u +%H:%M:%S))"
