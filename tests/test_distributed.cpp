@@ -135,12 +135,16 @@ TEST(GradientReducer, AveragesTheLastMicroBatchPlusTheAccumulatedGradients) {
   ASSERT_TRUE(c.grad().defined());  // unused: it still takes part, as zeros
   EXPECT_EQ(c.grad().abs().sum().item<double>(), 0.0);
 
-  // A step without accumulation ignores what .grad held before.
+  // The gradients are views of the buckets now, in the parameters' layouts.
+  EXPECT_EQ(c.grad().strides(), c.strides());
+  // The next step starts from zero_grad (set to none), as the training step does.
+  for (torch::Tensor* param : {&a, &b, &c}) param->mutable_grad() = torch::Tensor();
   reducer.arm(/*accumulated=*/false);
   torch::Tensor loss = a.sum();
-  loss.backward();  // AccumulateGrad adds into the stale .grad; finish() overwrites it
+  loss.backward();
   reducer.finish();
   EXPECT_TRUE(torch::allclose(a.grad(), torch::ones({3}))) << a.grad();
+  EXPECT_EQ(b.grad().abs().sum().item<double>(), 0.0);  // unused this time: zeros, not last step's
 }
 
 TEST(Distributed, TwoProcessesMatchOneWithTheSameGlobalBatch) {

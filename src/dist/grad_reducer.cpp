@@ -41,7 +41,11 @@ GradientReducer::~GradientReducer() {
 }
 
 torch::Tensor GradientReducer::slot_view(const Bucket& bucket, const Slot& slot) const {
+  // With the parameter's own strides (channels_last weights stay so), so that the view can be
+  // its .grad as it is: the optimizer's multi-tensor kernels want matching layouts.
   const torch::Tensor& param = sources_[slot.source].param;
+  if (param.is_non_overlapping_and_dense())
+    return bucket.flat.as_strided(param.sizes(), param.strides(), bucket.flat.storage_offset() + slot.offset);
   return bucket.flat.narrow(0, slot.offset, param.numel()).view(param.sizes());
 }
 
@@ -93,15 +97,10 @@ void GradientReducer::finish() {
   const double inverse_ranks = 1.0 / static_cast<double>(group_.size());
   for (Bucket& bucket : buckets_) {
     bucket.pending.wait();
-    bucket.flat.mul_(inverse_ranks);
+    bucket.flat.mul_(inverse_ranks);  // one kernel per bucket
+    // Each .grad becomes its slot of the bucket: no copy. The next step's zero_grad drops it.
     for (Slot& slot : bucket.slots) {
-      torch::Tensor param = sources_[slot.source].param;
-      const torch::Tensor mean = slot_view(bucket, slot);
-      if (param.grad().defined()) {
-        param.mutable_grad().copy_(mean);
-      } else {
-        param.mutable_grad() = mean.clone(param.suggest_memory_format());
-      }
+      sources_[slot.source].param.mutable_grad() = slot_view(bucket, slot);
       slot.filled = false;
     }
     bucket.filled = 0;

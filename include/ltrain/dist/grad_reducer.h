@@ -35,7 +35,8 @@ class GradientReducer {
   /// micro-batches' gradients are in the parameters' .grad and count too.
   void arm(bool accumulated);
   /// Call after that backward pass (and after the mirrors' gradients are collected into the
-  /// float32 ones): waits for every bucket and writes the mean over ranks into each .grad.
+  /// float32 ones): waits for every bucket and makes each .grad the mean over ranks, a view of
+  /// its bucket (so the next step's accumulation must start from zero_grad).
   void finish();
 
   size_t bucket_count() const { return buckets_.size(); }
