@@ -6,6 +6,7 @@
 # logged intervals after the first (which holds the warm-up and the capture).
 #
 #   scripts/gpu-ddp-scaling.sh OUT [BATCH_PER_GPU] [STEPS] [GPU_COUNTS...]   (512 300 1 2)
+#   LTRAIN_SETS="distributed.gradient_dtype=bf16" scripts/gpu-ddp-scaling.sh ...   (more --set, every run)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: scripts/gpu-ddp-scaling.sh OUT [BATCH_PER_GPU] [STEPS] [GPU_COUNTS...]}"
@@ -21,6 +22,7 @@ common=(train --config configs/bench/resnet50-step.json --set precision.mode=fp1
   --set cuda_graph.train=true --set "data.batch_size=$batch" --set "run.max_steps=$steps" --set run.epochs=1
   --set schedule.warmup_epochs=0 --set run.log_every_steps=25 --set "data.synthetic_train_size=$(( batch * steps * max_count ))"
   --set "run.out_dir=$out/runs" --set checkpoint.every_epochs=0)
+for extra in ${LTRAIN_SETS:-}; do common+=(--set "$extra"); done
 for n in "${counts[@]}"; do
   echo "== $n GPU(s) ($(date -u +%H:%M:%S))"
   if (( n == 1 )); then

@@ -147,6 +147,24 @@ TEST(GradientReducer, AveragesTheLastMicroBatchPlusTheAccumulatedGradients) {
   EXPECT_EQ(b.grad().abs().sum().item<double>(), 0.0);  // unused this time: zeros, not last step's
 }
 
+TEST(GradientReducer, HalfPrecisionOnTheWireGivesFloat32GradientsRoundedOnce) {
+  SKIP_WITHOUT_GLOO();
+  Environment environment;
+  environment.master_port = free_port();
+  config::DistributedSection settings;
+  Group group(environment, settings, torch::Device(torch::kCPU));
+  torch::Tensor w = torch::zeros({4}).requires_grad_(true);
+  GradientReducer reducer(group, {{w, w}}, /*bucket_mb=*/25, torch::kHalf);
+  const torch::Tensor target = torch::tensor({1.0f, 1e-4f, 3.14159f, -65504.0f});
+  reducer.arm(false);
+  (w * target).sum().backward();
+  reducer.finish();
+  EXPECT_EQ(w.grad().scalar_type(), torch::kFloat32);
+  // Each gradient went through fp16 once: 1 and -65504 exactly, the others to fp16's 11 bits.
+  EXPECT_TRUE(torch::equal(w.grad(), target.to(torch::kHalf).to(torch::kFloat32))) << w.grad();
+  EXPECT_FALSE(torch::equal(w.grad(), target));
+}
+
 TEST(Distributed, TwoProcessesMatchOneWithTheSameGlobalBatch) {
   SKIP_WITHOUT_GLOO();
   TempDir dir;
@@ -175,6 +193,15 @@ TEST(Distributed, TwoProcessesMatchOneWithTheSameGlobalBatch) {
   const nlohmann::json evaluated = nlohmann::json::parse(eval.substr(eval.rfind('{')));
   EXPECT_EQ(evaluated["accuracy"].get<double>(), summary(two)["final_test_accuracy"].get<double>());
   EXPECT_NEAR(evaluated["loss"].get<double>(), summary(two)["final_test_loss"].get<double>(), 1e-5);
+
+  // Gradients sent as fp16: the same run up to fp16's rounding of each gradient.
+  ASSERT_EQ(run_ltrain("launch -n 2 -- " + train + " --set run.name=two-fp16 --set distributed.gradient_dtype=fp16",
+                       dir.path() / "two-fp16.log"),
+            0)
+      << read_file(dir.path() / "two-fp16.log");
+  const double fp16_difference = model_difference(last_checkpoint(dir.path() / "runs" / "two-fp16"), last_checkpoint(one));
+  EXPECT_GT(fp16_difference, 0.0);
+  EXPECT_LT(fp16_difference, 1e-2);
 }
 
 TEST(Distributed, AResumedTwoProcessRunContinuesExactly) {

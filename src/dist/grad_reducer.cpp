@@ -4,7 +4,8 @@
 
 namespace ltrain::dist {
 
-GradientReducer::GradientReducer(Group& group, std::vector<GradientSource> sources, double bucket_mb)
+GradientReducer::GradientReducer(Group& group, std::vector<GradientSource> sources, double bucket_mb,
+                                 torch::ScalarType wire_dtype)
     : group_(group), sources_(std::move(sources)) {
   const auto bucket_bytes = static_cast<int64_t>(bucket_mb * 1024.0 * 1024.0);
   std::vector<std::vector<size_t>> groups;
@@ -15,7 +16,7 @@ GradientReducer::GradientReducer(Group& group, std::vector<GradientSource> sourc
       bytes = 0;
     }
     groups.back().push_back(i);
-    bytes += sources_[i].param.numel() * static_cast<int64_t>(sizeof(float));
+    bytes += sources_[i].param.numel() * static_cast<int64_t>(c10::elementSize(wire_dtype));
   }
   for (const auto& members : groups) {
     Bucket bucket;
@@ -24,7 +25,9 @@ GradientReducer::GradientReducer(Group& group, std::vector<GradientSource> sourc
       bucket.slots.push_back(Slot{source, offset, false});
       offset += sources_[source].param.numel();
     }
-    bucket.flat = torch::zeros({offset}, sources_[members.front()].param.options().dtype(torch::kFloat32));
+    const auto options = sources_[members.front()].param.options();
+    bucket.flat = torch::zeros({offset}, options.dtype(wire_dtype));
+    bucket.grads = wire_dtype == torch::kFloat32 ? bucket.flat : torch::zeros({offset}, options.dtype(torch::kFloat32));
     buckets_.push_back(std::move(bucket));
   }
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -40,13 +43,13 @@ GradientReducer::~GradientReducer() {
   for (auto& [leaf, handle] : hooks_) leaf.remove_hook(handle);
 }
 
-torch::Tensor GradientReducer::slot_view(const Bucket& bucket, const Slot& slot) const {
+torch::Tensor GradientReducer::slot_view(const torch::Tensor& flat, const Slot& slot) const {
   // With the parameter's own strides (channels_last weights stay so), so that the view can be
   // its .grad as it is: the optimizer's multi-tensor kernels want matching layouts.
   const torch::Tensor& param = sources_[slot.source].param;
   if (param.is_non_overlapping_and_dense())
-    return bucket.flat.as_strided(param.sizes(), param.strides(), bucket.flat.storage_offset() + slot.offset);
-  return bucket.flat.narrow(0, slot.offset, param.numel()).view(param.sizes());
+    return flat.as_strided(param.sizes(), param.strides(), flat.storage_offset() + slot.offset);
+  return flat.narrow(0, slot.offset, param.numel()).view(param.sizes());
 }
 
 void GradientReducer::arm(bool accumulated) {
@@ -60,7 +63,7 @@ void GradientReducer::on_gradient(size_t bucket_index, size_t slot_index, const 
   Slot& slot = bucket.slots[slot_index];
   if (slot.filled) return;
   torch::NoGradGuard no_grad;
-  torch::Tensor view = slot_view(bucket, slot);
+  torch::Tensor view = slot_view(bucket.flat, slot);
   view.copy_(gradient);
   // Hooks run before the gradient is accumulated: .grad still holds the earlier micro-batches' sum.
   const torch::Tensor& earlier = sources_[slot.source].param.grad();
@@ -86,9 +89,9 @@ void GradientReducer::finish() {
       if (slot.filled) continue;
       const torch::Tensor& grad = sources_[slot.source].param.grad();
       if (grad.defined()) {
-        slot_view(bucket, slot).copy_(grad);
+        slot_view(bucket.flat, slot).copy_(grad);
       } else {
-        slot_view(bucket, slot).zero_();
+        slot_view(bucket.flat, slot).zero_();
       }
       slot.filled = true;
       ++bucket.filled;
@@ -97,10 +100,11 @@ void GradientReducer::finish() {
   const double inverse_ranks = 1.0 / static_cast<double>(group_.size());
   for (Bucket& bucket : buckets_) {
     bucket.pending.wait();
-    bucket.flat.mul_(inverse_ranks);  // one kernel per bucket
+    if (!bucket.grads.is_same(bucket.flat)) bucket.grads.copy_(bucket.flat);  // back to float32
+    bucket.grads.mul_(inverse_ranks);  // one kernel per bucket
     // Each .grad becomes its slot of the bucket: no copy. The next step's zero_grad drops it.
     for (Slot& slot : bucket.slots) {
-      sources_[slot.source].param.mutable_grad() = slot_view(bucket, slot);
+      sources_[slot.source].param.mutable_grad() = slot_view(bucket.grads, slot);
       slot.filled = false;
     }
     bucket.filled = 0;

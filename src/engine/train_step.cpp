@@ -40,7 +40,11 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
       const torch::Tensor mirror = low_precision_weights_ ? low_precision_weights_->mirror_of(param) : torch::Tensor();
       sources.push_back({param, mirror.defined() ? mirror : param});
     }
-    reducer_ = std::make_unique<dist::GradientReducer>(*group_, std::move(sources), config.distributed.bucket_mb);
+    const config::GradientDtype wire = config.distributed.gradient_dtype;
+    reducer_ = std::make_unique<dist::GradientReducer>(
+        *group_, std::move(sources), config.distributed.bucket_mb,
+        wire == config::GradientDtype::bf16 ? torch::kBFloat16
+                                            : (wire == config::GradientDtype::fp16 ? torch::kHalf : torch::kFloat32));
   }
   const torch::Device device = optimizer_.lr().device();
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));

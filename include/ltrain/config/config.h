@@ -22,6 +22,7 @@ enum class ScheduleKind { constant, multistep, cosine, onecycle };
 enum class PrecisionMode { fp32, tf32, fp16, bf16 };
 enum class BestMetric { none, test_acc, test_loss };
 enum class DistBackend { automatic, gloo, nccl };
+enum class GradientDtype { fp32, bf16, fp16 };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> names
@@ -73,6 +74,11 @@ template <>
 struct EnumNames<DistBackend> {
   static constexpr std::array<std::pair<DistBackend, const char*>, 3> names{
       {{DistBackend::automatic, "auto"}, {DistBackend::gloo, "gloo"}, {DistBackend::nccl, "nccl"}}};
+};
+template <>
+struct EnumNames<GradientDtype> {
+  static constexpr std::array<std::pair<GradientDtype, const char*>, 3> names{
+      {{GradientDtype::fp32, "fp32"}, {GradientDtype::bf16, "bf16"}, {GradientDtype::fp16, "fp16"}}};
 };
 
 /// The JSON spelling of an enum value.
@@ -384,6 +390,10 @@ struct DistributedSection {
   /// Gradients are averaged in buckets of about this size, each sent as soon as the backward
   /// pass has produced all of its gradients.
   double bucket_mb = 25.0;
+  /// The type gradients travel in: fp32 (exact averaging), or bf16/fp16, half the bytes, the
+  /// gradients rounded before they are averaged (PyTorch's bf16/fp16 compression hooks). The
+  /// averaged gradients are float32 again for the optimizer.
+  GradientDtype gradient_dtype = GradientDtype::fp32;
 
   template <class V>
   void visit(V& v) {
@@ -391,6 +401,7 @@ struct DistributedSection {
     v("timeout_s", timeout_s, positive());
     v("sync_batchnorm", sync_batchnorm);
     v("bucket_mb", bucket_mb, positive());
+    v("gradient_dtype", gradient_dtype);
   }
 };
 

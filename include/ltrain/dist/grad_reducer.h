@@ -25,7 +25,9 @@ struct GradientSource {
 
 class GradientReducer {
  public:
-  GradientReducer(Group& group, std::vector<GradientSource> sources, double bucket_mb);
+  /// Gradients travel in `wire_dtype` (float32, or bfloat16/half to halve the bytes).
+  GradientReducer(Group& group, std::vector<GradientSource> sources, double bucket_mb,
+                  torch::ScalarType wire_dtype = torch::kFloat32);
   /// Removes the hooks: the model may outlive the reducer.
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
@@ -48,14 +50,16 @@ class GradientReducer {
     bool filled = false;
   };
   struct Bucket {
-    torch::Tensor flat;  // [sum of numels] float32, on the parameters' device
+    torch::Tensor flat;   // [sum of numels] in the wire type, on the parameters' device: what is all-reduced
+    torch::Tensor grads;  // [sum of numels] float32: the mean, viewed by each .grad (flat itself for float32)
     std::vector<Slot> slots;
     size_t filled = 0;
     Pending pending;
   };
 
   void on_gradient(size_t bucket, size_t slot, const torch::Tensor& gradient);
-  torch::Tensor slot_view(const Bucket& bucket, const Slot& slot) const;
+  /// `slot`'s part of `flat` (a bucket's flat or grads) with its parameter's sizes and strides.
+  torch::Tensor slot_view(const torch::Tensor& flat, const Slot& slot) const;
   /// Sends every full bucket from the next unsent one on, in order.
   void send_ready();
 
