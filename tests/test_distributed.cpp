@@ -85,6 +85,22 @@ bool wait_for_file(const fs::path& file, double seconds) {
   return false;
 }
 
+/// Kills what is left of the ranks start_ranks began (a failed test must not leave them training).
+struct RankReaper {
+  fs::path dir;
+  size_t ranks;
+  ~RankReaper() {
+    for (size_t rank = 0; rank < ranks; ++rank) {
+      const fs::path pid = dir / ("rank-" + std::to_string(rank) + ".pid");
+      if (!fs::exists(pid)) continue;
+      std::string number = read_file(pid);
+      number.erase(number.find_last_not_of(" \n") + 1);
+      const int status = std::system(("kill -9 " + number + " 2>/dev/null").c_str());
+      (void)status;  // gone already: nothing to do
+    }
+  }
+};
+
 int exit_code(const fs::path& dir, int rank, double seconds) {
   const fs::path file = dir / ("rank-" + std::to_string(rank) + ".code");
   if (!wait_for_file(file, seconds)) return -1;
@@ -225,6 +241,7 @@ TEST(Distributed, AKilledRankStopsTheOtherWithinTheTimeout) {
   SKIP_WITHOUT_GLOO();
   TempDir dir;
   const std::string train = "train --config " + write_config(dir).string() + " --set run.epochs=100000";
+  const RankReaper reaper{dir.path(), 2};
   start_ranks(dir.path(), {train, train});
   // Once rank 0 has logged a step, kill rank 1 without warning.
   ASSERT_TRUE(wait_for_file(dir.path() / "runs" / "run" / "metrics.jsonl", 120))
@@ -244,6 +261,7 @@ TEST(Distributed, ConfigsThatDifferBetweenRanksAreRefused) {
   SKIP_WITHOUT_GLOO();
   TempDir dir;
   const std::string train = "train --config " + write_config(dir).string();
+  const RankReaper reaper{dir.path(), 2};
   start_ranks(dir.path(), {train, train + " --set optim.lr=0.5"});
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(exit_code(dir.path(), rank, 60), 2) << read_file(dir.path() / ("rank-" + std::to_string(rank) + ".log"));
