@@ -9,6 +9,7 @@
 
 #include <cxxopts.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "ltrain/bench/matmul_bench.h"
@@ -315,9 +316,11 @@ int run_doctor(int argc, char** argv) {
     std::cout << ltrain::env::to_json(environment).dump(2) << "\n";
   } else {
     using ltrain::env::cuda_version_text;
-    std::cout << fmt::format("ltrain {} ({} build, {}, {}), LibTorch {}\n", environment.ltrain_version,
-                             environment.cuda_build ? "CUDA" : "CPU-only", environment.compiler,
-                             environment.build_type, environment.torch_version);
+    std::cout << fmt::format("ltrain {} ({} build, {}, {}), LibTorch {}, data-parallel backends: {}\n",
+                             environment.ltrain_version, environment.cuda_build ? "CUDA" : "CPU-only",
+                             environment.compiler, environment.build_type, environment.torch_version,
+                             environment.c10d_backends.empty() ? std::string("none")
+                                                               : fmt::format("{}", fmt::join(environment.c10d_backends, ", ")));
     std::cout << fmt::format("CUDA runtime {} | driver supports CUDA {} | cuDNN {} | NCCL {} | {} CPU threads\n",
                              cuda_version_text(environment.cuda_runtime), cuda_version_text(environment.cuda_driver),
                              ltrain::env::cudnn_version_text(environment.cudnn),

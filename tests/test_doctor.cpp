@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <sstream>
 
 #include "ltrain/bench/matmul_bench.h"
@@ -39,6 +40,7 @@ TEST(Doctor, WarnsAboutMismatchesAndMissingPieces) {
   gpu_build.cuda_driver = 13000;
   gpu_build.cudnn = 91900;
   gpu_build.nccl = 22703;
+  gpu_build.c10d_backends = {"nccl"};
   gpu_build.gpus = {{0, "NVIDIA H200", 9, 0, 132, int64_t{150} << 30}, {1, "Tesla T4", 7, 5, 40, int64_t{16} << 30}};
   const std::vector<std::string> old_gpu = env::warnings(gpu_build);
   ASSERT_EQ(old_gpu.size(), 1u);
@@ -57,6 +59,14 @@ TEST(Doctor, WarnsAboutMismatchesAndMissingPieces) {
   ASSERT_EQ(nothing.size(), 2u);
   EXPECT_NE(nothing[0].find("no usable CUDA device"), std::string::npos);
   EXPECT_NE(nothing[1].find("cuDNN is not available"), std::string::npos);
+
+  // A CUDA build without NCCL cannot run data-parallel on GPUs: said, with what to do.
+  gpu_build.cudnn = 91900;
+  gpu_build.gpus = {{0, "NVIDIA H200", 9, 0, 132, int64_t{150} << 30}};
+  gpu_build.c10d_backends = {"gloo"};
+  const std::vector<std::string> no_nccl = env::warnings(gpu_build);
+  ASSERT_EQ(no_nccl.size(), 1u);
+  EXPECT_NE(no_nccl[0].find("this CUDA build has no NCCL"), std::string::npos);
 }
 
 TEST(Doctor, CommandReportsThisBuild) {
@@ -65,11 +75,19 @@ TEST(Doctor, CommandReportsThisBuild) {
   const nlohmann::json report = nlohmann::json::parse(read_file(dir.path() / "out"));
   EXPECT_EQ(report["libtorch"], compat::torch_version());
   EXPECT_EQ(report["build"]["cuda"], compat::built_with_cuda());
+  // The data-parallel backends compiled in: Gloo wherever gloo's headers were found (CI installs them).
+  const nlohmann::json backends = report["build"]["c10d_backends"];
+  EXPECT_EQ(std::find(backends.begin(), backends.end(), "gloo") != backends.end(), bool(LTRAIN_WITH_GLOO));
+  EXPECT_EQ(std::find(backends.begin(), backends.end(), "nccl") != backends.end(), bool(LTRAIN_WITH_NCCL));
   EXPECT_EQ(report["gpus"].size(), static_cast<size_t>(compat::cuda_device_count()));
   EXPECT_TRUE(report["warnings"].is_array());
 
   ASSERT_EQ(run_ltrain("doctor --device cpu", dir.path() / "out"), 0);
   EXPECT_NE(read_file(dir.path() / "out").find("LibTorch " + compat::torch_version()), std::string::npos);
+  if (LTRAIN_WITH_GLOO) {
+    EXPECT_NE(read_file(dir.path() / "out").find("data-parallel backends: gloo"), std::string::npos)
+        << read_file(dir.path() / "out");
+  }
   EXPECT_NE(read_file(dir.path() / "out").find("device cpu: usable"), std::string::npos);
   // A device this machine does not have: one line, exit code 2.
   EXPECT_EQ(run_ltrain("doctor --device cuda:7", dir.path() / "out"), 2);

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -54,6 +55,8 @@ Environment probe() {
   e.compiler = compiler_text();
   e.build_type = LTRAIN_BUILD_TYPE;
   e.cuda_build = compat::built_with_cuda();
+  if (LTRAIN_WITH_GLOO) e.c10d_backends.push_back("gloo");
+  if (LTRAIN_WITH_NCCL) e.c10d_backends.push_back("nccl");
   e.cpu_threads = static_cast<int>(std::thread::hardware_concurrency());
   std::error_code ignored;
   e.nvidia_device_node = std::filesystem::exists("/dev/nvidia0", ignored);
@@ -96,6 +99,9 @@ std::vector<std::string> warnings(const Environment& e) {
   }
   if (e.cuda_driver == 0)
     out.push_back("no NVIDIA driver answers: install one, or run with run.device \"cpu\"");
+  if (std::find(e.c10d_backends.begin(), e.c10d_backends.end(), "nccl") == e.c10d_backends.end())
+    out.push_back("this CUDA build has no NCCL (nccl.h was not found when it was built): data-parallel runs on GPUs "
+                  "need it; install the nvidia-nccl wheel or NCCL's headers and build again");
   else if (e.cuda_driver < e.cuda_runtime)
     out.push_back(fmt::format("the driver supports CUDA {} but LibTorch's runtime is CUDA {}: update the driver",
                               cuda_version_text(e.cuda_driver), cuda_version_text(e.cuda_runtime)));
@@ -124,7 +130,8 @@ nlohmann::json to_json(const Environment& e) {
                     {"bf16", gpu.bf16()}});
   return {{"ltrain", e.ltrain_version},
           {"libtorch", e.torch_version},
-          {"build", {{"compiler", e.compiler}, {"type", e.build_type}, {"cuda", e.cuda_build}}},
+          {"build",
+           {{"compiler", e.compiler}, {"type", e.build_type}, {"cuda", e.cuda_build}, {"c10d_backends", e.c10d_backends}}},
           {"cuda_runtime", cuda_version_text(e.cuda_runtime)},
           {"cuda_driver", cuda_version_text(e.cuda_driver)},
           {"cudnn", cudnn_version_text(e.cudnn)},

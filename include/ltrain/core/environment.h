@@ -28,6 +28,7 @@ struct Environment {
   std::string compiler;    ///< e.g. "GCC 12.2.0"
   std::string build_type;  ///< CMake's, e.g. "Release"
   bool cuda_build = false;
+  std::vector<std::string> c10d_backends;  ///< the data-parallel backends built in: "gloo", "nccl"
   int cuda_runtime = 0;  ///< CUDA's encoding (13000 = 13.0); 0 when absent
   int cuda_driver = 0;   ///< the newest CUDA the driver supports, same encoding; 0 when absent
   int cudnn = 0;         ///< cuDNN's encoding (91900 = 9.19.0); 0 when absent
