@@ -257,6 +257,40 @@ TEST(Distributed, AResumedTwoProcessRunContinuesExactly) {
             0.0);
 }
 
+TEST(Distributed, SigtermToTheLauncherCheckpointsEveryRankAndTheRunResumes) {
+  SKIP_WITHOUT_GLOO();
+  TempDir dir;
+  const std::string train = "launch -n 2 -- train --config " + write_config(dir).string() + " --set run.epochs=100000";
+  const std::string log = (dir.path() / "launch.log").string();
+  // The launcher in the background, its pid kept; SIGTERM once rank 0 has logged steps.
+  ASSERT_EQ(std::system(("(" + std::string(LTRAIN_EXECUTABLE) + " " + train + " > '" + log + "' 2>&1 & echo $! > '" +
+                         (dir.path() / "launch.pid").string() + "'; wait $!; echo $? > '" +
+                         (dir.path() / "launch.code").string() + "') &")
+                            .c_str()),
+            0);
+  const fs::path metrics = dir.path() / "runs" / "run" / "metrics.jsonl";
+  ASSERT_TRUE(wait_for_file(metrics, 120)) << read_file(log);
+  std::string pid = read_file(dir.path() / "launch.pid");
+  pid.erase(pid.find_last_not_of(" \n") + 1);
+  ASSERT_EQ(std::system(("kill -TERM " + pid).c_str()), 0);
+  ASSERT_TRUE(wait_for_file(dir.path() / "launch.code", 60)) << read_file(log);
+  EXPECT_EQ(std::stoi(read_file(dir.path() / "launch.code")), 130) << read_file(log);
+  const std::string text = read_file(log);
+  EXPECT_NE(text.find("stopped by signal 15 after step"), std::string::npos) << text;
+  EXPECT_EQ(text.find("stopping the other processes"), std::string::npos) << text;
+
+  // The same command with resume=auto continues from rank 0's checkpoint to a shorter end.
+  const auto checkpoints = testing::files_below(dir.path() / "runs" / "run" / "checkpoints", ".ltc");
+  ASSERT_FALSE(checkpoints.empty());
+  const int64_t stopped_at = engine::read_checkpoint(checkpoints.back()).meta.step;
+  const std::string resume = "launch -n 2 -- train --config " + write_config(dir).string() +
+                             " --set run.epochs=100000 --set checkpoint.resume=auto --set run.max_steps=" +
+                             std::to_string(stopped_at + 4);
+  ASSERT_EQ(run_ltrain(resume, dir.path() / "resume.log"), 0) << read_file(dir.path() / "resume.log");
+  EXPECT_NE(read_file(dir.path() / "resume.log").find("resuming from"), std::string::npos);
+  EXPECT_EQ(summary(dir.path() / "runs" / "run")["steps"], stopped_at + 4) << read_file(dir.path() / "resume.log");
+}
+
 TEST(Distributed, AKilledRankStopsTheOtherWithinTheTimeout) {
   SKIP_WITHOUT_GLOO();
   TempDir dir;

@@ -120,7 +120,8 @@ int launch(const LaunchOptions& options) {
         child.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (child.exit_code != 0 && first_failure == 0) {
           first_failure = child.exit_code;
-          if (running > 0) {
+          // After a forwarded signal the others are stopping already.
+          if (running > 0 && forwarded == 0) {
             spdlog::error("launch: rank {} exited with code {}; stopping the other processes", rank, child.exit_code);
             signal_running(children, SIGTERM);
             killing = true;
