@@ -12,7 +12,7 @@ import os
 import sys
 import textwrap
 
-from plot_common import load_results, plt
+from plot_common import load_results, plt, save_figure
 
 
 def main(argv=None):
@@ -47,10 +47,7 @@ def main(argv=None):
         note = "not measurable here: " + "; ".join(c["claim"] for c in unmeasured)
         fig.text(0.01, 0.01, "\n".join(textwrap.wrap(note, 180))[:600], fontsize=7)
     fig.tight_layout(rect=(0, 0.2 if unmeasured else 0, 1, 1))
-    out = os.path.join(args.dir, "claims.png")
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
-    return 0
+    return save_figure(fig, os.path.join(args.dir, "claims.png"))
 
 
 if __name__ == "__main__":

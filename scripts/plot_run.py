@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from plot_common import plt
+from plot_common import plt, save_figure
 
 
 def read_rows(run_dir):
@@ -68,10 +68,7 @@ def main(argv=None):
         axis.legend(fontsize=8)
     fig.suptitle("ltrain: " + ", ".join(name for name, _ in runs))
     fig.tight_layout(rect=(0, 0, 1, 0.96))
-    out = args.out or os.path.join(args.runs[0], "curves.png")
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
-    return 0
+    return save_figure(fig, args.out or os.path.join(args.runs[0], "curves.png"))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from plot_common import load_results, plt
+from plot_common import load_results, plt, save_figure
 
 PANELS = {"bench": [("img_per_s", "images / s"), ("reserved_gib", "peak reserved memory (GiB)")],
           "train": [("test_acc", "test accuracy"), ("train_s", "training time (s)")]}
@@ -62,10 +62,7 @@ def main(argv=None):
         fig.text(0.01, 0.01, text[:300], fontsize=7)
     fig.suptitle(f"ltrain sweep ({doc['mode']}): {os.path.basename(os.path.normpath(args.dir))}")
     fig.tight_layout(rect=(0, 0.05 if failed else 0, 1, 0.95))
-    out = os.path.join(args.dir, "results.png")
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
-    return 0
+    return save_figure(fig, os.path.join(args.dir, "results.png"))
 
 
 if __name__ == "__main__":
