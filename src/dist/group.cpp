@@ -153,22 +153,24 @@ Group::Group(const Environment& environment, const config::DistributedSection& s
 
 Group::~Group() = default;
 
-Pending Group::all_reduce_sum(std::vector<torch::Tensor> tensors) {
-  Pending pending;
-  pending.rank_ = environment_.rank;
+template <class Issue>
+Pending Group::start(const char* what, Issue&& issue) {
   try {
+    return Pending(std::make_shared<Pending::Work>(Pending::Work{issue()}), environment_.rank);
+  } catch (const std::exception& error) {
+    throw peer_error(environment_.rank, what, error);
+  }
+}
+
+Pending Group::all_reduce_sum(std::vector<torch::Tensor> tensors) {
+  return start("a collective with the other processes", [&] {
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
-    pending.work_ = std::make_shared<Pending::Work>(Pending::Work{impl_->backend->allreduce(tensors, options)});
-  } catch (const std::exception& error) {
-    throw peer_error(environment_.rank, "a collective with the other processes", error);
-  }
-  return pending;
+    return impl_->backend->allreduce(tensors, options);
+  });
 }
 
 void Group::broadcast_from_main(std::vector<torch::Tensor> tensors) {
-  Pending pending;
-  pending.rank_ = environment_.rank;
   try {
     c10d::BroadcastOptions options;
     options.rootRank = 0;
@@ -178,8 +180,7 @@ void Group::broadcast_from_main(std::vector<torch::Tensor> tensors) {
     for (const auto& tensor : tensors) {
       const torch::Tensor target = tensor.detach();
       std::vector<torch::Tensor> one{target.is_contiguous() ? target : target.contiguous()};
-      pending.work_ = std::make_shared<Pending::Work>(Pending::Work{impl_->backend->broadcast(one, options)});
-      pending.wait();
+      start("a broadcast from rank 0", [&] { return impl_->backend->broadcast(one, options); }).wait();
       if (!one[0].is_same(target)) target.copy_(one[0]);
     }
   } catch (const PeerError&) {
@@ -190,14 +191,7 @@ void Group::broadcast_from_main(std::vector<torch::Tensor> tensors) {
 }
 
 void Group::barrier() {
-  Pending pending;
-  pending.rank_ = environment_.rank;
-  try {
-    pending.work_ = std::make_shared<Pending::Work>(Pending::Work{impl_->backend->barrier()});
-  } catch (const std::exception& error) {
-    throw peer_error(environment_.rank, "a barrier", error);
-  }
-  pending.wait();
+  start("a barrier", [&] { return impl_->backend->barrier(); }).wait();
 }
 
 std::vector<std::string> Group::all_gather_text(const std::string& key, const std::string& text) {

@@ -40,6 +40,7 @@ class Pending {
  private:
   friend class Group;
   struct Work;
+  Pending(std::shared_ptr<Work> work, int64_t rank) : work_(std::move(work)), rank_(rank) {}
   std::shared_ptr<Work> work_;
   int64_t rank_ = 0;
 };
@@ -70,6 +71,11 @@ class Group {
   std::vector<std::string> all_gather_text(const std::string& key, const std::string& text);
 
  private:
+  /// Runs `issue` (which starts one c10d collective and returns its work) as a Pending; a
+  /// failure to start becomes a PeerError saying `what` failed.
+  template <class Issue>
+  Pending start(const char* what, Issue&& issue);
+
   struct Impl;
   Environment environment_;
   std::string backend_name_;
