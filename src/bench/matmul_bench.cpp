@@ -39,7 +39,7 @@ MatmulResult run_one(const torch::Device& device, config::PrecisionMode precisio
     result.tflops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) *
                     static_cast<double>(products) / (ms * 1e-3) / 1e12;
   } catch (const c10::Error& error) {
-    result.error = compat::is_out_of_memory(error) ? "out of memory" : compat::first_line(error.what());
+    result.error = compat::failure_summary(error);
   }
   compat::set_tf32(false, false);
   return result;

@@ -55,7 +55,7 @@ class Measurements {
     } catch (const UserError& error) {
       errors_[name] = compat::first_line(error.what());
     } catch (const c10::Error& error) {
-      errors_[name] = compat::is_out_of_memory(error) ? "out of memory" : compat::first_line(error.what());
+      errors_[name] = compat::failure_summary(error);
     }
     if (errors_.count(name)) {
       json_[name] = {{"settings", extra}, {"error", errors_[name]}};

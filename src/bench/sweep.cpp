@@ -119,12 +119,6 @@ std::vector<std::vector<std::pair<std::string, json>>> expand(const SweepSpec& s
   return points;
 }
 
-/// The text of an exception a point may end with: one line, "out of memory" for OOM.
-std::string point_error(const std::exception& error) {
-  if (compat::is_out_of_memory(error)) return "out of memory";
-  return compat::first_line(error.what());
-}
-
 class SweepRunner {
  public:
   SweepRunner(SweepSpec spec, fs::path out_dir, std::vector<std::string> overrides)
@@ -160,9 +154,9 @@ class SweepRunner {
     } catch (const Interrupted&) {
       throw;  // Ctrl-C or SIGTERM in a training point stops the sweep, not just the point
     } catch (const UserError& error) {
-      point.error = point_error(error);
+      point.error = compat::failure_summary(error);
     } catch (const c10::Error& error) {
-      point.error = point_error(error);
+      point.error = compat::failure_summary(error);
     }
     log_point(point, index, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }

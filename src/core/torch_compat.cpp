@@ -34,6 +34,10 @@ bool is_out_of_memory(const std::exception& error) {
          std::strstr(error.what(), "DefaultCPUAllocator: can't allocate memory") != nullptr;
 }
 
+std::string failure_summary(const std::exception& error) {
+  return is_out_of_memory(error) ? "out of memory" : first_line(error.what());
+}
+
 void set_tf32(bool matmul, bool convolutions) {
   at::globalContext().setAllowTF32CuBLAS(matmul);
   at::globalContext().setAllowTF32CuDNN(convolutions);

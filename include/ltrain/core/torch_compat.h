@@ -40,6 +40,10 @@ std::string first_line(const std::string& message);
 /// True if `error` is LibTorch's out-of-memory error (its type differs between versions).
 bool is_out_of_memory(const std::exception& error);
 
+/// What a failed measurement records: "out of memory" for an out-of-memory error, else the
+/// message's first line.
+std::string failure_summary(const std::exception& error);
+
 /// TF32 tensor-core math for float32 matmuls (cuBLAS) and convolutions (cuDNN).
 void set_tf32(bool matmul, bool convolutions);
 
