@@ -213,11 +213,14 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
     // From 256, so the guide's 512 is one of the points; fp16 with the whole step graphed, ltrain's
     // fastest step. Steps at the large batches take up to a second: fewer of them time it well.
     constexpr int64_t kLargestBatch = 262144;
-    nlohmann::json sweep{{"base", fs::absolute(options.base_config).string()},
-                         {"set", options.overrides},
-                         {"mode", "bench"},
-                         {"bench", {{"warmup", std::max(std::min<int64_t>(options.warmup, 6), base.config.cuda_graph.warmup_steps + 1)}, {"steps", std::min<int64_t>(options.steps, 12)}}},
-                         {"batch_search", {{"start", 256}, {"factor", 2}, {"memory_fraction", 0.9}, {"max", kLargestBatch}}}};
+    constexpr double kFraction = 0.9;  // the guide's
+    const int64_t warmup = std::max(std::min<int64_t>(options.warmup, 6), base.config.cuda_graph.warmup_steps + 1);
+    nlohmann::json sweep{
+        {"base", fs::absolute(options.base_config).string()},
+        {"set", options.overrides},
+        {"mode", "bench"},
+        {"bench", {{"warmup", warmup}, {"steps", std::min<int64_t>(options.steps, 12)}}},
+        {"batch_search", {{"start", 256}, {"factor", 2}, {"memory_fraction", kFraction}, {"max", kLargestBatch}}}};
     sweep["set"].push_back("precision.mode=fp16");
     sweep["set"].push_back("cuda_graph.train=true");
     if (base.config.data.source == config::DataSource::synthetic)
@@ -225,15 +228,14 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
     const fs::path sweep_dir = out_dir / "batch-search";
     fs::create_directories(sweep_dir);
     io::write_text_file(sweep_dir / "sweep.json", sweep.dump(2) + "\n");
-    const SweepResult result = run_sweep(sweep_dir / "sweep.json", sweep_dir);
-    write_sweep_results(result, sweep_dir);
+    const SweepResult result = run_sweep(sweep_dir / "sweep.json", sweep_dir);  // writes its results files
     // The largest batch under 90%, and the smallest past it (or out of memory), over every point.
     const SweepPoint* best = nullptr;
     const SweepPoint* past = nullptr;
     const auto batch_of = [](const SweepPoint& point) { return point.settings.back().second.get<int64_t>(); };
     for (const SweepPoint& point : result.points) {
       const bool under = point.error.empty() && point.values.count("memory_fraction") &&
-                         point.values.at("memory_fraction") <= 0.9;
+                         point.values.at("memory_fraction") <= kFraction;
       const SweepPoint*& slot = under ? best : past;
       if (!slot || (under ? batch_of(point) > batch_of(*slot) : batch_of(point) < batch_of(*slot))) slot = &point;
     }
