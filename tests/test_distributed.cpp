@@ -343,6 +343,16 @@ TEST(Distributed, BadLauncherInputIsOneLineAndExitCode2) {
             2);
   EXPECT_NE(read_file(log).find("environment variable RANK=\"2\" is not an integer in 0..1"), std::string::npos)
       << read_file(log);
+  // NCCL asked for on the CPU: refused before any rendezvous, with what to use instead.
+  EXPECT_EQ(std::system(("RANK=0 WORLD_SIZE=2 MASTER_PORT=" + std::to_string(free_port()) + " " +
+                         std::string(LTRAIN_EXECUTABLE) + " " + train + " --set distributed.backend=nccl > '" +
+                         log.string() + "' 2>&1")
+                            .c_str()) >>
+                8,
+            2);
+  EXPECT_NE(read_file(log).find("distributed.backend \"nccl\" needs CUDA devices and run.device is cpu; use \"gloo\""),
+            std::string::npos)
+      << read_file(log);
 }
 
 }  // namespace
