@@ -6,10 +6,11 @@
 #   scripts/gpu-bench-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
 #                             [--batch-sizes "256 512"] [--precision "fp32"] [--channels-last "off"]
 #                             [--segments "0"] [--graph "off"] [--steps 50] [--warmup 15] [--python-modes eager]
-#                             [--rounds 1]
+#                             [--rounds 1] [--set KEY=VALUE]...
 # --segments lists model.checkpoint_segments values (0: activation checkpointing off); --graph
 # lists cuda_graph.train values for ltrain ("off on": eager and graphed rows); --python-modes
 # lists bench_pytorch.py modes (eager compile graph).
+# --set adds a config override to every ltrain run (repeatable), e.g. --set model.fused_batchnorm=false.
 # --rounds N runs the whole grid N times, ltrain then Python in each round: the host's speed
 # drifts within a call (seen on the H200 host), and alternating keeps both sides under the same drift.
 set -euo pipefail
@@ -19,6 +20,7 @@ out="${1:?usage: scripts/gpu-bench-step.sh OUT [options]}"
 shift
 ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json
 batch_sizes="256 512" precisions="fp32" channels_last="off" segments="0" graph=off steps=50 warmup=15 python_modes=eager rounds=1
+extra_sets=()
 while (($#)); do
   case "$1" in
     --ltrain) ltrain="$2" ;;
@@ -32,6 +34,7 @@ while (($#)); do
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
     --rounds) rounds="$2" ;;
+    --set) extra_sets+=(--set "$2") ;;
     *) echo "gpu-bench-step: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -51,7 +54,7 @@ run_ltrain_grid() {  # $1: output file
               --set "model.channels_last=$([ "$layout" = on ] && echo true || echo false)" \
               --set "model.checkpoint_segments=$segment_count" \
               --set "cuda_graph.train=$([ "$graphed" = on ] && echo true || echo false)" \
-              --warmup "$warmup" --steps "$steps" --json | tee -a "$1"
+              "${extra_sets[@]}" --warmup "$warmup" --steps "$steps" --json | tee -a "$1"
           done
         done
       done

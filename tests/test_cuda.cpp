@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <iostream>
+
 #include "ltrain/amp/autocast.h"
 #include "ltrain/amp/grad_scaler.h"
 #include "ltrain/amp/precision.h"
@@ -9,6 +12,8 @@
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
+#include "ltrain/models/fused_batchnorm.h"
+#include "ltrain/models/resnet.h"
 #include "support.h"
 
 namespace ltrain {
@@ -149,6 +154,129 @@ TEST(ActivationCheckpointing, SameGradientsOnTheGpu_CUDA) {
   EXPECT_LT(max_relative_difference(gradients({"model.checkpoint_segments=4", "precision.mode=bf16"}),
                                     gradients({"precision.mode=bf16"})),
             1e-2);
+}
+
+/// A training-mode BatchNorm over 64 channels with weights away from 1 and 0, on the GPU.
+models::BatchNorm2d gpu_batchnorm() {
+  models::BatchNorm2d norm(64);
+  {
+    torch::NoGradGuard no_grad;
+    norm->weight.copy_(1.0 + 0.2 * torch::randn({64}));
+    norm->bias.copy_(0.2 * torch::randn({64}));
+  }
+  norm->to(torch::kCUDA);
+  norm->train();
+  return norm;
+}
+
+TEST(FusedBatchNorm, MatchesFloat32OperatorsInValuesGradientsAndRunningStatistics_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  if (!models::fused_batchnorm_built()) GTEST_SKIP() << "this build has no cuDNN fused BatchNorm";
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    for (const bool add_residual : {false, true}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + (add_residual ? " with residual" : ""));
+      torch::manual_seed(5);
+      // [16,64,8,8] channels_last: a ResNet-50 layer1 activation at batch 16.
+      const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+      const torch::Tensor x = torch::randn({16, 64, 8, 8}, options).contiguous(at::MemoryFormat::ChannelsLast);
+      const torch::Tensor residual =
+          add_residual ? torch::randn({16, 64, 8, 8}, options).contiguous(at::MemoryFormat::ChannelsLast) : torch::Tensor();
+      const torch::Tensor grad_y = torch::randn({16, 64, 8, 8}, options).contiguous(at::MemoryFormat::ChannelsLast);
+
+      models::BatchNorm2d fused_norm = gpu_batchnorm();
+      models::BatchNorm2d reference_norm(64);
+      reference_norm->to(torch::kCUDA);
+      {
+        torch::NoGradGuard no_grad;
+        reference_norm->weight.copy_(fused_norm->weight);
+        reference_norm->bias.copy_(fused_norm->bias);
+      }
+      const torch::Tensor fused_x = x.detach().requires_grad_(true);
+      const torch::Tensor fused_residual = add_residual ? residual.detach().requires_grad_(true) : torch::Tensor();
+      const torch::Tensor y = models::try_fused_batchnorm_relu(
+          fused_x, fused_residual,
+          {fused_norm->weight, fused_norm->bias, fused_norm->running_mean, fused_norm->running_var,
+           models::BatchNorm2dImpl::kMomentum, models::BatchNorm2dImpl::kEps});
+      if (!y.defined() && dtype == torch::kBFloat16) {
+        std::cout << "cuDNN refuses the fused kernel in bf16 (the model runs three operators there)\n";
+        continue;
+      }
+      ASSERT_TRUE(y.defined()) << "cuDNN refused the fused kernel in fp16 NHWC";
+      EXPECT_EQ(y.scalar_type(), dtype);
+      EXPECT_TRUE(y.is_contiguous(at::MemoryFormat::ChannelsLast));
+      y.backward(grad_y);
+
+      // The same in float32 through the separate operators.
+      const torch::Tensor reference_x = x.detach().to(torch::kFloat32).requires_grad_(true);
+      const torch::Tensor reference_residual =
+          add_residual ? residual.detach().to(torch::kFloat32).requires_grad_(true) : torch::Tensor();
+      torch::Tensor reference = reference_norm->forward(reference_x);
+      if (add_residual) reference = reference + reference_residual;
+      reference = torch::relu(reference);
+      reference.backward(grad_y.to(torch::kFloat32));
+
+      const double tolerance = dtype == torch::kHalf ? 5e-3 : 3e-2;
+      auto relative = [](const torch::Tensor& a, const torch::Tensor& b) {
+        return ((a.to(torch::kFloat32) - b).norm() / (b.norm() + 1e-12)).item<double>();
+      };
+      EXPECT_LT(relative(y, reference), tolerance);
+      EXPECT_LT(relative(fused_x.grad(), reference_x.grad()), tolerance);
+      if (add_residual) {
+        EXPECT_LT(relative(fused_residual.grad(), reference_residual.grad()), tolerance);
+      }
+      EXPECT_LT(relative(fused_norm->weight.grad(), reference_norm->weight.grad()), tolerance);
+      EXPECT_LT(relative(fused_norm->bias.grad(), reference_norm->bias.grad()), tolerance);
+      EXPECT_LT(relative(fused_norm->running_mean, reference_norm->running_mean), tolerance);
+      EXPECT_LT(relative(fused_norm->running_var, reference_norm->running_var), tolerance);
+    }
+  }
+}
+
+/// sqrt(sum ||a_i - b_i||^2) / sqrt(sum ||b_i||^2): all of a model's gradients as one vector.
+double overall_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double difference = 0.0, reference = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    difference += (a[i] - b[i]).square().sum().item<double>();
+    reference += b[i].square().sum().item<double>();
+  }
+  return std::sqrt(difference / reference);
+}
+
+TEST(FusedBatchNorm, ResNetGradientsAreAsCloseToFloat32AsTheUnfusedModels_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  if (!models::fused_batchnorm_built()) GTEST_SKIP() << "this build has no cuDNN fused BatchNorm";
+  auto gradients = [](const std::string& precision, bool fused) {
+    // ResNet-18 at batch 64: a randomly initialized ResNet-50 at batch 16 is so ill-conditioned
+    // that fp16's rounding alone moves its gradients by 60% of their norm, fused or not.
+    const auto loaded = gpu_config({"model.channels_last=true", "precision.mode=" + precision,
+                                    std::string("model.fused_batchnorm=") + (fused ? "true" : "false")});
+    compat::set_cudnn(false, true);  // deterministic algorithms everywhere
+    models::ResNet model = engine::build_model(loaded, torch::kCUDA);
+    const data::Batch batch = gpu_batch(64, 3);
+    const torch::Tensor images = batch.images.contiguous(at::MemoryFormat::ChannelsLast);
+    {
+      const amp::AutocastGuard autocast(torch::kCUDA, torch::kHalf, precision == "fp16");
+      // The cifar stem ends in its BatchNorm-ReLU pair: the fused path's node, or ReLU's.
+      const torch::Tensor stem = model->forward_stem(images);
+      const std::string stem_node = stem.grad_fn()->name();
+      EXPECT_EQ(stem_node.find("FusedBatchNormRelu") != std::string::npos, fused) << stem_node;
+      engine::classification_loss(model->forward(images), batch.labels, 0.0).backward();
+    }
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().cpu().to(torch::kFloat32).clone());
+    return grads;
+  };
+  const auto reference = gradients("fp32", false);
+  const auto fused = gradients("fp16", true);
+  const auto unfused = gradients("fp16", false);
+  const double fused_error = overall_relative_difference(fused, reference);
+  const double unfused_error = overall_relative_difference(unfused, reference);
+  std::cout << "fp16 gradients against float32: fused " << fused_error << " (worst tensor "
+            << max_relative_difference(fused, reference) << "), unfused " << unfused_error << " (worst tensor "
+            << max_relative_difference(unfused, reference) << "); fused against unfused "
+            << overall_relative_difference(fused, unfused) << "\n";
+  EXPECT_LT(unfused_error, 0.2);  // a comparison between answers close to float32's
+  EXPECT_LT(fused_error, 1.5 * unfused_error + 1e-3);
 }
 
 }  // namespace

@@ -317,6 +317,40 @@ TEST(ResNet, BatchNormMatchesLibTorchsAndCountsOncePerTrainingForward) {
   }
 }
 
+TEST(ResNet, BatchNormForwardReluIsReluOfNormPlusResidual) {
+  // The path every run without the fused kernel takes (the CPU, fp32, evaluation): the add and
+  // the ReLU in place on the norm's output, with the same gradients as out-of-place operators.
+  torch::manual_seed(6);
+  const torch::Tensor x = torch::randn({4, 8, 5, 5}), residual = torch::randn({4, 8, 5, 5});
+  BatchNorm2d fused(8), separate(8);
+  for (const bool with_residual : {false, true}) {
+    const torch::Tensor xa = x.clone().requires_grad_(), xb = x.clone().requires_grad_();
+    const torch::Tensor ra = residual.clone().requires_grad_(), rb = residual.clone().requires_grad_();
+    const torch::Tensor ya = fused->forward_relu(xa, with_residual ? ra : torch::Tensor());
+    torch::Tensor yb = separate->forward(xb);
+    if (with_residual) yb = yb + rb;
+    yb = torch::relu(yb);
+    EXPECT_TRUE(torch::allclose(ya, yb, 1e-6, 1e-6));
+    EXPECT_GT((ya == 0).sum().item<int64_t>(), 0);  // the ReLU clipped something
+    (ya * ya).sum().backward();
+    (yb * yb).sum().backward();
+    EXPECT_TRUE(torch::allclose(xa.grad(), xb.grad(), 1e-5, 1e-6));
+    if (with_residual) {
+      EXPECT_TRUE(torch::allclose(ra.grad(), rb.grad(), 1e-5, 1e-6));
+    }
+    EXPECT_TRUE(torch::allclose(fused->running_mean, separate->running_mean));
+    EXPECT_TRUE(torch::allclose(fused->running_var, separate->running_var));
+  }
+  // model.fused_batchnorm reaches every BatchNorm of a ResNet.
+  auto options = model_options(Arch::resnet50, 4);
+  options.fused_batchnorm = false;
+  ResNet model(options);
+  for (const auto& module : model->modules(/*include_self=*/false))
+    if (auto* norm = module->as<BatchNorm2d>()) {
+      EXPECT_FALSE(norm->fuse_relu);
+    }
+}
+
 TEST(ResNet, BatchNormStartsAtIdentityAndLinearKeepsDefaultInit) {
   ResNet model(model_options(Arch::resnet50, 8));
   int norms = 0;

@@ -1,5 +1,7 @@
 #include "ltrain/models/resnet.h"
 
+#include "ltrain/models/fused_batchnorm.h"
+
 #include <array>
 #include <string>
 #include <utility>
@@ -84,6 +86,18 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
                            at::globalContext().userEnabledCuDNN());
 }
 
+torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual) {
+  if (fuse_relu && is_training() && !sum_over_ranks) {
+    torch::Tensor fused = try_fused_batchnorm_relu(x, residual, {weight, bias, running_mean, running_var, kMomentum, kEps});
+    if (fused.defined()) return fused;
+  }
+  // In place, as torchvision does: BatchNorm's backward needs its input, not its output, so its
+  // output buffer can take the sum and the ReLU instead of two fresh allocations.
+  torch::Tensor y = forward(x);
+  if (residual.defined()) y.add_(residual);
+  return y.relu_();
+}
+
 torch::Tensor BatchNorm2dImpl::synchronized_forward(const torch::Tensor& x) {
   const torch::Tensor x32 = x.to(torch::kFloat32);  // [B,C,H,W]
   const std::vector<int64_t> reduced{0, 2, 3};
@@ -113,11 +127,8 @@ void synchronize_batchnorm(torch::nn::Module& model, const std::function<torch::
 // ---- Residual blocks ---------------------------------------------------------------------------
 
 torch::Tensor ResidualBlockImpl::forward(torch::Tensor x) {
-  torch::Tensor shortcut = downsample ? downsample->forward(x) : x;
-  torch::Tensor out = residual_branch(std::move(x));
-  // In place, as torchvision does: BatchNorm's backward needs its input, not its output, so the
-  // branch's output buffer can take the sum and the ReLU instead of two fresh allocations.
-  return out.add_(shortcut).relu_();
+  const torch::Tensor shortcut = downsample ? downsample->forward(x) : x;
+  return last_norm()->forward_relu(residual_branch(std::move(x)), shortcut);
 }
 
 void ResidualBlockImpl::register_downsample(torch::nn::Sequential projection) {
@@ -134,8 +145,8 @@ BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stri
 }
 
 torch::Tensor BasicBlockImpl::residual_branch(torch::Tensor x) {
-  x = bn1->forward(conv1->forward(x)).relu_();  // [B,planes,H/s,W/s]
-  return bn2->forward(conv2->forward(x));
+  x = bn1->forward_relu(conv1->forward(x));  // [B,planes,H/s,W/s]
+  return conv2->forward(x);
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride,
@@ -150,9 +161,9 @@ BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stri
 }
 
 torch::Tensor BottleneckImpl::residual_branch(torch::Tensor x) {
-  x = bn1->forward(conv1->forward(x)).relu_();  // [B,planes,H,W]
-  x = bn2->forward(conv2->forward(x)).relu_();  // [B,planes,H/s,W/s]
-  return bn3->forward(conv3->forward(x));             // [B,4*planes,H/s,W/s]
+  x = bn1->forward_relu(conv1->forward(x));  // [B,planes,H,W]
+  x = bn2->forward_relu(conv2->forward(x));  // [B,planes,H/s,W/s]
+  return conv3->forward(x);                   // [B,4*planes,H/s,W/s]
 }
 
 // ---- ResNet ------------------------------------------------------------------------------------
@@ -178,7 +189,10 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options) : options_(options) 
   checkpoint_segments_ = split_into_segments(blocks(), options_.checkpoint_segments);
   // Handles stay valid through to(device) and load_state_dict, which change the tensors in place.
   for (const auto& module : modules(/*include_self=*/false))
-    if (auto* batch_norm = module->as<BatchNorm2d>()) batch_counters_.push_back(batch_norm->num_batches_tracked);
+    if (auto* batch_norm = module->as<BatchNorm2d>()) {
+      batch_counters_.push_back(batch_norm->num_batches_tracked);
+      batch_norm->fuse_relu = options_.fused_batchnorm;
+    }
 }
 
 void ResNetImpl::count_training_batch() {
@@ -215,7 +229,7 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
 }
 
 torch::Tensor ResNetImpl::forward_stem(torch::Tensor images) {
-  torch::Tensor x = bn1->forward(conv1->forward(images)).relu_();
+  torch::Tensor x = bn1->forward_relu(conv1->forward(images));
   if (options_.stem == config::Stem::imagenet) x = torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
   return x;
 }

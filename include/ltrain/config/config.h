@@ -154,6 +154,9 @@ struct ModelSection {
   /// Activation checkpointing: split the residual blocks into N segments and recompute all but
   /// the last in the backward pass (checkpoint_sequential(chunks=N)); 0 keeps every activation.
   int64_t checkpoint_segments = 0;
+  /// Run each BatchNorm and the ReLU (and residual add) after it as one cuDNN kernel forward and
+  /// one backward where it can (training, CUDA, fp16/bf16, channels_last); false: three operators.
+  bool fused_batchnorm = true;
   /// Start from the weights in this safetensors file (torchvision's names, e.g. `ltrain export`
   /// output or a torchvision state_dict saved from Python); "" starts from a fresh initialization.
   std::string init_from;
@@ -167,6 +170,7 @@ struct ModelSection {
     v("zero_init_residual", zero_init_residual);
     v("channels_last", channels_last);
     v("checkpoint_segments", checkpoint_segments, at_least(0));
+    v("fused_batchnorm", fused_batchnorm);
     v("init_from", init_from);
   }
 };

@@ -29,12 +29,21 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   /// running statistics in evaluation.
   torch::Tensor forward(const torch::Tensor& x);
 
+  /// relu(forward(x) + residual), or relu(forward(x)) with an undefined residual: a ResNet's
+  /// BatchNorm-ReLU pairs. In training on CUDA with fp16/bf16 channels_last input and `fuse_relu`
+  /// set, one cuDNN kernel each way (models/fused_batchnorm.h); otherwise three operators, the add
+  /// and the ReLU in place.
+  torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {});
+
   torch::Tensor weight, bias;                                   ///< [C] float32, start at 1 and 0
   torch::Tensor running_mean, running_var, num_batches_tracked;  ///< [C], [C], [] int64
 
   /// Set for SyncBatchNorm: a differentiable sum over the data-parallel ranks. Training then
   /// normalizes with the statistics of every rank's batch, as torch.nn.SyncBatchNorm does.
   std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks;
+
+  /// model.fused_batchnorm: forward_relu may use the fused kernel.
+  bool fuse_relu = true;
 
  private:
   /// Training forward with statistics summed over ranks, in float32.
@@ -47,7 +56,7 @@ TORCH_MODULE(BatchNorm2d);
 /// Makes every BatchNorm2d in `model` a SyncBatchNorm through `sum_over_ranks`.
 void synchronize_batchnorm(torch::nn::Module& model, const std::function<torch::Tensor(const torch::Tensor&)>& sum_over_ranks);
 
-/// One residual block: relu(residual_branch(x) + shortcut(x)). The shortcut is x itself, or
+/// One residual block: relu(last_norm(residual_branch(x)) + shortcut(x)). The shortcut is x itself, or
 /// `downsample` (1x1 conv with the block's stride + BatchNorm) where the block changes the
 /// resolution or the channel count. Each block is one unit of layer1..layer4, the grain at which
 /// activation checkpointing can cut the network.
@@ -61,7 +70,8 @@ class ResidualBlockImpl : public torch::nn::Module {
   virtual BatchNorm2d& last_norm() = 0;
 
  protected:
-  /// The residual branch without the final ReLU: [B,C_in,H,W] -> [B,C_out,H/stride,W/stride].
+  /// The residual branch up to its last convolution, before last_norm():
+  /// [B,C_in,H,W] -> [B,C_out,H/stride,W/stride].
   virtual torch::Tensor residual_branch(torch::Tensor x) = 0;
 
   /// Registers the projection shortcut (may be empty). Called last by the subclass constructors,
