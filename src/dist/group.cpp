@@ -1,7 +1,10 @@
 #include "ltrain/dist/group.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <stdexcept>
+#include <thread>
 
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -155,6 +158,7 @@ Group::~Group() = default;
 
 template <class Issue>
 Pending Group::start(const char* what, Issue&& issue) {
+  if (!impl_->backend) throw std::logic_error(fmt::format("{} after the process group was closed", what));
   try {
     return Pending(std::make_shared<Pending::Work>(Pending::Work{issue()}), environment_.rank);
   } catch (const std::exception& error) {
@@ -192,6 +196,27 @@ void Group::broadcast_from_main(std::vector<torch::Tensor> tensors) {
 
 void Group::barrier() {
   start("a barrier", [&] { return impl_->backend->barrier(); }).wait();
+}
+
+void Group::close() {
+  barrier();
+  try {
+    // The backend's destructor stops its threads (NCCL: aborts the communicators, after a warning
+    // that destroy_process_group() was not called). NCCL's own shutdown() is not used: after a
+    // graphed run with captured all-reduces it never returned on the 2-GPU host (2026-11-30).
+    impl_->backend.reset();
+    const std::string closed = "ltrain/closed";
+    if (!is_main()) {
+      impl_->store->add(closed, 1);
+      return;
+    }
+    // Bounded: a rank that died after the barrier must not keep rank 0 from exiting.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (impl_->store->add(closed, 0) < size() - 1 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } catch (const std::exception& error) {
+    throw peer_error(environment_.rank, "closing the process group", error);
+  }
 }
 
 std::vector<std::string> Group::all_gather_text(const std::string& key, const std::string& text) {

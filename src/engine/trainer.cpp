@@ -513,7 +513,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
     io::write_text_file(run_dir / "summary.json", result_json(result).dump(2) + "\n");
     log::remove_file();
   }
-  if (group) group->barrier();  // no process leaves while another may still need it
+  if (group) group->close();  // no process leaves while another may still need it
   return result;
 }
 

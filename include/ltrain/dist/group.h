@@ -67,6 +67,10 @@ class Group {
   /// Copies rank 0's values of `tensors` into every rank's, in place (blocks until done).
   void broadcast_from_main(std::vector<torch::Tensor> tensors);
   void barrier();
+  /// The orderly end of a run, on every rank: a barrier, the backend destroyed, and rank 0, whose
+  /// process serves the TCPStore, leaving last (within 30 s), so that no rank's backend threads
+  /// lose the store while they still read it. No collective after.
+  void close();
   /// Every rank's `text`, indexed by rank, through the store (for start-up checks).
   std::vector<std::string> all_gather_text(const std::string& key, const std::string& text);
 
