@@ -75,6 +75,41 @@ TEST(Trainer, ShortRunOnCifarMiniLearns) {
   EXPECT_DOUBLE_EQ(again.accuracy, result.final_test_accuracy);
 }
 
+TEST(Evaluator, FlipAverageScoresTheMeanLogitsOfEachImageAndItsMirror) {
+  // 50 test images in batches of 20: the last batch is partial.
+  const auto loaded = testing::config_from(
+      {"run.device=cpu", "model.arch=resnet18", "model.stem=cifar", "model.width=8", "data.source=synthetic",
+       "data.synthetic_train_size=64", "data.synthetic_test_size=50", "data.eval_batch_size=20",
+       "data.eval_flip_average=true"},
+      {});
+  torch::manual_seed(0);
+  models::ResNet model = build_model(loaded, torch::kCPU);
+  const auto sets = load_data(loaded.config, torch::kCPU);
+  const data::EvalLoader loader(sets.test, loaded.config.data);
+  const EvalResult flipped = evaluate(model, loader, loaded.config);
+
+  model->eval();
+  torch::NoGradGuard no_grad;
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  for (int64_t index = 0; index < loader.num_batches(); ++index) {
+    const data::Batch batch = loader.batch(index);
+    const torch::Tensor logits = 0.5 * (model->forward(batch.images) + model->forward(batch.images.flip({3})));
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, batch.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    correct += logits.argmax(1).eq(batch.labels).sum().item<int64_t>();
+  }
+  EXPECT_EQ(flipped.images, 50);
+  EXPECT_EQ(flipped.correct, correct);
+  EXPECT_NEAR(flipped.loss, loss_sum / 50.0, 1e-5);
+
+  // Without the option, one pass: a different loss (the network is not mirror-symmetric).
+  config::RunConfig single_pass = loaded.config;
+  single_pass.data.eval_flip_average = false;
+  EXPECT_GT(std::abs(evaluate(model, loader, single_pass).loss - flipped.loss), 1e-6);
+}
+
 TEST(Trainer, MaxStepsAndKeepLast) {
   LTRAIN_REQUIRE_CIFAR_MINI(root);
   TempDir dir;

@@ -13,6 +13,7 @@ Evaluator::Evaluator(models::ResNet model, const data::EvalLoader& loader, const
       precision_(amp::plan_precision(config.precision)),
       memory_format_(memory_format(config)),
       batch_size_(config.data.eval_batch_size),
+      flip_average_(config.data.eval_flip_average),
       group_(group) {
   // One eager full batch first: the warm-up before the capture.
   if (config.cuda_graph.eval) graph_.emplace(/*warmup_runs=*/1, memory_format_);
@@ -26,6 +27,11 @@ void Evaluator::enqueue(const torch::Tensor& images, const torch::Tensor& labels
   {
     const amp::AutocastGuard autocast(images.device().type(), precision_.dtype, precision_.autocast);
     logits = model_->forward(images.contiguous(memory_format_)).to(torch::kFloat32);
+    if (flip_average_) {
+      // [B,3,H,W] mirrored along W.
+      const torch::Tensor mirrored = images.flip({3}).contiguous(memory_format_);
+      logits = 0.5 * (logits + model_->forward(mirrored).to(torch::kFloat32));
+    }
   }
   loss_sum_.add_(torch::nn::functional::cross_entropy(
       logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));

@@ -184,6 +184,9 @@ struct DataSection {
   int64_t batch_size = 256;
   /// Images per evaluation batch.
   int64_t eval_batch_size = 1000;
+  /// Test-time augmentation: evaluation scores each image by the mean of its logits and its
+  /// left-right mirror's (two forward passes per batch).
+  bool eval_flip_average = false;
   /// Random 32x32 crop of the image padded with zeros by `crop_padding` pixels.
   bool random_crop = true;
   /// Zero padding of the random crop, in pixels per side.
@@ -207,6 +210,7 @@ struct DataSection {
     v("root", root);
     v("batch_size", batch_size, at_least(1));
     v("eval_batch_size", eval_batch_size, at_least(1));
+    v("eval_flip_average", eval_flip_average);
     v("random_crop", random_crop);
     v("crop_padding", crop_padding, between(0, 16));
     v("horizontal_flip", horizontal_flip);

@@ -30,7 +30,8 @@ class Evaluator {
             dist::Group* group = nullptr);
 
   /// Runs the model in eval mode (BatchNorm running statistics) over every test batch, with the
-  /// config's autocast and memory format; restores the model's previous train/eval mode.
+  /// config's autocast and memory format (and data.eval_flip_average's mirrored second pass);
+  /// restores the model's previous train/eval mode.
   EvalResult run();
 
  private:
@@ -42,6 +43,7 @@ class Evaluator {
   amp::PrecisionPlan precision_;
   torch::MemoryFormat memory_format_;
   int64_t batch_size_;  // data.eval_batch_size: the size of every batch but maybe the last
+  bool flip_average_;   // data.eval_flip_average
   dist::Group* group_;
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
