@@ -112,7 +112,7 @@ int run_eval(int argc, char** argv) {
   const auto loaded = ltrain::config::load_json(checkpoint.meta.config, path + " (its saved config)", overrides(*args));
   const torch::Device device = ltrain::engine::resolve_device(loaded);
   ltrain::models::ResNet model = ltrain::engine::build_model(loaded, device);
-  ltrain::engine::load_state_dict(*model, checkpoint.model, path);
+  ltrain::engine::load_state_dict(*model, ltrain::engine::evaluation_weights(checkpoint), path);
   const ltrain::data::TrainTestSets sets = ltrain::engine::load_data(loaded.config, device);
   const ltrain::data::EvalLoader loader(sets.test, loaded.config.data);
   const ltrain::engine::EvalResult result = ltrain::engine::evaluate(model, loader, loaded.config);
@@ -130,7 +130,7 @@ int run_eval(int argc, char** argv) {
 }
 
 int run_export(int argc, char** argv) {
-  cxxopts::Options options("ltrain export", "Write a checkpoint's model weights as safetensors with torchvision's names.");
+  cxxopts::Options options("ltrain export", "Write a checkpoint's model weights (the averaged ones with optim.ema_decay) as safetensors with torchvision's names.");
   options.add_options()("checkpoint", "checkpoint file (.ltc)", cxxopts::value<std::string>(), "FILE")(
       "out", "output file (.safetensors)", cxxopts::value<std::string>(), "FILE");
   const auto args = parse(options, argc, argv);
@@ -149,8 +149,9 @@ int run_export(int argc, char** argv) {
   const nlohmann::json& data = checkpoint.meta.config.value("data", nlohmann::json::object());
   for (const char* key : {"normalize", "mean", "std"})
     if (data.contains(key)) metadata[std::string("data.") + key] = data[key].dump();
-  ltrain::io::write_safetensors(out, checkpoint.model, metadata);
-  std::cout << fmt::format("wrote {} ({} tensors)\n", out, checkpoint.model.size());
+  const ltrain::optim::NamedTensors& weights = ltrain::engine::evaluation_weights(checkpoint);
+  ltrain::io::write_safetensors(out, weights, metadata);
+  std::cout << fmt::format("wrote {} ({} tensors)\n", out, weights.size());
   return 0;
 }
 

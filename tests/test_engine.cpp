@@ -9,6 +9,7 @@
 #include "ltrain/engine/evaluator.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/trainer.h"
+#include "ltrain/engine/weight_average.h"
 #include "ltrain/io/tensor_file.h"
 #include "support.h"
 
@@ -108,6 +109,63 @@ TEST(Evaluator, FlipAverageScoresTheMeanLogitsOfEachImageAndItsMirror) {
   config::RunConfig single_pass = loaded.config;
   single_pass.data.eval_flip_average = false;
   EXPECT_GT(std::abs(evaluate(model, loader, single_pass).loss - flipped.loss), 1e-6);
+}
+
+TEST(WeightAverage, FollowsTheEmaRuleAndIsSwappedInForEvaluation) {
+  const auto loaded = testing::config_from(
+      {"run.device=cpu", "model.arch=resnet18", "model.stem=cifar", "model.width=8"}, {});
+  models::ResNet model = build_model(loaded, torch::kCPU);
+  WeightAverage average(*model, 0.9);
+  const optim::NamedTensors state = state_dict(*model);
+  const torch::Tensor& weight = optim::find_tensor(state, "conv1.weight")->detach();
+  const torch::Tensor& running_mean = optim::find_tensor(state, "bn1.running_mean")->detach();
+  const torch::Tensor& counter = optim::find_tensor(state, "bn1.num_batches_tracked")->detach();
+  const torch::Tensor weight_before = weight.clone(), mean_before = running_mean.clone();
+  {
+    torch::NoGradGuard no_grad;
+    weight.add_(1.0);
+    running_mean.add_(1.0);
+    counter.add_(5);
+  }
+  average.update();  // 0.9 * before + 0.1 * (before + 1) = before + 0.1
+  const optim::NamedTensors averaged = average.averaged_state_dict();
+  EXPECT_TRUE(torch::allclose(*optim::find_tensor(averaged, "conv1.weight"), weight_before + 0.1, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(*optim::find_tensor(averaged, "bn1.running_mean"), mean_before + 0.1, 1e-6, 1e-6));
+  EXPECT_EQ(optim::find_tensor(averaged, "bn1.num_batches_tracked")->item<int64_t>(), 5);  // the model's own
+  {
+    const WeightAverage::Applied applied(average);
+    EXPECT_TRUE(torch::allclose(weight, weight_before + 0.1, 1e-6, 1e-6));
+    EXPECT_TRUE(torch::allclose(running_mean, mean_before + 0.1, 1e-6, 1e-6));
+  }
+  EXPECT_TRUE(torch::allclose(weight, weight_before + 1.0, 1e-6, 1e-6));  // the model's own values back
+
+  // load: the averaged values of a checkpoint, or a DataError naming what is missing.
+  WeightAverage fresh(*model, 0.9);
+  fresh.load(averaged, "x.ltc");
+  EXPECT_TRUE(torch::equal(*optim::find_tensor(fresh.averaged_state_dict(), "conv1.weight"),
+                           *optim::find_tensor(averaged, "conv1.weight")));
+  optim::NamedTensors incomplete = averaged;
+  incomplete.erase(incomplete.begin());
+  EXPECT_THROW(fresh.load(incomplete, "x.ltc"), DataError);
+}
+
+TEST(Trainer, WithEmaTheCheckpointsAveragedWeightsAreWhatTheRunEvaluated) {
+  TempDir dir;
+  const TrainResult result = train(tiny_run(
+      dir, "unused",
+      {"data.source=synthetic", "data.synthetic_train_size=256", "data.synthetic_test_size=64", "data.batch_size=64",
+       "run.epochs=2", "optim.ema_decay=0.8"}));
+  const Checkpoint checkpoint = read_checkpoint(result.run_dir / "checkpoints" / checkpoint_file_name(8));
+  ASSERT_FALSE(checkpoint.averaged_weights.empty());
+  EXPECT_EQ(&evaluation_weights(checkpoint), &checkpoint.averaged_weights);
+  EXPECT_FALSE(torch::equal(*optim::find_tensor(checkpoint.averaged_weights, "conv1.weight"),
+                            *optim::find_tensor(checkpoint.model, "conv1.weight")));
+  const auto loaded = config::load_json(checkpoint.meta.config, "checkpoint");
+  models::ResNet model = build_model(loaded, torch::kCPU);
+  load_state_dict(*model, evaluation_weights(checkpoint), "checkpoint");
+  const auto sets = load_data(loaded.config, torch::kCPU);
+  const EvalResult again = evaluate(model, data::EvalLoader(sets.test, loaded.config.data), loaded.config);
+  EXPECT_NEAR(again.loss, result.final_test_loss, 1e-6);
 }
 
 TEST(Trainer, MaxStepsAndKeepLast) {

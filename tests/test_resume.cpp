@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <fstream>
@@ -62,6 +63,10 @@ void expect_same_end(const fs::path& a, const fs::path& b, int64_t last_step) {
   ASSERT_EQ(ca.optimizer.size(), cb.optimizer.size());
   for (size_t i = 0; i < ca.optimizer.size(); ++i)
     EXPECT_TRUE(torch::equal(ca.optimizer[i].second, cb.optimizer[i].second)) << ca.optimizer[i].first;
+  ASSERT_EQ(ca.averaged_weights.size(), cb.averaged_weights.size());
+  for (size_t i = 0; i < ca.averaged_weights.size(); ++i)
+    EXPECT_TRUE(torch::equal(ca.averaged_weights[i].second, cb.averaged_weights[i].second))
+        << ca.averaged_weights[i].first;
   EXPECT_EQ(metrics_rows(a), metrics_rows(b));
   const nlohmann::json sa = nlohmann::json::parse(read_file(a / "summary.json"));
   const nlohmann::json sb = nlohmann::json::parse(read_file(b / "summary.json"));
@@ -88,8 +93,10 @@ void train_until_signal(const config::LoadedConfig& loaded, int64_t stop_step) {
 TEST(Resume, InterruptedMidEpochThenResumedMatchesAnUninterruptedRun) {
   TempDir dir;
   for (const std::vector<std::string>& variant :
-       {std::vector<std::string>{}, {"precision.mode=bf16", "optim.accumulation_steps=2", "data.batch_size=16",
-                                     "optim.name=adamw", "optim.lr=0.002"}}) {
+       {std::vector<std::string>{},
+        {"precision.mode=bf16", "optim.accumulation_steps=2", "data.batch_size=16", "optim.name=adamw",
+         "optim.lr=0.002"},
+        {"optim.ema_decay=0.9"}}) {
     const TrainResult whole = train(resumable_run(dir.path(), "whole", variant));
     ASSERT_EQ(whole.steps, 24);
     // Step 10 is the second step of epoch 2, between two steps checkpoints (9 and 12).
@@ -107,6 +114,8 @@ TEST(Resume, InterruptedMidEpochThenResumedMatchesAnUninterruptedRun) {
     EXPECT_EQ(resumed.run_dir, split_dir);
     EXPECT_EQ(resumed.steps, 24);
     expect_same_end(whole.run_dir, split_dir, 24);
+    const bool averaged = std::find(variant.begin(), variant.end(), "optim.ema_decay=0.9") != variant.end();
+    EXPECT_EQ(read_checkpoint(split_dir / "checkpoints" / checkpoint_file_name(24)).averaged_weights.empty(), !averaged);
     EXPECT_NE(read_file(split_dir / "train.log").find("resuming from"), std::string::npos);
     fs::rename(whole.run_dir, dir.path() / ("whole-done-" + std::to_string(variant.size())));
     fs::rename(split_dir, dir.path() / ("split-done-" + std::to_string(variant.size())));

@@ -21,6 +21,7 @@ constexpr const char* kKind = "ltrain-checkpoint";
 constexpr const char* kModelPrefix = "model/";
 constexpr const char* kOptimizerPrefix = "optim/";
 constexpr const char* kScalerPrefix = "scaler/";
+constexpr const char* kAveragedPrefix = "ema/";
 constexpr const char* kRngPrefix = "rng/";
 constexpr const char* kExtension = ".ltc";
 constexpr const char* kCpuRng = "cpu";
@@ -48,7 +49,8 @@ std::vector<fs::path> step_checkpoints(const fs::path& folder) {
 }  // namespace
 
 void save_checkpoint(const fs::path& file, const torch::nn::Module& model, const optim::Optimizer* optimizer,
-                     const amp::GradScaler* scaler, const CheckpointMeta& meta) {
+                     const amp::GradScaler* scaler, const CheckpointMeta& meta,
+                     const optim::NamedTensors& averaged_weights) {
   io::TensorArchive archive;
   archive.info = {{"kind", kKind},
                   {"checkpoint_version", kCheckpointVersion},
@@ -67,6 +69,7 @@ void save_checkpoint(const fs::path& file, const torch::nn::Module& model, const
     for (const auto& [name, tensor] : optimizer->state()) archive.tensors.emplace_back(kOptimizerPrefix + name, tensor);
   if (scaler && scaler->enabled())
     for (const auto& [name, tensor] : scaler->state()) archive.tensors.emplace_back(kScalerPrefix + name, tensor);
+  for (const auto& [name, tensor] : averaged_weights) archive.tensors.emplace_back(kAveragedPrefix + name, tensor);
   archive.tensors.emplace_back(std::string(kRngPrefix) + kCpuRng, compat::cpu_rng_state());
   if (!weights.empty() && weights.front().second.is_cuda()) {
     const torch::Device device = weights.front().second.device();
@@ -91,11 +94,16 @@ Checkpoint read_checkpoint(const fs::path& file) {
   const std::vector<std::pair<const char*, optim::NamedTensors*>> sections{{kModelPrefix, &checkpoint.model},
                                                                            {kOptimizerPrefix, &checkpoint.optimizer},
                                                                            {kScalerPrefix, &checkpoint.scaler},
-                                                                           {kRngPrefix, &checkpoint.rng}};
+                                                                           {kRngPrefix, &checkpoint.rng},
+                                                                           {kAveragedPrefix, &checkpoint.averaged_weights}};
   for (auto& [name, tensor] : archive.tensors)
     for (const auto& [prefix, target] : sections)
       if (starts_with(name, prefix)) target->emplace_back(name.substr(std::strlen(prefix)), std::move(tensor));
   return checkpoint;
+}
+
+const optim::NamedTensors& evaluation_weights(const Checkpoint& checkpoint) {
+  return checkpoint.averaged_weights.empty() ? checkpoint.model : checkpoint.averaged_weights;
 }
 
 void check_resumable(const Checkpoint& checkpoint, const config::RunConfig& config, const fs::path& file) {

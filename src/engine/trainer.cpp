@@ -18,6 +18,7 @@
 #include "ltrain/dist/group.h"
 #include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/weight_average.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/io/run_files.h"
@@ -271,6 +272,21 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
       });
     }
   }
+  // optim.ema_decay: from the (broadcast, or resumed) weights on.
+  std::optional<WeightAverage> average;
+  if (config.optim.ema_decay > 0.0) {
+    average.emplace(*model, config.optim.ema_decay);
+    if (start.resume) {
+      const Checkpoint& checkpoint = start.resume->checkpoint;
+      if (checkpoint.averaged_weights.empty()) {
+        spdlog::warn("{}: no averaged weights in the checkpoint; optim.ema_decay starts its average from the resumed "
+                     "weights",
+                     start.resume->file.string());
+      } else {
+        average->load(checkpoint.averaged_weights, start.resume->file);
+      }
+    }
+  }
   TrainStep train_step(model, *optimizer, scaler, config, group.get());
   Evaluator evaluator(model, eval_loader, config, group.get());
 
@@ -351,7 +367,8 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
     meta.config = config::to_json(config);
     meta.progress = sums.to_json();
     for (const auto& [key, value] : values) meta.metrics[key] = value;
-    save_checkpoint(file, *model, optimizer.get(), &scaler, meta);
+    save_checkpoint(file, *model, optimizer.get(), &scaler, meta,
+                    average ? average->averaged_state_dict() : optim::NamedTensors{});
     spdlog::info("checkpoint {}", file.string());
   };
   auto stop_for_signal = [&](const fs::path& file) {
@@ -375,6 +392,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
         const double lr = schedule.at(step);
         optimizer->set_lr(lr);
         train_step.run(train_loader.batch(index));
+        if (average) average->update();
         ++step;
         if (hooks.after_step) hooks.after_step(step);
         const bool last_of_epoch = index + 1 == epoch_steps;
@@ -433,8 +451,11 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
       if (due(epoch, config.run.eval_every_epochs, last_epoch)) {
         // Without SyncBatchNorm each rank's running statistics are its own: all evaluate (and
         // rank 0 saves) rank 0's, as DistributedDataParallel's broadcast_buffers does.
+        std::optional<WeightAverage::Applied> averaged;  // with optim.ema_decay: evaluate the average
+        if (average) averaged.emplace(*average);
         if (group) group->broadcast_from_main(model->buffers());
         evaluation = evaluator.run();
+        averaged.reset();
         sums.final_test_accuracy = evaluation->accuracy;
         sums.final_test_loss = evaluation->loss;
         if (evaluation->accuracy > sums.best_test_accuracy || sums.best_epoch == 0) {

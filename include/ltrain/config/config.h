@@ -245,6 +245,10 @@ struct OptimSection {
   int64_t accumulation_steps = 1;
   /// Clip gradients to this global L2 norm before the step (0: no clipping).
   double clip_grad_norm = 0.0;
+  /// Exponential moving average of the weights (0: off): after every optimizer step,
+  /// average = ema_decay * average + (1 - ema_decay) * weights, over every floating-point
+  /// parameter and buffer. Evaluation, `ltrain eval` and `ltrain export` use the average.
+  double ema_decay = 0.0;
 
   template <class V>
   void visit(V& v) {
@@ -259,6 +263,7 @@ struct OptimSection {
     v("fused", fused);
     v("accumulation_steps", accumulation_steps, at_least(1));
     v("clip_grad_norm", clip_grad_norm, at_least(0));
+    v("ema_decay", ema_decay, between(0, 0.999999));
   }
 };
 

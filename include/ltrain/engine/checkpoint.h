@@ -1,7 +1,7 @@
 #pragma once
 // What a training checkpoint holds, on top of io's verified container: the model's state_dict
 // under "model/", the optimizer's state under "optim/", the GradScaler's under "scaler/", the
-// random generators' under "rng/", and JSON info: where the run stands (epoch, step, steps done
+// random generators' under "rng/", the averaged weights (optim.ema_decay) under "ema/", and JSON info: where the run stands (epoch, step, steps done
 // in the current epoch), the trainer's running sums, the resolved config, the metrics at that
 // point and versions. Weights can be read without the training state (`export`, `eval`).
 #include <cstdint>
@@ -38,13 +38,19 @@ struct Checkpoint {
   optim::NamedTensors optimizer;  ///< optimizer state names, CPU tensors
   optim::NamedTensors scaler;     ///< GradScaler state (empty without one)
   optim::NamedTensors rng;        ///< "cpu", "cuda:N": generator states
+  /// With optim.ema_decay: the model's state_dict with the averaged values (else empty).
+  optim::NamedTensors averaged_weights;
 };
+
+/// The weights the run evaluated: the averaged ones with optim.ema_decay, else the model's.
+const optim::NamedTensors& evaluation_weights(const Checkpoint& checkpoint);
 
 /// Writes a checkpoint atomically, with the CPU generator's state and, for a model on a GPU, that
 /// GPU's. `optimizer` and `scaler` may be null (weights only). RunError when the disk refuses; the
 /// file it would replace, and every other, stays as it was.
 void save_checkpoint(const std::filesystem::path& file, const torch::nn::Module& model,
-                     const optim::Optimizer* optimizer, const amp::GradScaler* scaler, const CheckpointMeta& meta);
+                     const optim::Optimizer* optimizer, const amp::GradScaler* scaler, const CheckpointMeta& meta,
+                     const optim::NamedTensors& averaged_weights = {});
 
 /// Reads and verifies a checkpoint; DataError naming the file when it is not one.
 Checkpoint read_checkpoint(const std::filesystem::path& file);
