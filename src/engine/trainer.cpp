@@ -18,9 +18,9 @@
 #include "ltrain/dist/group.h"
 #include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/evaluator.h"
-#include "ltrain/engine/weight_average.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
+#include "ltrain/engine/weight_average.h"
 #include "ltrain/io/run_files.h"
 #include "ltrain/optim/schedule.h"
 
@@ -449,10 +449,10 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
       std::optional<EvalResult> evaluation;
       bool new_best = false;
       if (due(epoch, config.run.eval_every_epochs, last_epoch)) {
-        // Without SyncBatchNorm each rank's running statistics are its own: all evaluate (and
-        // rank 0 saves) rank 0's, as DistributedDataParallel's broadcast_buffers does.
         std::optional<WeightAverage::Applied> averaged;  // with optim.ema_decay: evaluate the average
         if (average) averaged.emplace(*average);
+        // Without SyncBatchNorm each rank's running statistics are its own: all evaluate (and
+        // rank 0 saves) rank 0's, as DistributedDataParallel's broadcast_buffers does.
         if (group) group->broadcast_from_main(model->buffers());
         evaluation = evaluator.run();
         averaged.reset();
