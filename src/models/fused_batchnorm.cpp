@@ -124,8 +124,8 @@ class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> 
     const torch::Tensor workspace = byte_buffer(workspace_bytes, x);
     // Kept for the backward pass (it holds what the ReLU's gradient needs).
     const torch::Tensor reserve = byte_buffer(reserve_bytes, x);
-    const torch::Tensor y = torch::empty_like(x);              // x's layout: channels_last
-    const torch::Tensor saved_mean = torch::empty_like(weight);    // [C] float32
+    const torch::Tensor y = torch::empty_like(x);                   // x's layout: channels_last
+    const torch::Tensor saved_mean = torch::empty_like(weight);     // [C] float32
     const torch::Tensor saved_inv_std = torch::empty_like(weight);  // [C] float32, 1/sqrt(var + eps)
 
     check_supported(cudnnBatchNormalizationForwardTrainingEx(
