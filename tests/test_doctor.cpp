@@ -67,6 +67,17 @@ TEST(Doctor, WarnsAboutMismatchesAndMissingPieces) {
   const std::vector<std::string> no_nccl = env::warnings(gpu_build);
   ASSERT_EQ(no_nccl.size(), 1u);
   EXPECT_NE(no_nccl[0].find("this CUDA build has no NCCL"), std::string::npos);
+  // ... independently of the driver's warnings: an old driver is still named,
+  gpu_build.cuda_driver = 12080;
+  const std::vector<std::string> no_nccl_old_driver = env::warnings(gpu_build);
+  ASSERT_EQ(no_nccl_old_driver.size(), 2u);
+  EXPECT_NE(no_nccl_old_driver[0].find("the driver supports CUDA 12.8"), std::string::npos);
+  // and a missing driver is one warning, not also an "older" one.
+  gpu_build.cuda_driver = 0;
+  gpu_build.c10d_backends = {"nccl"};
+  const std::vector<std::string> no_driver = env::warnings(gpu_build);
+  ASSERT_EQ(no_driver.size(), 1u);
+  EXPECT_NE(no_driver[0].find("no NVIDIA driver answers"), std::string::npos);
 }
 
 TEST(Doctor, CommandReportsThisBuild) {

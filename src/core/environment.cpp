@@ -99,12 +99,12 @@ std::vector<std::string> warnings(const Environment& e) {
   }
   if (e.cuda_driver == 0)
     out.push_back("no NVIDIA driver answers: install one, or run with run.device \"cpu\"");
-  if (std::find(e.c10d_backends.begin(), e.c10d_backends.end(), "nccl") == e.c10d_backends.end())
-    out.push_back("this CUDA build has no NCCL (nccl.h was not found when it was built): data-parallel runs on GPUs "
-                  "need it; install the nvidia-nccl wheel or NCCL's headers and build again");
   else if (e.cuda_driver < e.cuda_runtime)
     out.push_back(fmt::format("the driver supports CUDA {} but LibTorch's runtime is CUDA {}: update the driver",
                               cuda_version_text(e.cuda_driver), cuda_version_text(e.cuda_runtime)));
+  if (std::find(e.c10d_backends.begin(), e.c10d_backends.end(), "nccl") == e.c10d_backends.end())
+    out.push_back("this CUDA build has no NCCL (nccl.h was not found when it was built): data-parallel runs on GPUs "
+                  "need it; install the nvidia-nccl wheel or NCCL's headers and build again");
   if (e.cuda_driver != 0 && e.gpus.empty())
     out.push_back("no usable CUDA device (check CUDA_VISIBLE_DEVICES and nvidia-smi)");
   if (e.cudnn == 0) out.push_back("cuDNN is not available: convolutions will be slow; install LibTorch with cuDNN");
