@@ -1,10 +1,10 @@
 #include "ltrain/models/resnet.h"
 
-#include "ltrain/models/fused_batchnorm.h"
-
 #include <array>
 #include <string>
 #include <utility>
+
+#include "ltrain/models/fused_batchnorm.h"
 
 namespace ltrain::models {
 namespace {
@@ -88,7 +88,8 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual) {
   if (fuse_relu && is_training() && !sum_over_ranks) {
-    torch::Tensor fused = try_fused_batchnorm_relu(x, residual, {weight, bias, running_mean, running_var, kMomentum, kEps});
+    torch::Tensor fused =
+        try_fused_batchnorm_relu(x, residual, {weight, bias, running_mean, running_var, kMomentum, kEps});
     if (fused.defined()) return fused;
   }
   // In place, as torchvision does: BatchNorm's backward needs its input, not its output, so its
