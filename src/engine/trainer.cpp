@@ -287,8 +287,9 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
       }
     }
   }
-  TrainStep train_step(model, *optimizer, scaler, config, group.get());
-  Evaluator evaluator(model, eval_loader, config, group.get());
+  // Optional only to be destroyed before the group closes (see the end).
+  std::optional<TrainStep> train_step(std::in_place, model, *optimizer, scaler, config, group.get());
+  std::optional<Evaluator> evaluator(std::in_place, model, eval_loader, config, group.get());
 
   // Only rank 0 writes: the run directory, logs, metrics and checkpoints; the others log warnings
   // and errors only.
@@ -391,7 +392,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
       for (int64_t index = first; index < epoch_steps; ++index) {
         const double lr = schedule.at(step);
         optimizer->set_lr(lr);
-        train_step.run(train_loader.batch(index));
+        train_step->run(train_loader.batch(index));
         if (average) average->update();
         ++step;
         if (hooks.after_step) hooks.after_step(step);
@@ -404,7 +405,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
         if (step % config.run.log_every_steps != 0 && !last_of_epoch && !periodic_checkpoint && !stop) continue;
 
         // ---- Log interval: the loop's only host sync ----
-        const StepTotals totals = train_step.take_totals();
+        const StepTotals totals = train_step->take_totals();
         if (group) stop = any_rank(*group, InterruptHandler::requested(), device);
         const bool checkpoint_now = stop || periodic_checkpoint;
         const double interval_seconds = seconds_since(interval_start);
@@ -454,7 +455,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
         // Without SyncBatchNorm each rank's running statistics are its own: all evaluate (and
         // rank 0 saves) rank 0's, as DistributedDataParallel's broadcast_buffers does.
         if (group) group->broadcast_from_main(model->buffers());
-        evaluation = evaluator.run();
+        evaluation = evaluator->run();
         averaged.reset();
         sums.final_test_accuracy = evaluation->accuracy;
         sums.final_test_loss = evaluation->loss;
@@ -534,6 +535,10 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
     io::write_text_file(run_dir / "summary.json", result_json(result).dump(2) + "\n");
     log::remove_file();
   }
+  // Their CUDA graphs hold all-reduces captured on the group's NCCL communicators; with the graphs
+  // alive, tearing the communicators down never returned (2 H200s, 2026-11-30).
+  train_step.reset();
+  evaluator.reset();
   if (group) group->close();  // no process leaves while another may still need it
   return result;
 }
