@@ -301,6 +301,32 @@ TEST(LowPrecisionWeights, SameGradientsAsAutocastsOwnCastsOnTheGpu_CUDA) {
       tiny({"run.device=cuda", "model.channels_last=true", "precision.deterministic=true"}), torch::kFloat16, 1e-6);
 }
 
+TEST(RuntimeSettings, PrecisionSectionReachesCudnnAndTf32Switches) {
+  // The process-wide switches that PyTorch users set through torch.backends.*; restored after.
+  at::Context& context = at::globalContext();
+  const bool benchmark = context.benchmarkCuDNN();
+  const int limit = context.benchmarkLimitCuDNN();
+  const bool tf32_matmul = context.allowTF32CuBLAS();
+  config::RunConfig config;
+  config.run.device = "cpu";
+  config.precision.mode = config::PrecisionMode::tf32;
+  config.precision.cudnn_benchmark = true;
+  config.precision.cudnn_benchmark_limit = 0;
+  engine::apply_runtime_settings(config);
+  EXPECT_TRUE(context.benchmarkCuDNN());
+  EXPECT_EQ(context.benchmarkLimitCuDNN(), 0);
+  EXPECT_TRUE(context.allowTF32CuBLAS());
+  config.precision.mode = config::PrecisionMode::fp32;
+  config.precision.cudnn_benchmark = false;
+  config.precision.cudnn_benchmark_limit = 3;
+  engine::apply_runtime_settings(config);
+  EXPECT_FALSE(context.benchmarkCuDNN());
+  EXPECT_EQ(context.benchmarkLimitCuDNN(), 3);
+  EXPECT_FALSE(context.allowTF32CuBLAS());
+  compat::set_cudnn(benchmark, false, limit);
+  compat::set_tf32(tf32_matmul, tf32_matmul);
+}
+
 TEST(Clipping, UnscalesBeforeClipping) {
   // The same step with and without a loss scale of 1024 gives the same weights only if the
   // gradients are unscaled before their norm is clipped.

@@ -43,8 +43,9 @@ void set_tf32(bool matmul, bool convolutions) {
   at::globalContext().setAllowTF32CuDNN(convolutions);
 }
 
-void set_cudnn(bool benchmark, bool deterministic) {
+void set_cudnn(bool benchmark, bool deterministic, int benchmark_limit) {
   at::globalContext().setBenchmarkCuDNN(benchmark);
+  at::globalContext().setBenchmarkLimitCuDNN(benchmark_limit);
   at::globalContext().setDeterministicCuDNN(deterministic);
 }
 

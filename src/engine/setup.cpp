@@ -81,7 +81,8 @@ void apply_runtime_settings(const config::RunConfig& config) {
   // LibTorch lets cuDNN use TF32 by default; only TF32 modes do here.
   const bool tf32 = amp::plan_precision(config.precision).tf32;
   compat::set_tf32(/*matmul=*/tf32, /*convolutions=*/tf32);
-  compat::set_cudnn(config.precision.cudnn_benchmark, config.precision.deterministic);
+  compat::set_cudnn(config.precision.cudnn_benchmark, config.precision.deterministic,
+                    static_cast<int>(config.precision.cudnn_benchmark_limit));
   compat::set_deterministic(config.precision.deterministic);
 }
 

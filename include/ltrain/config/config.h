@@ -319,6 +319,9 @@ struct PrecisionSection {
   bool tf32 = false;
   /// Let cuDNN time its convolution algorithms on the first steps and keep the fastest.
   bool cudnn_benchmark = false;
+  /// With cudnn_benchmark: how many of cuDNN's candidate algorithms are timed per convolution
+  /// (0: all of them; PyTorch's torch.backends.cudnn.benchmark_limit, 10 by default there too).
+  int64_t cudnn_benchmark_limit = 10;
   /// Only deterministic algorithms (bitwise repeatable runs; slower).
   bool deterministic = false;
   /// fp16: the GradScaler's first scale.
@@ -337,6 +340,7 @@ struct PrecisionSection {
     v("mode", mode);
     v("tf32", tf32);
     v("cudnn_benchmark", cudnn_benchmark);
+    v("cudnn_benchmark_limit", cudnn_benchmark_limit, Range{0, 100000, false});
     v("deterministic", deterministic);
     v("loss_scale_init", loss_scale_init, positive());
     v("loss_scale_growth_factor", loss_scale_growth_factor, Range{1, 1e300, true});

@@ -47,8 +47,9 @@ std::string failure_summary(const std::exception& error);
 /// TF32 tensor-core math for float32 matmuls (cuBLAS) and convolutions (cuDNN).
 void set_tf32(bool matmul, bool convolutions);
 
-/// cuDNN autotuning (cudnn.benchmark) and deterministic algorithm choice.
-void set_cudnn(bool benchmark, bool deterministic);
+/// cuDNN autotuning (cudnn.benchmark, timing at most `benchmark_limit` candidate algorithms per
+/// convolution, 0: all) and deterministic algorithm choice.
+void set_cudnn(bool benchmark, bool deterministic, int benchmark_limit = 10);
 
 // ---- Autocast state per device type (the API changed names in LibTorch 2.4) ----
 bool autocast_enabled(torch::DeviceType device_type);
