@@ -6,7 +6,9 @@
 #
 #   scripts/gpu-accuracy.sh OUT DATA_ROOT "RECIPE.json ..." "SEEDS" [--set KEY=VALUE ...]
 #   scripts/gpu-accuracy.sh out /tmp/cifar/cifar-10-batches-bin "configs/accuracy/resnet18-cifar.json" "0 1 2"
-# GPUS=N overrides the GPU count (default: nvidia-smi -L); LTRAIN=path the binary (build-gpu/ltrain).
+# GPUS=N overrides the GPU count (default: nvidia-smi -L); RUNS_PER_GPU=N runs N at a time on each
+# GPU (default 1; more only to compare recipes' accuracy, as runs sharing a GPU are slower);
+# LTRAIN=path the binary (build-gpu/ltrain).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: scripts/gpu-accuracy.sh OUT DATA_ROOT RECIPES SEEDS [--set KEY=VALUE ...]}"
@@ -18,6 +20,7 @@ extra=("$@")
 ltrain="${LTRAIN:-build-gpu/ltrain}"
 gpus="${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}"
 ((gpus > 0)) || gpus=1
+runs_per_gpu="${RUNS_PER_GPU:-1}"
 [[ -f "$data_root/test_batch.bin" ]] || { echo "gpu-accuracy: $data_root has no test_batch.bin" >&2; exit 2; }
 mkdir -p "$out"
 scratch="$(mktemp -d)"  # run directories with their checkpoints, outside OUT
@@ -41,10 +44,11 @@ run_one() {  # $1 recipe, $2 seed, $3 GPU index
   done
 }
 
-# Worker g takes jobs g, g + gpus, g + 2 * gpus, ...
-for ((g = 0; g < gpus; ++g)); do
+# Worker w (on GPU w % gpus) takes jobs w, w + workers, w + 2 * workers, ...
+workers=$((gpus * runs_per_gpu))
+for ((w = 0; w < workers; ++w)); do
   (
-    for ((j = g; j < ${#jobs[@]}; j += gpus)); do run_one "${jobs[j]%%:*}" "${jobs[j]##*:}" "$g"; done
+    for ((j = w; j < ${#jobs[@]}; j += workers)); do run_one "${jobs[j]%%:*}" "${jobs[j]##*:}" "$((w % gpus))"; done
   ) &
 done
 wait
