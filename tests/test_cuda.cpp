@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <iostream>
+#include <limits>
+#include <vector>
 
 #include "ltrain/amp/autocast.h"
 #include "ltrain/amp/grad_scaler.h"
@@ -13,6 +15,7 @@
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/models/fused_batchnorm.h"
+#include "ltrain/models/max_pool.h"
 #include "ltrain/models/resnet.h"
 #include "support.h"
 
@@ -277,6 +280,60 @@ TEST(FusedBatchNorm, ResNetGradientsAreAsCloseToFloat32AsTheUnfusedModels_CUDA) 
             << overall_relative_difference(fused, unfused) << "\n";
   EXPECT_LT(unfused_error, 0.2);  // a comparison between answers close to float32's
   EXPECT_LT(fused_error, 1.5 * unfused_error + 1e-3);
+}
+
+TEST(MaxPool, OwnKernelsMatchAtenInValuesAndGradients_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (!models::own_max_pool_built()) GTEST_SKIP() << "a CPU build";
+  struct Window {
+    int64_t kernel, stride, padding;
+  };
+  const std::vector<std::vector<int64_t>> shapes = {{4, 64, 16, 16}, {3, 16, 15, 13}};
+  const std::vector<Window> windows = {{3, 2, 1}, {2, 2, 0}, {3, 1, 1}};
+  for (const torch::ScalarType dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
+    for (const auto& shape : shapes) {
+      for (const Window& w : windows) {
+        SCOPED_TRACE(::testing::Message() << dtype << " " << c10::IntArrayRef(shape) << " window " << w.kernel << "/" << w.stride << "/"
+                                          << w.padding);
+        torch::manual_seed(3);
+        // Whole numbers: many windows hold equal maxima, where the first one must win as in ATen.
+        torch::Tensor input = (torch::randn(shape) * 2).round();
+        input[0][1][2][3] = std::numeric_limits<float>::quiet_NaN();  // a NaN wins its windows
+        input = input.to(torch::kCUDA, dtype).contiguous(torch::MemoryFormat::ChannelsLast);
+        ASSERT_TRUE(models::takes_own_max_pool(input, w.kernel, w.stride, w.padding));
+        const torch::Tensor own_input = input.clone().requires_grad_();
+        const torch::Tensor aten_input = input.clone().requires_grad_();
+        const torch::Tensor own = models::max_pool2d(own_input, w.kernel, w.stride, w.padding);
+        const torch::Tensor aten = torch::max_pool2d(aten_input, {w.kernel, w.kernel}, {w.stride, w.stride},
+                                                     {w.padding, w.padding});
+        ASSERT_EQ(own.sizes(), aten.sizes());
+        EXPECT_TRUE(own.is_contiguous(torch::MemoryFormat::ChannelsLast));
+        EXPECT_TRUE(torch::allclose(own, aten, 0.0, 0.0, /*equal_nan=*/true));
+        const torch::Tensor grad = torch::randn(aten.sizes(), aten.options()).contiguous(torch::MemoryFormat::ChannelsLast);
+        own.backward(grad);
+        aten.backward(grad);
+        // The same terms summed in float32 in the same order: equal up to the final rounding.
+        const double tolerance = dtype == torch::kFloat32 ? 1e-6 : 1e-2;
+        EXPECT_TRUE(torch::allclose(own_input.grad().to(torch::kFloat32), aten_input.grad().to(torch::kFloat32), 0.0,
+                                    tolerance));
+        EXPECT_EQ(own_input.grad().count_nonzero().item<int64_t>(), aten_input.grad().count_nonzero().item<int64_t>());
+      }
+    }
+  }
+}
+
+TEST(MaxPool, AtenTakesInputsTheKernelsDoNotFit_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Tensor nchw = torch::randn({2, 64, 8, 8}, torch::kCUDA);
+  const torch::Tensor nhwc = nchw.contiguous(torch::MemoryFormat::ChannelsLast);
+  EXPECT_FALSE(models::takes_own_max_pool(nchw, 3, 2, 1));
+  EXPECT_EQ(models::takes_own_max_pool(nhwc, 3, 2, 1), models::own_max_pool_built());
+  EXPECT_FALSE(models::takes_own_max_pool(torch::randn({2, 6, 8, 8}, torch::kCUDA).contiguous(
+                                              torch::MemoryFormat::ChannelsLast),
+                                          3, 2, 1));  // 6 channels fill no 16-byte vector
+  EXPECT_FALSE(models::takes_own_max_pool(nhwc.to(torch::kFloat64), 3, 2, 1));
+  EXPECT_TRUE(torch::equal(models::max_pool2d(nhwc, 3, 2, 1, /*own_kernels=*/false),
+                           torch::max_pool2d(nhwc, {3, 3}, {2, 2}, {1, 1})));
 }
 
 }  // namespace

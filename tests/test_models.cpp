@@ -9,6 +9,7 @@
 
 #include "ltrain/config/config.h"
 #include "ltrain/engine/setup.h"
+#include "ltrain/models/max_pool.h"
 #include "ltrain/models/resnet.h"
 
 namespace {
@@ -88,6 +89,18 @@ std::vector<std::vector<int64_t>> stage_sizes(ResNet& model, const torch::Tensor
 }
 
 // ---- Architecture --------------------------------------------------------------------------------
+
+TEST(MaxPool, AtenRunsItOffTheGpu) {
+  // The own kernels are CUDA-only; on the CPU the operator is ATen's, with its gradients.
+  torch::manual_seed(4);
+  const torch::Tensor input =
+      torch::randn({2, 8, 9, 9}).contiguous(torch::MemoryFormat::ChannelsLast).requires_grad_();
+  EXPECT_FALSE(ltrain::models::takes_own_max_pool(input, 3, 2, 1));
+  const torch::Tensor pooled = ltrain::models::max_pool2d(input, 3, 2, 1);
+  EXPECT_TRUE(torch::equal(pooled, torch::max_pool2d(input, {3, 3}, {2, 2}, {1, 1})));
+  pooled.sum().backward();
+  EXPECT_EQ(input.grad().sum().item<float>(), 2 * 8 * 5 * 5);  // each output passes its 1 to one input
+}
 
 TEST(ResNet, ParameterCountsMatchTorchvision) {
   const std::vector<std::pair<Arch, int64_t>> expected = {{Arch::resnet18, 11'181'642},

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "ltrain/models/fused_batchnorm.h"
+#include "ltrain/models/max_pool.h"
 
 namespace ltrain::models {
 namespace {
@@ -231,7 +232,7 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
 
 torch::Tensor ResNetImpl::forward_stem(torch::Tensor images) {
   torch::Tensor x = bn1->forward_relu(conv1->forward(images));
-  if (options_.stem == config::Stem::imagenet) x = torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
+  if (options_.stem == config::Stem::imagenet) x = max_pool2d(x, 3, 2, 1, options_.own_max_pool);
   return x;
 }
 

@@ -157,6 +157,9 @@ struct ModelSection {
   /// Run each BatchNorm and the ReLU (and residual add) after it as one cuDNN kernel forward and
   /// one backward where it can (training, CUDA, fp16/bf16, channels_last); false: three operators.
   bool fused_batchnorm = true;
+  /// Run the imagenet stem's max pooling with ltrain's own CUDA kernels where they apply (CUDA,
+  /// channels_last; models/max_pool.h): same values, a smaller arg-max; false: ATen's operator.
+  bool own_max_pool = true;
   /// Start from the weights in this safetensors file (torchvision's names, e.g. `ltrain export`
   /// output or a torchvision state_dict saved from Python); "" starts from a fresh initialization.
   std::string init_from;
@@ -171,6 +174,7 @@ struct ModelSection {
     v("channels_last", channels_last);
     v("checkpoint_segments", checkpoint_segments, at_least(0));
     v("fused_batchnorm", fused_batchnorm);
+    v("own_max_pool", own_max_pool);
     v("init_from", init_from);
   }
 };

@@ -1,0 +1,21 @@
+#pragma once
+// Max pooling as torch::max_pool2d computes it (floor mode, no dilation), forward and backward.
+// On CUDA, for channels_last float32/float16/bfloat16 input whose channels fill 16-byte vectors,
+// it runs ltrain's own kernels (kernels/max_pool_nhwc.h: a one-byte arg-max per output element
+// instead of ATen's int64 index); elsewhere, and with `own_kernels` false, ATen's operator.
+#include <torch/torch.h>
+
+namespace ltrain::models {
+
+/// Whether this build has the kernels (a CUDA build).
+bool own_max_pool_built();
+
+/// Whether max_pool2d(input, kernel, stride, padding, true) would run ltrain's kernels.
+bool takes_own_max_pool(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding);
+
+/// torch::max_pool2d(input, kernel, stride, padding) with square windows; the same values, and
+/// gradients summed in float32 in ATen's order.
+torch::Tensor max_pool2d(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding,
+                         bool own_kernels = true);
+
+}  // namespace ltrain::models

@@ -1,0 +1,187 @@
+#include "ltrain/kernels/max_pool_nhwc.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace ltrain::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // the loops stride over the rest
+constexpr int kVectorBytes = 16;
+
+__device__ inline float to_float(float value) { return value; }
+__device__ inline float to_float(__half value) { return __half2float(value); }
+__device__ inline float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+template <typename T>
+__device__ inline T from_float(float value);
+template <>
+__device__ inline float from_float<float>(float value) { return value; }
+template <>
+__device__ inline __half from_float<__half>(float value) { return __float2half_rn(value); }
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
+
+/// The channels one thread handles: one 16-byte load or store of T, and their arg-max bytes.
+template <typename T>
+struct alignas(kVectorBytes) Lanes {
+  static constexpr int kCount = kVectorBytes / static_cast<int>(sizeof(T));
+  T value[kCount];
+};
+template <int Count>
+struct alignas(Count) PositionLanes {
+  uint8_t value[Count];
+};
+
+__device__ inline int64_t first_thread() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ inline int64_t thread_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+template <typename T>
+__global__ void forward_kernel(const Lanes<T>* __restrict__ input, Lanes<T>* __restrict__ output,
+                               PositionLanes<Lanes<T>::kCount>* __restrict__ argmax, PoolGeometry g) {
+  constexpr int kCount = Lanes<T>::kCount;
+  const int64_t groups = g.channels / kCount;
+  const int64_t total = g.batch * g.out_height * g.out_width * groups;
+  // Output vectors in memory order: i = ((n * out_height + oh) * out_width + ow) * groups + group.
+  for (int64_t i = first_thread(); i < total; i += thread_stride()) {
+    const int64_t group = i % groups;
+    int64_t rest = i / groups;
+    const int64_t ow = rest % g.out_width;
+    rest /= g.out_width;
+    const int64_t oh = rest % g.out_height;
+    const int64_t n = rest / g.out_height;
+    const int64_t top = oh * g.stride - g.padding, left = ow * g.stride - g.padding;
+    // ATen starts from -inf at the window's first element inside the image.
+    const auto first = static_cast<uint8_t>((top < 0 ? -top : 0) * g.kernel + (left < 0 ? -left : 0));
+    float best[kCount];
+    T best_value[kCount];
+    uint8_t position[kCount];
+    for (int lane = 0; lane < kCount; ++lane) {
+      best[lane] = -__int_as_float(0x7f800000);  // -inf
+      best_value[lane] = from_float<T>(best[lane]);
+      position[lane] = first;
+    }
+    for (int64_t kh = 0; kh < g.kernel; ++kh) {
+      const int64_t h = top + kh;
+      if (h < 0 || h >= g.height) continue;
+      for (int64_t kw = 0; kw < g.kernel; ++kw) {
+        const int64_t w = left + kw;
+        if (w < 0 || w >= g.width) continue;
+        const Lanes<T> values = input[((n * g.height + h) * g.width + w) * groups + group];
+        for (int lane = 0; lane < kCount; ++lane) {
+          const float value = to_float(values.value[lane]);
+          if (value > best[lane] || isnan(value)) {
+            best[lane] = value;
+            best_value[lane] = values.value[lane];
+            position[lane] = static_cast<uint8_t>(kh * g.kernel + kw);
+          }
+        }
+      }
+    }
+    Lanes<T> out;
+    PositionLanes<kCount> where;
+    for (int lane = 0; lane < kCount; ++lane) {
+      out.value[lane] = best_value[lane];
+      where.value[lane] = position[lane];
+    }
+    output[i] = out;
+    argmax[i] = where;
+  }
+}
+
+template <typename T>
+__global__ void backward_kernel(const Lanes<T>* __restrict__ grad_output,
+                                const PositionLanes<Lanes<T>::kCount>* __restrict__ argmax,
+                                Lanes<T>* __restrict__ grad_input, PoolGeometry g) {
+  constexpr int kCount = Lanes<T>::kCount;
+  const int64_t groups = g.channels / kCount;
+  const int64_t total = g.batch * g.height * g.width * groups;
+  for (int64_t i = first_thread(); i < total; i += thread_stride()) {
+    const int64_t group = i % groups;
+    int64_t rest = i / groups;
+    const int64_t w = rest % g.width;
+    rest /= g.width;
+    const int64_t h = rest % g.height;
+    const int64_t n = rest / g.height;
+    // The windows that hold row h: oh * stride - padding <= h <= oh * stride - padding + kernel - 1.
+    const int64_t oh_begin = h + g.padding < g.kernel ? 0 : (h + g.padding - g.kernel) / g.stride + 1;
+    const int64_t oh_end = min((h + g.padding) / g.stride + 1, g.out_height);
+    const int64_t ow_begin = w + g.padding < g.kernel ? 0 : (w + g.padding - g.kernel) / g.stride + 1;
+    const int64_t ow_end = min((w + g.padding) / g.stride + 1, g.out_width);
+    float sum[kCount] = {};
+    for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
+      for (int64_t ow = ow_begin; ow < ow_end; ++ow) {
+        const auto here = static_cast<uint8_t>((h - (oh * g.stride - g.padding)) * g.kernel +
+                                               (w - (ow * g.stride - g.padding)));
+        const int64_t o = ((n * g.out_height + oh) * g.out_width + ow) * groups + group;
+        const PositionLanes<kCount> where = argmax[o];
+        bool any = false;
+        for (int lane = 0; lane < kCount; ++lane) any |= where.value[lane] == here;
+        if (!any) continue;  // most windows pick another element: skip the gradient's load
+        const Lanes<T> grads = grad_output[o];
+        for (int lane = 0; lane < kCount; ++lane)
+          if (where.value[lane] == here) sum[lane] += to_float(grads.value[lane]);
+      }
+    }
+    Lanes<T> out;
+    for (int lane = 0; lane < kCount; ++lane) out.value[lane] = from_float<T>(sum[lane]);
+    grad_input[i] = out;
+  }
+}
+
+int blocks_for(int64_t threads) {
+  const int64_t blocks = (threads + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+template <typename T>
+cudaError_t launch_forward(const void* input, void* output, uint8_t* argmax, const PoolGeometry& g,
+                           cudaStream_t stream) {
+  constexpr int kCount = Lanes<T>::kCount;
+  const int64_t vectors = g.batch * g.out_height * g.out_width * (g.channels / kCount);
+  if (vectors == 0) return cudaSuccess;
+  forward_kernel<T><<<blocks_for(vectors), kThreads, 0, stream>>>(
+      static_cast<const Lanes<T>*>(input), static_cast<Lanes<T>*>(output),
+      reinterpret_cast<PositionLanes<kCount>*>(argmax), g);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_backward(const void* grad_output, const uint8_t* argmax, void* grad_input,
+                            const PoolGeometry& g, cudaStream_t stream) {
+  constexpr int kCount = Lanes<T>::kCount;
+  const int64_t vectors = g.batch * g.height * g.width * (g.channels / kCount);
+  if (vectors == 0) return cudaSuccess;
+  backward_kernel<T><<<blocks_for(vectors), kThreads, 0, stream>>>(
+      static_cast<const Lanes<T>*>(grad_output), reinterpret_cast<const PositionLanes<kCount>*>(argmax),
+      static_cast<Lanes<T>*>(grad_input), g);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int64_t max_pool_vector_width(ElementType type) { return type == ElementType::float32 ? 4 : 8; }
+
+cudaError_t max_pool_nhwc_forward(ElementType type, const void* input, void* output, uint8_t* argmax,
+                                  const PoolGeometry& geometry, cudaStream_t stream) {
+  switch (type) {
+    case ElementType::float32: return launch_forward<float>(input, output, argmax, geometry, stream);
+    case ElementType::float16: return launch_forward<__half>(input, output, argmax, geometry, stream);
+    case ElementType::bfloat16: return launch_forward<__nv_bfloat16>(input, output, argmax, geometry, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t max_pool_nhwc_backward(ElementType type, const void* grad_output, const uint8_t* argmax,
+                                   void* grad_input, const PoolGeometry& geometry, cudaStream_t stream) {
+  switch (type) {
+    case ElementType::float32: return launch_backward<float>(grad_output, argmax, grad_input, geometry, stream);
+    case ElementType::float16: return launch_backward<__half>(grad_output, argmax, grad_input, geometry, stream);
+    case ElementType::bfloat16:
+      return launch_backward<__nv_bfloat16>(grad_output, argmax, grad_input, geometry, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace ltrain::kernels

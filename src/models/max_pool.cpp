@@ -1,0 +1,135 @@
+#include "ltrain/models/max_pool.h"
+
+#if LTRAIN_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "ltrain/kernels/max_pool_nhwc.h"
+#endif
+
+namespace ltrain::models {
+
+#if !LTRAIN_WITH_CUDA
+
+bool own_max_pool_built() { return false; }
+
+bool takes_own_max_pool(const torch::Tensor&, int64_t, int64_t, int64_t) { return false; }
+
+#else
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool element_type(torch::ScalarType dtype, kernels::ElementType& type) {
+  switch (dtype) {
+    case torch::kFloat32: type = kernels::ElementType::float32; return true;
+    case torch::kFloat16: type = kernels::ElementType::float16; return true;
+    case torch::kBFloat16: type = kernels::ElementType::bfloat16; return true;
+    default: return false;
+  }
+}
+
+bool vector_aligned(const torch::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+kernels::PoolGeometry geometry_of(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding) {
+  kernels::PoolGeometry g;
+  g.batch = input.size(0);
+  g.channels = input.size(1);
+  g.height = input.size(2);
+  g.width = input.size(3);
+  g.out_height = (g.height + 2 * padding - kernel) / stride + 1;
+  g.out_width = (g.width + 2 * padding - kernel) / stride + 1;
+  g.kernel = kernel;
+  g.stride = stride;
+  g.padding = padding;
+  return g;
+}
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string("max pooling kernel, ") + what + ": " + cudaGetErrorString(status));
+}
+
+struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
+  // input [N,C,H,W] channels_last -> output [N,C,OH,OW] channels_last; arg-max saved as uint8
+  // [N,OH,OW,C] (the position in the window).
+  static torch::Tensor forward(AutogradContext* context, const torch::Tensor& input, int64_t kernel, int64_t stride,
+                               int64_t padding) {
+    const kernels::PoolGeometry g = geometry_of(input, kernel, stride, padding);
+    kernels::ElementType type{};
+    element_type(input.scalar_type(), type);
+    const torch::Tensor output = torch::empty({g.batch, g.channels, g.out_height, g.out_width},
+                                              input.options().memory_format(torch::MemoryFormat::ChannelsLast));
+    const torch::Tensor argmax =
+        torch::empty({g.batch, g.out_height, g.out_width, g.channels}, input.options().dtype(torch::kUInt8));
+    check(kernels::max_pool_nhwc_forward(type, input.data_ptr(), output.data_ptr(), argmax.data_ptr<uint8_t>(), g,
+                                         c10::cuda::getCurrentCUDAStream(input.device().index()).stream()),
+          "forward");
+    context->save_for_backward({argmax});
+    context->saved_data["input_height"] = g.height;
+    context->saved_data["input_width"] = g.width;
+    context->saved_data["kernel"] = kernel;
+    context->saved_data["stride"] = stride;
+    context->saved_data["padding"] = padding;
+    return output;
+  }
+
+  static variable_list backward(AutogradContext* context, variable_list grads) {
+    const torch::Tensor argmax = context->get_saved_variables()[0];
+    torch::Tensor grad_output = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
+    if (!vector_aligned(grad_output)) grad_output = grad_output.clone(torch::MemoryFormat::ChannelsLast);
+    kernels::PoolGeometry g;
+    g.batch = argmax.size(0);
+    g.out_height = argmax.size(1);
+    g.out_width = argmax.size(2);
+    g.channels = argmax.size(3);
+    g.height = context->saved_data["input_height"].toInt();
+    g.width = context->saved_data["input_width"].toInt();
+    g.kernel = context->saved_data["kernel"].toInt();
+    g.stride = context->saved_data["stride"].toInt();
+    g.padding = context->saved_data["padding"].toInt();
+    kernels::ElementType type{};
+    element_type(grad_output.scalar_type(), type);
+    const torch::Tensor grad_input = torch::empty({g.batch, g.channels, g.height, g.width},
+                                                  grad_output.options().memory_format(torch::MemoryFormat::ChannelsLast));
+    check(kernels::max_pool_nhwc_backward(type, grad_output.data_ptr(), argmax.data_ptr<uint8_t>(),
+                                          grad_input.data_ptr(), g,
+                                          c10::cuda::getCurrentCUDAStream(grad_output.device().index()).stream()),
+          "backward");
+    return {grad_input, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool own_max_pool_built() { return true; }
+
+bool takes_own_max_pool(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding) {
+  kernels::ElementType type{};
+  if (!input.defined() || !input.is_cuda() || input.dim() != 4 || !element_type(input.scalar_type(), type)) return false;
+  if (!input.is_contiguous(torch::MemoryFormat::ChannelsLast) || !vector_aligned(input)) return false;
+  if (input.size(1) % kernels::max_pool_vector_width(type) != 0) return false;
+  // The arg-max byte holds kh * kernel + kw; ATen's own limits on padding and output size.
+  if (kernel < 1 || kernel * kernel > 256 || stride < 1 || padding < 0 || 2 * padding > kernel) return false;
+  return input.size(2) + 2 * padding >= kernel && input.size(3) + 2 * padding >= kernel && input.numel() > 0;
+}
+
+#endif  // LTRAIN_WITH_CUDA
+
+torch::Tensor max_pool2d(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding,
+                         bool own_kernels) {
+#if LTRAIN_WITH_CUDA
+  if (own_kernels && takes_own_max_pool(input, kernel, stride, padding))
+    return MaxPoolNhwc::apply(input, kernel, stride, padding);
+#else
+  (void)own_kernels;
+#endif
+  return torch::max_pool2d(input, {kernel, kernel}, {stride, stride}, {padding, padding});
+}
+
+}  // namespace ltrain::models
