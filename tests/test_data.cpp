@@ -456,6 +456,45 @@ TEST(LoaderTrain, CropThenFlipEqualsTorchvisionReference) {
   EXPECT_GT(shifted, 32);
 }
 
+TEST(LoaderTrain, CutoutZeroesOneClippedSquarePerImageAndNothingElse) {
+  const auto set = indexed_images(64, 6);
+  auto data = loader_config(16, true, 4, true);
+  TrainLoader plain(set, data, 17);
+  data.cutout = 8;
+  TrainLoader cut(set, data, 17);
+  int64_t clipped = 0;
+  for (int64_t epoch : {0, 3}) {
+    const auto plain_batches = epoch_batches(plain, epoch);
+    const auto cut_batches = epoch_batches(cut, epoch);
+    for (size_t i = 0; i < cut_batches.size(); ++i) {
+      // The same order, crops and flips with and without cutout: it only adds its own draws.
+      ASSERT_TRUE(torch::equal(cut_batches[i].labels, plain_batches[i].labels));
+      const auto changed = (cut_batches[i].images != plain_batches[i].images).any(1);  // [B,32,32] bool
+      EXPECT_TRUE(torch::equal(cut_batches[i].images.masked_select(changed.unsqueeze(1)),
+                               torch::zeros({3 * changed.sum().item<int64_t>()})));
+      for (int64_t b = 0; b < changed.size(0); ++b) {
+        const auto rows = changed[b].any(1).nonzero();     // [r,1]
+        const auto columns = changed[b].any(0).nonzero();  // [c,1]
+        const int64_t height = rows.size(0), width = columns.size(0);
+        // A square of side 8 centred anywhere in the image keeps 4 to 8 rows and columns, contiguous.
+        EXPECT_GE(height, 4);
+        EXPECT_LE(height, 8);
+        EXPECT_GE(width, 4);
+        EXPECT_LE(width, 8);
+        if (height > 0) {
+          EXPECT_EQ(rows[-1][0].item<int64_t>() - rows[0][0].item<int64_t>() + 1, height);
+        }
+        if (width > 0) {
+          EXPECT_EQ(columns[-1][0].item<int64_t>() - columns[0][0].item<int64_t>() + 1, width);
+        }
+        EXPECT_EQ(changed[b].sum().item<int64_t>(), height * width);  // the whole rectangle
+        clipped += (height < 8 || width < 8) ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(clipped, 0);  // squares at the border are cut short
+}
+
 TEST(LoaderTrain, PaddedPixelsAreMinusMeanOverStd) {
   ImageSet white{torch::full({32, 3, 32, 32}, 255, torch::kUInt8), torch::arange(32, torch::kInt64)};
   const auto data = loader_config(32, true, 4, true);

@@ -75,6 +75,7 @@ TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64
       random_crop_(data.random_crop),
       padding_(data.crop_padding),
       flip_(data.horizontal_flip),
+      cutout_(data.cutout),
       seed_(seed) {
   if (batch_size_ < 1) throw ConfigError(fmt::format("data.batch_size: {} is not a positive number", batch_size_));
   if (train_.size() < batch_size_ * shard_.count)
@@ -83,6 +84,8 @@ TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64
                                   batch_size_, shard_.count, train_.size()));
   if (padding_ < 0 || padding_ >= kImageSide)
     throw ConfigError(fmt::format("data.crop_padding: {} is outside 0-{}", padding_, kImageSide - 1));
+  if (cutout_ < 0 || cutout_ > kImageSide)
+    throw ConfigError(fmt::format("data.cutout: {} is outside 0-{}", cutout_, kImageSide));
   if (augments()) {
     // Padded once, so that a crop is one gather with no bounds tests (the border is the zero fill).
     const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(train_.images.device());
@@ -108,12 +111,14 @@ void TrainLoader::set_epoch(int64_t epoch) {
   // draws (and the order) unchanged.
   auto shift = torch::randint(-padding_, padding_ + 1, {count, 2}, generator, long_options);  // [N,2] (dy, dx)
   auto flip = torch::randint(0, 2, {count}, generator, long_options);                        // [N] Bernoulli(0.5)
+  auto centre = torch::randint(0, kImageSide, {count, 2}, generator, long_options);         // [N,2] cutout (cy, cx)
   if (!random_crop_) shift.zero_();
   if (!flip_) flip.zero_();
 
   const auto device = train_.labels.device();
   order_ = order.to(device);
   labels_in_order_ = train_.labels.index_select(0, order_);
+  if (cutout_ > 0) cutout_corner_ = (centre.index_select(0, order) - cutout_ / 2).to(device);
   if (!augments()) return;
   // Put in the epoch's order here, so that a batch takes slices instead of gathering them.
   shift = shift.index_select(0, order) + border();
@@ -128,8 +133,13 @@ Batch TrainLoader::batch(int64_t index) const {
   const int64_t start = (index * shard_.count + shard_.rank) * batch_size_;
   const auto indices = order_.narrow(0, start, batch_size_);           // [B] int64, device
   const auto labels = labels_in_order_.narrow(0, start, batch_size_);  // [B] int64, device
-  if (!augments()) return {normalize_(train_.images.index_select(0, indices)), labels};
+  torch::Tensor images =
+      augments() ? cropped_and_flipped(indices, start) : normalize_(train_.images.index_select(0, indices));
+  if (cutout_ > 0) cut_out(images, start);
+  return {images, labels};
+}
 
+torch::Tensor TrainLoader::cropped_and_flipped(const torch::Tensor& indices, int64_t start) const {
   // torchvision's RandomCrop(32, padding=p) then RandomHorizontalFlip, as one gather from the
   // zero-padded image P (P[Y, X] = image[Y - p, X - p], 0 in the border):
   //   out[y, x] = crop[y, flip ? 31 - x : x] = P[y + p + dy, x' + p + dx],  x' = flip ? 31 - x : x
@@ -141,7 +151,18 @@ Batch TrainLoader::batch(int64_t index) const {
   const auto gathered = padded_images_.index_select(0, indices)                           // [B,3,S,S] uint8
                             .view({batch_size_, kChannels, side * side})
                             .gather(2, source.view({batch_size_, 1, plane}).expand({batch_size_, kChannels, plane}));
-  return {normalize_(gathered.view({batch_size_, kChannels, kImageSide, kImageSide})), labels};
+  return normalize_(gathered.view({batch_size_, kChannels, kImageSide, kImageSide}));
+}
+
+void TrainLoader::cut_out(torch::Tensor& images, int64_t start) const {
+  const auto options = torch::TensorOptions().dtype(torch::kInt64).device(images.device());
+  const auto corner = cutout_corner_.narrow(0, start, batch_size_);  // [B,2] int64
+  const auto top = corner.select(1, 0).view({batch_size_, 1, 1});
+  const auto left = corner.select(1, 1).view({batch_size_, 1, 1});
+  const auto y = torch::arange(kImageSide, options).view({1, kImageSide, 1});
+  const auto x = torch::arange(kImageSide, options).view({1, 1, kImageSide});
+  const auto inside = (y >= top) & (y < top + cutout_) & (x >= left) & (x < left + cutout_);  // [B,32,32] bool
+  images.masked_fill_(inside.unsqueeze(1), 0.0);
 }
 
 // ---- EvalLoader -------------------------------------------------------------------------------

@@ -197,6 +197,10 @@ struct DataSection {
   int64_t crop_padding = 4;
   /// Mirror half of the training images left-right.
   bool horizontal_flip = true;
+  /// Cutout (DeVries & Taylor, 2017): set a square of this side to 0 in each normalized training
+  /// image (the mean pixel, with `normalize`), centred anywhere in it and clipped at its border;
+  /// 0: off.
+  int64_t cutout = 0;
   /// Subtract `mean` and divide by `std` per channel (after scaling pixels to [0, 1]).
   bool normalize = true;
   /// Per-channel mean (R, G, B) of pixels in [0, 1]; CIFAR-10's training set by default.
@@ -218,6 +222,7 @@ struct DataSection {
     v("random_crop", random_crop);
     v("crop_padding", crop_padding, between(0, 16));
     v("horizontal_flip", horizontal_flip);
+    v("cutout", cutout, between(0, 32));
     v("normalize", normalize);
     v("mean", mean, between(0, 1));
     v("std", std, positive());

@@ -1,6 +1,6 @@
 #pragma once
 // The whole dataset lives on the device as uint8; batches are gathered, augmented (random crop
-// with zero padding, horizontal flip) and normalized there, with no host work per step beyond
+// with zero padding, horizontal flip, cutout) and normalized there, with no host work per step beyond
 // launching kernels and no host-device sync.
 #include <cstdint>
 
@@ -60,6 +60,10 @@ class TrainLoader {
   int64_t border() const { return random_crop_ ? padding_ : 0; }
   /// Side of a stored (bordered) image plane.
   int64_t padded_side() const { return kImageSide + 2 * border(); }
+  /// Crop and flip of the images at `indices` (padded_images_), normalized: [B,3,32,32] float32.
+  torch::Tensor cropped_and_flipped(const torch::Tensor& indices, int64_t start) const;
+  /// Cutout: zeroes each image's square, in place; `start` is the batch's first position.
+  void cut_out(torch::Tensor& images, int64_t start) const;
 
   ImageSet train_;  // its images are dropped when augmenting (padded_images_ holds them)
   Normalizer normalize_;
@@ -68,6 +72,7 @@ class TrainLoader {
   bool random_crop_;
   int64_t padding_;
   bool flip_;
+  int64_t cutout_;  // side of the cutout square, 0: off
   uint64_t seed_;
   // Fixed, on the device (when augmenting):
   torch::Tensor padded_images_;  // [N,3,S,S] uint8: the images with their zero border, S = padded_side()
@@ -78,6 +83,7 @@ class TrainLoader {
   torch::Tensor labels_in_order_;  // [N] int64
   torch::Tensor crop_offset_;     // [N,1,1] int64: (dy + border) * S + dx + border, the crop's corner in the padded plane
   torch::Tensor flipped_;         // [N] int64: 1 where the image is mirrored
+  torch::Tensor cutout_corner_;   // [N,2] int64 (y, x): the cutout square's top-left corner, maybe outside the image
 };
 
 /// Test batches: every image once, in file order; the last batch may be smaller.
