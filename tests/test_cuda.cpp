@@ -293,8 +293,8 @@ TEST(MaxPool, OwnKernelsMatchAtenInValuesAndGradients_CUDA) {
   for (const torch::ScalarType dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
     for (const auto& shape : shapes) {
       for (const Window& w : windows) {
-        SCOPED_TRACE(::testing::Message() << dtype << " " << c10::IntArrayRef(shape) << " window " << w.kernel << "/" << w.stride << "/"
-                                          << w.padding);
+        SCOPED_TRACE(::testing::Message() << dtype << " " << c10::IntArrayRef(shape) << " window " << w.kernel
+                                          << "/" << w.stride << "/" << w.padding);
         torch::manual_seed(3);
         // Whole numbers: many windows hold equal maxima, where the first one must win as in ATen.
         torch::Tensor input = (torch::randn(shape) * 2).round();
@@ -309,7 +309,8 @@ TEST(MaxPool, OwnKernelsMatchAtenInValuesAndGradients_CUDA) {
         ASSERT_EQ(own.sizes(), aten.sizes());
         EXPECT_TRUE(own.is_contiguous(torch::MemoryFormat::ChannelsLast));
         EXPECT_TRUE(torch::allclose(own, aten, 0.0, 0.0, /*equal_nan=*/true));
-        const torch::Tensor grad = torch::randn(aten.sizes(), aten.options()).contiguous(torch::MemoryFormat::ChannelsLast);
+        const torch::Tensor grad =
+            torch::randn(aten.sizes(), aten.options()).contiguous(torch::MemoryFormat::ChannelsLast);
         own.backward(grad);
         aten.backward(grad);
         // The same terms summed in float32 in the same order: equal up to the final rounding.

@@ -95,8 +95,8 @@ struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
     g.padding = context->saved_data["padding"].toInt();
     kernels::ElementType type{};
     element_type(grad_output.scalar_type(), type);
-    const torch::Tensor grad_input = torch::empty({g.batch, g.channels, g.height, g.width},
-                                                  grad_output.options().memory_format(torch::MemoryFormat::ChannelsLast));
+    const auto layout = grad_output.options().memory_format(torch::MemoryFormat::ChannelsLast);
+    const torch::Tensor grad_input = torch::empty({g.batch, g.channels, g.height, g.width}, layout);
     check(kernels::max_pool_nhwc_backward(type, grad_output.data_ptr(), argmax.data_ptr<uint8_t>(),
                                           grad_input.data_ptr(), g,
                                           c10::cuda::getCurrentCUDAStream(grad_output.device().index()).stream()),
@@ -111,7 +111,8 @@ bool own_max_pool_built() { return true; }
 
 bool takes_own_max_pool(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding) {
   kernels::ElementType type{};
-  if (!input.defined() || !input.is_cuda() || input.dim() != 4 || !element_type(input.scalar_type(), type)) return false;
+  if (!input.defined() || !input.is_cuda() || input.dim() != 4) return false;
+  if (!element_type(input.scalar_type(), type)) return false;
   if (!input.is_contiguous(torch::MemoryFormat::ChannelsLast) || !vector_aligned(input)) return false;
   if (input.size(1) % kernels::max_pool_vector_width(type) != 0) return false;
   // The arg-max byte holds kh * kernel + kw; ATen's own limits on padding and output size.
