@@ -86,6 +86,10 @@ TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64
     throw ConfigError(fmt::format("data.crop_padding: {} is outside 0-{}", padding_, kImageSide - 1));
   if (cutout_ < 0 || cutout_ > kImageSide)
     throw ConfigError(fmt::format("data.cutout: {} is outside 0-{}", cutout_, kImageSide));
+  if (cutout_ > 0) {
+    const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(train_.labels.device());
+    pixel_index_ = torch::arange(kImageSide, long_options);
+  }
   if (augments()) {
     // Padded once, so that a crop is one gather with no bounds tests (the border is the zero fill).
     const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(train_.images.device());
@@ -155,12 +159,11 @@ torch::Tensor TrainLoader::cropped_and_flipped(const torch::Tensor& indices, int
 }
 
 void TrainLoader::cut_out(torch::Tensor& images, int64_t start) const {
-  const auto options = torch::TensorOptions().dtype(torch::kInt64).device(images.device());
   const auto corner = cutout_corner_.narrow(0, start, batch_size_);  // [B,2] int64
   const auto top = corner.select(1, 0).view({batch_size_, 1, 1});
   const auto left = corner.select(1, 1).view({batch_size_, 1, 1});
-  const auto y = torch::arange(kImageSide, options).view({1, kImageSide, 1});
-  const auto x = torch::arange(kImageSide, options).view({1, 1, kImageSide});
+  const auto y = pixel_index_.view({1, kImageSide, 1});
+  const auto x = pixel_index_.view({1, 1, kImageSide});
   const auto inside = (y >= top) & (y < top + cutout_) & (x >= left) & (x < left + cutout_);  // [B,32,32] bool
   images.masked_fill_(inside.unsqueeze(1), 0.0);
 }

@@ -74,10 +74,11 @@ class TrainLoader {
   bool flip_;
   int64_t cutout_;  // side of the cutout square, 0: off
   uint64_t seed_;
-  // Fixed, on the device (when augmenting):
+  // Fixed, on the device (when augmenting; pixel_index_ with cutout):
   torch::Tensor padded_images_;  // [N,3,S,S] uint8: the images with their zero border, S = padded_side()
   torch::Tensor rows_;           // [1,32,1] int64: y * S
   torch::Tensor columns_;        // [2,1,32] int64: x, and 31 - x for a flipped image
+  torch::Tensor pixel_index_;    // [32] int64: 0..31, the rows and columns cutout compares (with cutout)
   // Per epoch, on the device, indexed by position in the epoch's order (a batch is a slice):
   torch::Tensor order_;           // [N] int64, the epoch's permutation
   torch::Tensor labels_in_order_;  // [N] int64
