@@ -90,6 +90,10 @@ TEST(Config, OutOfRange) {
             file + ": optim.momentum = 1.5: expected a number between 0 and 1");
   EXPECT_EQ(error_of(dir, R"({"data": {"std": [0.2, 0, 0.2]}})"),
             file + ": data.std = [0.2,0,0.2]: expected a list of numbers > 0");
+  EXPECT_EQ(error_of(dir, R"({"data": {"cutout": 33}})"),
+            file + ": data.cutout = 33: expected an integer between 0 and 32");
+  EXPECT_EQ(error_of(dir, R"({"precision": {"cudnn_benchmark_limit": -1}})"),
+            file + ": precision.cudnn_benchmark_limit = -1: expected an integer between 0 and 100000");
 }
 
 TEST(Config, ImpossibleCombinations) {
