@@ -1,7 +1,6 @@
 #include "ltrain/kernels/max_pool_nhwc.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "element_access.cuh"
 
 namespace ltrain::kernels {
 namespace {
@@ -9,19 +8,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // the loops stride over the rest
 constexpr int kVectorBytes = 16;
-
-__device__ inline float to_float(float value) { return value; }
-__device__ inline float to_float(__half value) { return __half2float(value); }
-__device__ inline float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-template <typename T>
-__device__ inline T from_float(float value);
-template <>
-__device__ inline float from_float<float>(float value) { return value; }
-template <>
-__device__ inline __half from_float<__half>(float value) { return __float2half_rn(value); }
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
 
 /// The channels one thread handles: one 16-byte load or store of T, and their arg-max bytes.
 template <typename T>
@@ -33,9 +19,6 @@ template <int Count>
 struct alignas(Count) PositionLanes {
   uint8_t value[Count];
 };
-
-__device__ inline int64_t first_thread() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
-__device__ inline int64_t thread_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 template <typename T>
 __global__ void forward_kernel(const Lanes<T>* __restrict__ input, Lanes<T>* __restrict__ output,

@@ -1,13 +1,10 @@
 #include "ltrain/models/max_pool.h"
 
 #if LTRAIN_WITH_CUDA
-#include <c10/cuda/CUDAStream.h>
-
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "ltrain/kernels/max_pool_nhwc.h"
+#include "ltrain/kernels/torch_bridge.h"
 #endif
 
 namespace ltrain::models {
@@ -25,15 +22,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool element_type(torch::ScalarType dtype, kernels::ElementType& type) {
-  switch (dtype) {
-    case torch::kFloat32: type = kernels::ElementType::float32; return true;
-    case torch::kFloat16: type = kernels::ElementType::float16; return true;
-    case torch::kBFloat16: type = kernels::ElementType::bfloat16; return true;
-    default: return false;
-  }
-}
-
 bool vector_aligned(const torch::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 kernels::PoolGeometry geometry_of(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding) {
@@ -50,11 +38,6 @@ kernels::PoolGeometry geometry_of(const torch::Tensor& input, int64_t kernel, in
   return g;
 }
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw std::runtime_error(std::string("max pooling kernel, ") + what + ": " + cudaGetErrorString(status));
-}
-
 struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
   // input [N,C,H,W] channels_last -> output [N,C,OH,OW] channels_last; arg-max saved as uint8
   // [N,OH,OW,C] (the position in the window).
@@ -62,14 +45,15 @@ struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
                                int64_t padding) {
     const kernels::PoolGeometry g = geometry_of(input, kernel, stride, padding);
     kernels::ElementType type{};
-    element_type(input.scalar_type(), type);
+    kernels::element_type_of(input.scalar_type(), type);
     const torch::Tensor output = torch::empty({g.batch, g.channels, g.out_height, g.out_width},
                                               input.options().memory_format(torch::MemoryFormat::ChannelsLast));
     const torch::Tensor argmax =
         torch::empty({g.batch, g.out_height, g.out_width, g.channels}, input.options().dtype(torch::kUInt8));
-    check(kernels::max_pool_nhwc_forward(type, input.data_ptr(), output.data_ptr(), argmax.data_ptr<uint8_t>(), g,
-                                         c10::cuda::getCurrentCUDAStream(input.device().index()).stream()),
-          "forward");
+    kernels::throw_on_error(kernels::max_pool_nhwc_forward(type, input.data_ptr(), output.data_ptr(),
+                                                           argmax.data_ptr<uint8_t>(), g,
+                                                           kernels::current_stream_of(input)),
+                            "max pooling kernel, forward");
     context->save_for_backward({argmax});
     context->saved_data["input_height"] = g.height;
     context->saved_data["input_width"] = g.width;
@@ -94,13 +78,13 @@ struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
     g.stride = context->saved_data["stride"].toInt();
     g.padding = context->saved_data["padding"].toInt();
     kernels::ElementType type{};
-    element_type(grad_output.scalar_type(), type);
+    kernels::element_type_of(grad_output.scalar_type(), type);
     const auto layout = grad_output.options().memory_format(torch::MemoryFormat::ChannelsLast);
     const torch::Tensor grad_input = torch::empty({g.batch, g.channels, g.height, g.width}, layout);
-    check(kernels::max_pool_nhwc_backward(type, grad_output.data_ptr(), argmax.data_ptr<uint8_t>(),
-                                          grad_input.data_ptr(), g,
-                                          c10::cuda::getCurrentCUDAStream(grad_output.device().index()).stream()),
-          "backward");
+    kernels::throw_on_error(
+        kernels::max_pool_nhwc_backward(type, grad_output.data_ptr(), argmax.data_ptr<uint8_t>(), grad_input.data_ptr(),
+                                        g, kernels::current_stream_of(grad_output)),
+        "max pooling kernel, backward");
     return {grad_input, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -112,7 +96,7 @@ bool own_max_pool_built() { return true; }
 bool takes_own_max_pool(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding) {
   kernels::ElementType type{};
   if (!input.defined() || !input.is_cuda() || input.dim() != 4) return false;
-  if (!element_type(input.scalar_type(), type)) return false;
+  if (!kernels::element_type_of(input.scalar_type(), type)) return false;
   if (!input.is_contiguous(torch::MemoryFormat::ChannelsLast) || !vector_aligned(input)) return false;
   if (input.size(1) % kernels::max_pool_vector_width(type) != 0) return false;
   // The arg-max byte holds kh * kernel + kw; ATen's own limits on padding and output size.

@@ -9,9 +9,9 @@
 
 #include <cstdint>
 
-namespace ltrain::kernels {
+#include "ltrain/kernels/element_type.h"
 
-enum class ElementType { float32, float16, bfloat16 };
+namespace ltrain::kernels {
 
 /// Input [batch, height, width, channels] and output [batch, out_height, out_width, channels],
 /// both contiguous; floor mode, no dilation, padding <= kernel / 2, kernel * kernel <= 256.
