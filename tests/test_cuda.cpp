@@ -17,6 +17,7 @@
 #include "ltrain/models/fused_batchnorm.h"
 #include "ltrain/models/max_pool.h"
 #include "ltrain/models/resnet.h"
+#include "ltrain/optim/gradient_kernels.h"
 #include "support.h"
 
 namespace ltrain {
@@ -73,7 +74,9 @@ TEST(MixedPrecision, FusedAndPortableOptimizersAgree_CUDA) {
   // The same parameters and the same scaled gradients go through both paths; step 1 carries an
   // inf (found_inf = 1) that both must skip on the device. Only the update arithmetic differs,
   // so the weights and the optimizer state must agree to float32 rounding.
-  const std::vector<std::vector<int64_t>> shapes{{16, 3, 3, 3}, {16}, {16}, {10, 16}, {10}};
+  // More parameters than one launch of ltrain's SGD kernel takes (64), one over many blocks.
+  std::vector<std::vector<int64_t>> shapes{{16, 3, 3, 3}, {16}, {16}, {10, 16}, {10}, {300, 70}};
+  for (int64_t i = 0; i < 70; ++i) shapes.push_back({i % 5 + 1, 3});
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   torch::manual_seed(3);
   optim::NamedTensors initial;
@@ -118,6 +121,71 @@ TEST(MixedPrecision, FusedAndPortableOptimizersAgree_CUDA) {
                                                     << (a - b).abs().max().item<double>();
     }
   }
+}
+
+TEST(MixedPrecision, SgdKernelReadsLowPrecisionGradientsAsTheirFloat32Values_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  if (!optim::gradient_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels";
+  // Steps from fp16 and bf16 gradients must equal, bit for bit, steps from the same values
+  // widened to float32 first: the kernel converts each element exactly and does the rest alike.
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(5);
+  const std::vector<std::vector<int64_t>> shapes{{64, 16, 3, 3}, {64}, {10, 64}};
+  for (torch::ScalarType dtype : {torch::kHalf, torch::kBFloat16}) {
+    std::vector<torch::Tensor> initial, low;
+    for (const auto& shape : shapes) {
+      initial.push_back(torch::randn(shape, cuda));
+      low.push_back((torch::randn(shape, cuda) * 512).to(dtype));
+    }
+    auto run = [&](bool widen) {
+      std::vector<torch::Tensor> params, buffers, grads;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        params.push_back(initial[i].clone());
+        buffers.push_back(torch::zeros_like(initial[i]));
+        grads.push_back(widen ? low[i].to(torch::kFloat32) : low[i]);
+      }
+      const torch::Tensor lr = torch::full({}, 0.1, cuda);
+      const optim::ScalerState scaler{torch::full({1}, 512.0, cuda), torch::zeros({1}, cuda)};
+      for (int step = 0; step < 3; ++step)
+        optim::sgd_step(params, grads, buffers, {5e-4, 0.0, 5e-4}, 0.9, true, lr, scaler);
+      params.insert(params.end(), buffers.begin(), buffers.end());
+      return params;
+    };
+    const std::vector<torch::Tensor> from_low = run(false), from_float32 = run(true);
+    for (size_t i = 0; i < from_low.size(); ++i) EXPECT_TRUE(torch::equal(from_low[i], from_float32[i])) << i;
+  }
+}
+
+TEST(MixedPrecision, InfCheckReadsEveryDtypeAndChangesNoGradient_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  if (!optim::gradient_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels";
+  // Float32, fp16 and bf16 gradients in one list, more of them than one launch takes (128).
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(6);
+  std::vector<torch::Tensor> grads{torch::randn({5000}, cuda), torch::randn({3, 3}, cuda).to(torch::kHalf)};
+  for (int i = 0; i < 130; ++i) grads.push_back(torch::randn({7}, cuda).to(torch::kBFloat16));
+  amp::GradScalerOptions options;
+  options.enabled = true;
+  amp::GradScaler scaler(options, torch::kCUDA);
+  auto found_after_check = [&]() {
+    std::vector<torch::Tensor> before;
+    for (const auto& grad : grads) before.push_back(grad.clone());
+    scaler.check(grads);
+    for (size_t i = 0; i < grads.size(); ++i) {  // equal_nan: a NaN left in place equals itself
+      EXPECT_TRUE(torch::allclose(grads[i].to(torch::kFloat64), before[i].to(torch::kFloat64), 0.0, 0.0, true)) << i;
+    }
+    return scaler.step_state(/*gradients_unscaled=*/false).found_inf.item<double>();
+  };
+  EXPECT_EQ(found_after_check(), 0.0);
+  grads[1][2][2] = std::numeric_limits<double>::infinity();  // the fp16 gradient's last element
+  EXPECT_EQ(found_after_check(), 1.0);
+  grads[1][2][2] = 0.0;
+  EXPECT_EQ(found_after_check(), 0.0);  // each check starts from zero
+  grads[131][6] = std::numeric_limits<double>::quiet_NaN();  // the last bf16 gradient, in the second launch
+  EXPECT_EQ(found_after_check(), 1.0);
+  grads[131][6] = 0.0;
+  grads[0][4999] = -std::numeric_limits<double>::infinity();
+  EXPECT_EQ(found_after_check(), 1.0);
 }
 
 TEST(MixedPrecision, ScalerSkipsAndBacksOffOnTheGpu_CUDA) {

@@ -140,6 +140,39 @@ TEST(CudaGraph, ReplayReadsTheLearningRateWrittenBeforeIt_CUDA) {
   EXPECT_FALSE(torch::equal(model->parameters().front().detach(), before));
 }
 
+TEST(LowPrecisionGradients, StepsMatchStepsFromFloat32Copies_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // optim.fused: ltrain's SGD kernel reads the fp16/bf16 weight gradients as the backward pass
+  // leaves them. optim.fused=false: they are copied into float32 gradients first, unscaled and
+  // stepped by torch operators. From the same state with deterministic cuDNN the forward and
+  // backward passes agree bit for bit, so one applied step may differ by float32 rounding only.
+  // (Over several steps the fp16/bf16 copies of weights a rounding apart round apart too, and
+  // the runs drift; the tests of the kernel itself pin the arithmetic.) fp16: step 0 has an
+  // inf gradient that both must skip, then step 1 is applied.
+  for (const char* mode : {"fp16", "bf16"}) {
+    const bool fp16 = mode == std::string("fp16");
+    const std::vector<data::Batch> batches = random_batches(fp16 ? 2 : 1, 32);
+    const std::vector<double> lrs(batches.size(), 0.05);
+    const int64_t inf_step = fp16 ? 0 : -1;
+    const auto kernel = graph_test_config({std::string("precision.mode=") + mode, "model.channels_last=true"});
+    const auto portable = graph_test_config({std::string("precision.mode=") + mode, "model.channels_last=true",
+                                             "optim.fused=false"});
+    const StepRecord a = run_steps(kernel, batches, lrs, inf_step);
+    const StepRecord b = run_steps(portable, batches, lrs, inf_step);
+    EXPECT_EQ(a.skipped_steps, fp16 ? 1 : 0) << mode;
+    EXPECT_EQ(a.skipped_steps, b.skipped_steps) << mode;
+    for (size_t i = 0; i < a.losses.size(); ++i) {
+      EXPECT_NEAR(a.losses[i], b.losses[i], 1e-6 * std::abs(b.losses[i])) << mode << " step " << i;
+      EXPECT_EQ(a.scales[i], b.scales[i]) << mode << " step " << i;
+    }
+    ASSERT_EQ(a.weights.size(), b.weights.size());
+    for (size_t i = 0; i < a.weights.size(); ++i) {
+      const torch::Tensor x = a.weights[i].to(torch::kFloat64), y = b.weights[i].to(torch::kFloat64);
+      EXPECT_LE((x - y).norm().item<double>(), 1e-6 * y.norm().item<double>() + 1e-9) << mode << " tensor " << i;
+    }
+  }
+}
+
 TEST(CudaGraph, GraphedEvaluationCountsEveryImageOnce_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   // 250 test images in batches of 64: the first evaluation runs batch 0 eagerly (the warm-up),

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "ltrain/core/errors.h"
+#include "ltrain/optim/gradient_kernels.h"
 
 namespace ltrain::amp {
 namespace {
@@ -48,6 +49,11 @@ void GradScaler::unscale(const std::vector<torch::Tensor>& grads) {
 void GradScaler::check(const std::vector<torch::Tensor>& grads) {
   if (!options_.enabled) return;
   torch::NoGradGuard no_grad;
+  if (found_inf_.is_cuda() && optim::takes_gradient_kernels(grads)) {
+    found_inf_.zero_();
+    optim::find_non_finite(grads, found_inf_);  // reads the gradients, in any float dtype, and writes nothing back
+    return;
+  }
   find_non_finite(grads, torch::ones({1}, on(scale_.device(), torch::kFloat32)));
 }
 

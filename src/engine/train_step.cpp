@@ -1,5 +1,7 @@
 #include "ltrain/engine/train_step.h"
 
+#include <utility>
+
 #include "ltrain/amp/autocast.h"
 #include "ltrain/engine/setup.h"
 
@@ -34,6 +36,16 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
       label_smoothing_(config.loss.label_smoothing),
       group_(group) {
   if (precision_.autocast) low_precision_weights_.emplace(*model_, precision_.dtype);
+  low_precision_gradients_ = low_precision_weights_ && accumulation_steps_ == 1 && clip_grad_norm_ == 0.0 &&
+                             group_ == nullptr && optimizer_.takes_low_precision_gradients();
+  if (low_precision_gradients_) {
+    for (const optim::ParamGroup& param_group : optimizer_.groups()) {
+      for (const torch::Tensor& param : param_group.params) {
+        const torch::Tensor mirror = low_precision_weights_->mirror_of(param);
+        gradient_leaves_.push_back(mirror.defined() ? mirror : param);
+      }
+    }
+  }
   if (group_) {
     std::vector<dist::GradientSource> sources;
     for (const torch::Tensor& param : model_->parameters()) {
@@ -78,7 +90,8 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
     const bool last_micro_batch = micro + 1 == images.size();
     if (reducer_ && last_micro_batch) reducer_->arm(/*accumulated=*/micro > 0);
     scaler_.scale_loss(loss / static_cast<double>(accumulation_steps_)).backward();
-    if (low_precision_weights_) low_precision_weights_->collect_gradients(/*first_micro_batch=*/micro == 0);
+    if (low_precision_weights_ && !low_precision_gradients_)
+      low_precision_weights_->collect_gradients(/*first_micro_batch=*/micro == 0);
     if (reducer_ && last_micro_batch) reducer_->finish();  // every rank now holds the mean gradients
     torch::NoGradGuard no_grad;
     loss_sum_.add_(loss.detach().to(torch::kFloat32) * static_cast<double>(labels[micro].size(0)));
@@ -86,19 +99,31 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
   }
   low_precision.reset();
 
-  const std::vector<torch::Tensor> grads = optimizer_.gradients();
+  const std::vector<torch::Tensor> grads = low_precision_gradients_ ? take_leaf_gradients() : optimizer_.gradients();
   if (clip_grad_norm_ > 0.0) {
     scaler_.unscale(grads);  // clipping needs the true gradients
     clip_grad_norm(grads, clip_grad_norm_);
     optimizer_.step(scaler_.step_state(/*gradients_unscaled=*/true));
   } else if (optimizer_.fused()) {
     scaler_.check(grads);  // the fused kernel divides by the scale itself
-    optimizer_.step(scaler_.step_state(/*gradients_unscaled=*/false));
+    optimizer_.step(scaler_.step_state(/*gradients_unscaled=*/false), grads);
   } else {
     scaler_.unscale(grads);
     optimizer_.step(scaler_.step_state(/*gradients_unscaled=*/true));
   }
   scaler_.update();
+}
+
+std::vector<torch::Tensor> TrainStep::take_leaf_gradients() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  grads.reserve(gradient_leaves_.size());
+  for (torch::Tensor& leaf : gradient_leaves_) {
+    // The leaves keep no gradient: the next backward pass writes fresh ones instead of adding.
+    torch::Tensor grad = std::exchange(leaf.mutable_grad(), torch::Tensor());
+    grads.push_back(grad.defined() ? grad : torch::zeros_like(leaf));  // a layer the forward pass skipped
+  }
+  return grads;
 }
 
 StepTotals TrainStep::take_totals() {

@@ -342,7 +342,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
                total_steps, epochs);
   spdlog::info("precision {}{}{} | optimizer step: {}{}{}", config::to_string(config.precision.mode),
                scaler.enabled() ? " with a GradScaler" : "", config.model.channels_last ? " | channels_last" : "",
-               optimizer->fused() ? "fused (LibTorch)" : "portable",
+               optimizer->step_kernel(),
                config.cuda_graph.train
                    ? fmt::format(" | CUDA graph of the training step after {} eager steps", config.cuda_graph.warmup_steps)
                    : "",

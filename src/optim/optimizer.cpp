@@ -7,6 +7,7 @@
 
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/optim/gradient_kernels.h"
 
 namespace ltrain::optim {
 namespace {
@@ -32,44 +33,32 @@ class Sgd final : public Optimizer {
  public:
   Sgd(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device, bool fused)
       : Optimizer(std::move(groups), device, fused), momentum_(options.momentum), nesterov_(options.nesterov) {
-    if (momentum_ == 0.0) return;
-    for (const auto& group : groups_)
-      for (size_t i = 0; i < group.params.size(); ++i)
-        momentum_buffers_.emplace_back("momentum_buffer/" + group.names[i], torch::zeros_like(group.params[i]));
-  }
-
-  void step(const ScalerState& scaler) override {
-    torch::NoGradGuard no_grad;
-    size_t first = 0;  // index of the group's first momentum buffer
     for (const auto& group : groups_) {
-      if (fused_) fused_group_step(group, first, scaler);
-      else portable_group_step(group, first, scaler);
-      if (momentum_ != 0.0) first += group.params.size();
+      for (size_t i = 0; i < group.params.size(); ++i) {
+        params_.push_back(group.params[i]);
+        weight_decays_.push_back(group.weight_decay);
+        if (momentum_ == 0.0) continue;
+        momentum_buffers_.emplace_back("momentum_buffer/" + group.names[i], torch::zeros_like(group.params[i]));
+        buffers_.push_back(momentum_buffers_.back().second);
+      }
     }
   }
 
-  NamedTensors state() const override { return momentum_buffers_; }
-
- private:
-  void fused_group_step(const ParamGroup& group, size_t first, const ScalerState& scaler) {
-    std::vector<torch::Tensor> grads, buffers;
-    for (size_t i = 0; i < group.params.size(); ++i) {
-      grads.push_back(group.params[i].grad());
-      if (momentum_ != 0.0) buffers.push_back(momentum_buffers_[first + i].second);
+  void step(const ScalerState& scaler, const std::vector<torch::Tensor>& given) override {
+    torch::NoGradGuard no_grad;
+    const std::vector<torch::Tensor> grads = given.empty() ? gradients() : given;
+    if (fused_) {
+      sgd_step(params_, grads, buffers_, weight_decays_, momentum_, nesterov_, lr_, scaler);  // one kernel for all
+      return;
     }
-    compat::fused_sgd(group.params, grads, buffers, group.weight_decay, momentum_, lr_, nesterov_, scaler.grad_scale,
-                      scaler.found_inf);
-  }
-
-  void portable_group_step(const ParamGroup& group, size_t first, const ScalerState& scaler) {
     const torch::Tensor skip = skip_mask(scaler);
-    for (size_t i = 0; i < group.params.size(); ++i) {
-      const torch::Tensor& param = group.params[i];
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const torch::Tensor& param = params_[i];
       // d = g + weight_decay * p   (L2 penalty folded into the gradient)
-      torch::Tensor direction = unscaled(param.grad(), scaler);
-      if (group.weight_decay != 0.0) direction = direction.add(param, group.weight_decay);
+      torch::Tensor direction = unscaled(grads[i], scaler);
+      if (weight_decays_[i] != 0.0) direction = direction.add(param, weight_decays_[i]);
       if (momentum_ != 0.0) {
-        const torch::Tensor& buffer = momentum_buffers_[first + i].second;
+        const torch::Tensor& buffer = buffers_[i];
         const torch::Tensor new_buffer = buffer.mul(momentum_).add_(direction);
         direction = nesterov_ ? direction.add(new_buffer, momentum_) : new_buffer;
         assign(buffer, new_buffer, skip);
@@ -78,9 +67,18 @@ class Sgd final : public Optimizer {
     }
   }
 
+  const char* step_kernel() const override { return fused_ ? "fused (ltrain's SGD kernel)" : "portable"; }
+  bool takes_low_precision_gradients() const override { return fused_; }
+
+  NamedTensors state() const override { return momentum_buffers_; }
+
+ private:
   double momentum_;
   bool nesterov_;
-  NamedTensors momentum_buffers_;  // one per parameter, in group order
+  std::vector<torch::Tensor> params_;        // every group's, in group order
+  std::vector<double> weight_decays_;        // each parameter's group's
+  NamedTensors momentum_buffers_;            // one per parameter, in group order (none without momentum)
+  std::vector<torch::Tensor> buffers_;       // the same tensors, as the kernel takes them
 };
 
 /// torch.optim.AdamW (amsgrad off). The step count lives on the device so that bias
@@ -101,17 +99,20 @@ class AdamW final : public Optimizer {
     }
   }
 
-  void step(const ScalerState& scaler) override {
+  void step(const ScalerState& scaler, const std::vector<torch::Tensor>& given) override {
     torch::NoGradGuard no_grad;
+    const std::vector<torch::Tensor> grads = given.empty() ? gradients() : given;
     step_count_.add_(1.0);
-    size_t first = 0;
+    size_t first = 0;  // index of the group's first parameter
     for (const auto& group : groups_) {
-      if (fused_) fused_group_step(group, first, scaler);
-      else portable_group_step(group, first, scaler);
+      if (fused_) fused_group_step(group, first, grads, scaler);
+      else portable_group_step(group, first, grads, scaler);
       first += group.params.size();
     }
     if (scaler.found_inf.defined()) step_count_.sub_(scaler.found_inf.reshape({}));
   }
+
+  const char* step_kernel() const override { return fused_ ? "fused (LibTorch's AdamW kernel)" : "portable"; }
 
   NamedTensors state() const override {
     NamedTensors out{{"step", step_count_}};
@@ -121,10 +122,11 @@ class AdamW final : public Optimizer {
   }
 
  private:
-  void fused_group_step(const ParamGroup& group, size_t first, const ScalerState& scaler) {
+  void fused_group_step(const ParamGroup& group, size_t first, const std::vector<torch::Tensor>& all_grads,
+                        const ScalerState& scaler) {
     std::vector<torch::Tensor> grads, averages, squares;
     for (size_t i = 0; i < group.params.size(); ++i) {
-      grads.push_back(group.params[i].grad());
+      grads.push_back(all_grads[first + i]);
       averages.push_back(exp_avg_[first + i].second);
       squares.push_back(exp_avg_sq_[first + i].second);
     }
@@ -134,7 +136,8 @@ class AdamW final : public Optimizer {
                         scaler.grad_scale, scaler.found_inf);
   }
 
-  void portable_group_step(const ParamGroup& group, size_t first, const ScalerState& scaler) {
+  void portable_group_step(const ParamGroup& group, size_t first, const std::vector<torch::Tensor>& grads,
+                           const ScalerState& scaler) {
     const torch::Tensor skip = skip_mask(scaler);
     // 0-dim device tensors: 1 - beta^t for the bias corrections.
     const torch::Tensor correction1 = 1.0 - torch::pow(beta1_, step_count_);
@@ -143,7 +146,7 @@ class AdamW final : public Optimizer {
     const torch::Tensor decay_factor = 1.0 - lr_ * group.weight_decay;
     for (size_t i = 0; i < group.params.size(); ++i) {
       const torch::Tensor& param = group.params[i];
-      const torch::Tensor grad = unscaled(param.grad(), scaler);
+      const torch::Tensor grad = unscaled(grads[first + i], scaler);
       const torch::Tensor& m = exp_avg_[first + i].second;
       const torch::Tensor& v = exp_avg_sq_[first + i].second;
       const torch::Tensor new_m = m.lerp(grad, 1.0 - beta1_);                          // b1 m + (1 - b1) g
@@ -230,13 +233,13 @@ std::vector<ParamGroup> make_param_groups(const NamedTensors& named_parameters, 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, const NamedTensors& named_parameters) {
   if (named_parameters.empty()) throw std::invalid_argument("make_optimizer: no parameters");
   const torch::Device device = named_parameters.front().second.device();
-  const bool fused = options.fused && device.is_cuda() && compat::has_fused_optimizers();
+  const bool fused = options.fused && device.is_cuda();
   auto groups = make_param_groups(named_parameters, options.weight_decay, options.no_decay_norm_and_bias);
   switch (options.name) {
     case config::OptimizerKind::sgd:
-      return std::make_unique<Sgd>(std::move(groups), options, device, fused);
+      return std::make_unique<Sgd>(std::move(groups), options, device, fused && gradient_kernels_built());
     case config::OptimizerKind::adamw:
-      return std::make_unique<AdamW>(std::move(groups), options, device, fused);
+      return std::make_unique<AdamW>(std::move(groups), options, device, fused && compat::has_fused_optimizers());
   }
   throw std::invalid_argument("make_optimizer: unknown optimizer");
 }

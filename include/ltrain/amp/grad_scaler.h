@@ -36,7 +36,8 @@ class GradScaler {
   void unscale(const std::vector<torch::Tensor>& grads);
 
   /// Sets found_inf if any gradient value is inf or NaN, leaving the gradients scaled (for
-  /// optimizers that take the scale and unscale inside their own kernel).
+  /// optimizers that take the scale and unscale inside their own kernel). On the GPU the
+  /// gradients may mix float32, fp16 and bf16 (optim::find_non_finite).
   void check(const std::vector<torch::Tensor>& grads);
 
   /// What the optimizer step needs: the scale when the gradients are still scaled, and found_inf.

@@ -248,7 +248,7 @@ struct OptimSection {
   std::vector<double> betas{0.9, 0.999};
   /// AdamW's epsilon.
   double eps = 1e-8;
-  /// Use LibTorch's fused multi-tensor step where it has one (CUDA, LibTorch 2.x).
+  /// On CUDA, one fused kernel for the whole step: ltrain's for SGD, LibTorch's for AdamW (LibTorch 2.2+).
   bool fused = true;
   /// Micro-batches per optimizer step; each loss is divided by it (effective batch = K * batch_size).
   int64_t accumulation_steps = 1;

@@ -36,12 +36,19 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  /// One update of every parameter from its .grad(), with the LR held in lr(). With a scaler
-  /// state, the gradients are divided by grad_scale first and nothing changes when found_inf is 1.
-  virtual void step(const ScalerState& scaler = {}) = 0;
+  /// One update of every parameter, with the LR held in lr(). The gradients are the parameters'
+  /// .grad(), or `gradients` when given: one per parameter in group order (as gradients() lists
+  /// them), float32, or fp16/bf16 where takes_low_precision_gradients(). With a scaler state,
+  /// the gradients are divided by grad_scale first and nothing changes when found_inf is 1.
+  virtual void step(const ScalerState& scaler = {}, const std::vector<torch::Tensor>& gradients = {}) = 0;
 
-  /// True when the step runs LibTorch's fused multi-tensor kernel (CUDA, LibTorch 2.x).
+  /// True when the step runs a fused multi-tensor kernel (CUDA): step_kernel() says whose.
   bool fused() const { return fused_; }
+  /// What runs the step, for the log: "portable", or the fused kernel's owner.
+  virtual const char* step_kernel() const = 0;
+  /// True when step() reads fp16/bf16 gradients of float32 parameters as they are, with no
+  /// float32 copy (ltrain's fused SGD kernel).
+  virtual bool takes_low_precision_gradients() const { return false; }
 
   /// Optimizer state by name, e.g. "momentum_buffer/layer1.0.conv1.weight" (for checkpoints).
   virtual NamedTensors state() const = 0;
@@ -74,7 +81,8 @@ std::vector<ParamGroup> make_param_groups(const NamedTensors& named_parameters, 
                                           bool no_decay_norm_and_bias);
 
 /// The optimizer `optim.name` names, over `named_parameters` (all on one device). With
-/// optim.fused, CUDA parameters and a LibTorch that has them, the step is LibTorch's fused kernel.
+/// optim.fused and CUDA parameters, the step is one fused kernel: ltrain's for SGD
+/// (optim/gradient_kernels.h), LibTorch's for AdamW where this LibTorch has it.
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, const NamedTensors& named_parameters);
 
 }  // namespace ltrain::optim

@@ -1,0 +1,170 @@
+#include "ltrain/kernels/sgd_step.h"
+
+#include <climits>
+
+#include "element_access.cuh"
+
+namespace ltrain::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kPerThread = 8;  // independent loads in flight per thread
+constexpr int64_t kChunk = int64_t{kThreads} * kPerThread;  // elements per block
+
+/// What one launch covers: up to Capacity tensors, cut into chunks of kChunk elements, one block
+/// per chunk. It travels as a kernel argument, so a captured graph keeps its own copy.
+template <typename Entry, int Capacity>
+struct Batch {
+  Entry entries[Capacity];
+  int32_t first_chunk[Capacity + 1];  // entry e's chunks are blocks first_chunk[e] .. first_chunk[e + 1] - 1
+  int32_t count;
+};
+using CheckBatch = Batch<GradientView, 128>;
+using SgdBatch = Batch<SgdParameter, 64>;
+// CUDA's portable limit for a kernel's arguments is 4 KB.
+static_assert(sizeof(CheckBatch) + sizeof(float*) <= 4096, "CheckBatch outgrows the kernel argument space");
+static_assert(sizeof(SgdBatch) + sizeof(SgdSettings) <= 4096, "SgdBatch outgrows the kernel argument space");
+
+int64_t element_count(const GradientView& gradient) { return gradient.count; }
+int64_t element_count(const SgdParameter& parameter) { return parameter.gradient.count; }
+
+/// The entry whose chunks hold this block: the last e with first_chunk[e] <= blockIdx.x.
+template <typename B>
+__device__ int entry_of_block(const B& batch) {
+  int low = 0, high = batch.count - 1;
+  while (low < high) {
+    const int middle = (low + high + 1) / 2;
+    if (batch.first_chunk[middle] <= static_cast<int32_t>(blockIdx.x)) low = middle;
+    else high = middle - 1;
+  }
+  return low;
+}
+
+/// This block's element range [begin, end) of entry e.
+struct Range {
+  int64_t begin, end;
+};
+template <typename B>
+__device__ Range range_of_block(const B& batch, int entry, int64_t count) {
+  const int64_t begin = (static_cast<int64_t>(blockIdx.x) - batch.first_chunk[entry]) * kChunk;
+  return {begin, min(begin + kChunk, count)};
+}
+
+template <typename T>
+__device__ bool has_non_finite(const void* data, Range range) {
+  const T* values = static_cast<const T*>(data);
+  bool found = false;
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int64_t i = range.begin + threadIdx.x + int64_t{k} * kThreads;
+    if (i < range.end) found |= !isfinite(to_float(values[i]));
+  }
+  return found;
+}
+
+__global__ void find_non_finite_kernel(CheckBatch batch, float* found_non_finite) {
+  const int entry = entry_of_block(batch);
+  const GradientView gradient = batch.entries[entry];
+  const Range range = range_of_block(batch, entry, gradient.count);
+  bool found = false;
+  switch (gradient.type) {
+    case ElementType::float32: found = has_non_finite<float>(gradient.data, range); break;
+    case ElementType::float16: found = has_non_finite<__half>(gradient.data, range); break;
+    case ElementType::bfloat16: found = has_non_finite<__nv_bfloat16>(gradient.data, range); break;
+  }
+  // One store per block that saw one; every writer stores the same 1.
+  if (__syncthreads_or(found) && threadIdx.x == 0) *found_non_finite = 1.0f;
+}
+
+template <typename G>
+__device__ void sgd_update(const SgdParameter& parameter, Range range, const SgdSettings& settings,
+                           float learning_rate, float gradient_scale) {
+  const G* gradients = static_cast<const G*>(parameter.gradient.data);
+  float* const values = parameter.value;
+  float* const buffers = parameter.momentum_buffer;
+  float gradient[kPerThread] = {}, value[kPerThread] = {}, buffer[kPerThread] = {};
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {  // every load first, then the arithmetic and the stores
+    const int64_t i = range.begin + threadIdx.x + int64_t{k} * kThreads;
+    if (i >= range.end) continue;
+    gradient[k] = to_float(gradients[i]);
+    value[k] = values[i];
+    if (buffers) buffer[k] = buffers[i];
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int64_t i = range.begin + threadIdx.x + int64_t{k} * kThreads;
+    if (i >= range.end) continue;
+    float direction = settings.gradient_scale ? gradient[k] / gradient_scale : gradient[k];
+    if (parameter.weight_decay != 0.0f) direction += parameter.weight_decay * value[k];
+    if (buffers) {
+      const float updated = settings.momentum * buffer[k] + direction;
+      buffers[i] = updated;
+      direction = settings.nesterov ? direction + settings.momentum * updated : updated;
+    }
+    values[i] = value[k] - learning_rate * direction;
+  }
+}
+
+__global__ void sgd_kernel(SgdBatch batch, SgdSettings settings) {
+  if (settings.found_non_finite && *settings.found_non_finite != 0.0f) return;  // a skipped step
+  const int entry = entry_of_block(batch);
+  const SgdParameter parameter = batch.entries[entry];
+  const Range range = range_of_block(batch, entry, parameter.gradient.count);
+  const float learning_rate = *settings.learning_rate;
+  const float gradient_scale = settings.gradient_scale ? *settings.gradient_scale : 1.0f;
+  switch (parameter.gradient.type) {
+    case ElementType::float32: sgd_update<float>(parameter, range, settings, learning_rate, gradient_scale); break;
+    case ElementType::float16: sgd_update<__half>(parameter, range, settings, learning_rate, gradient_scale); break;
+    case ElementType::bfloat16:
+      sgd_update<__nv_bfloat16>(parameter, range, settings, learning_rate, gradient_scale);
+      break;
+  }
+}
+
+/// Fills batches of `entries` (empty ones left out) and calls launch(batch, blocks) for each.
+template <typename B, typename Entry, typename Launch>
+cudaError_t launch_in_batches(const Entry* entries, int64_t count, Launch launch) {
+  constexpr int kCapacity = static_cast<int>(sizeof(B::entries) / sizeof(Entry));
+  B batch{};
+  int64_t chunks = 0;
+  auto flush = [&]() -> cudaError_t {
+    if (batch.count == 0) return cudaSuccess;
+    batch.first_chunk[batch.count] = static_cast<int32_t>(chunks);
+    launch(batch, static_cast<unsigned>(chunks));
+    batch.count = 0;
+    chunks = 0;
+    return cudaGetLastError();
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t needed = (element_count(entries[i]) + kChunk - 1) / kChunk;
+    if (needed == 0) continue;
+    if (needed > INT_MAX) return cudaErrorInvalidValue;  // over 2^31 chunks: 4e12 elements
+    if (batch.count == kCapacity || chunks + needed > INT_MAX) {
+      if (const cudaError_t error = flush(); error != cudaSuccess) return error;
+    }
+    batch.entries[batch.count] = entries[i];
+    batch.first_chunk[batch.count] = static_cast<int32_t>(chunks);
+    ++batch.count;
+    chunks += needed;
+  }
+  return flush();
+}
+
+}  // namespace
+
+cudaError_t find_non_finite(const GradientView* gradients, int64_t count, float* found_non_finite,
+                            cudaStream_t stream) {
+  return launch_in_batches<CheckBatch>(gradients, count, [&](const CheckBatch& batch, unsigned blocks) {
+    find_non_finite_kernel<<<blocks, kThreads, 0, stream>>>(batch, found_non_finite);
+  });
+}
+
+cudaError_t sgd_step(const SgdParameter* parameters, int64_t count, const SgdSettings& settings,
+                     cudaStream_t stream) {
+  return launch_in_batches<SgdBatch>(parameters, count, [&](const SgdBatch& batch, unsigned blocks) {
+    sgd_kernel<<<blocks, kThreads, 0, stream>>>(batch, settings);
+  });
+}
+
+}  // namespace ltrain::kernels

@@ -1,0 +1,104 @@
+#include "ltrain/optim/gradient_kernels.h"
+
+#include <stdexcept>
+#include <string>
+
+#if LTRAIN_WITH_CUDA
+#include "ltrain/kernels/sgd_step.h"
+#include "ltrain/kernels/torch_bridge.h"
+#endif
+
+namespace ltrain::optim {
+
+#if !LTRAIN_WITH_CUDA
+
+bool gradient_kernels_built() { return false; }
+
+bool takes_gradient_kernels(const std::vector<torch::Tensor>&) { return false; }
+
+void find_non_finite(const std::vector<torch::Tensor>&, const torch::Tensor&) {
+  throw std::logic_error("find_non_finite: this build has no CUDA kernels");
+}
+
+void sgd_step(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
+              const std::vector<double>&, double, bool, const torch::Tensor&, const ScalerState&) {
+  throw std::logic_error("sgd_step: this build has no CUDA kernels");
+}
+
+#else
+
+namespace {
+
+kernels::GradientView view_of(const torch::Tensor& gradient) {
+  kernels::GradientView view;
+  view.data = gradient.data_ptr();
+  view.count = gradient.numel();
+  kernels::element_type_of(gradient.scalar_type(), view.type);
+  return view;
+}
+
+const float* device_float(const torch::Tensor& tensor) {
+  return tensor.defined() ? tensor.data_ptr<float>() : nullptr;
+}
+
+}  // namespace
+
+bool gradient_kernels_built() { return true; }
+
+bool takes_gradient_kernels(const std::vector<torch::Tensor>& gradients) {
+  kernels::ElementType type{};
+  for (const torch::Tensor& gradient : gradients) {
+    if (!gradient.defined() || !gradient.is_cuda() || !gradient.is_non_overlapping_and_dense()) return false;
+    if (!kernels::element_type_of(gradient.scalar_type(), type)) return false;
+  }
+  return true;
+}
+
+void find_non_finite(const std::vector<torch::Tensor>& gradients, const torch::Tensor& found_inf) {
+  if (gradients.empty()) return;
+  std::vector<kernels::GradientView> views;
+  views.reserve(gradients.size());
+  for (const torch::Tensor& gradient : gradients) views.push_back(view_of(gradient));
+  kernels::throw_on_error(kernels::find_non_finite(views.data(), static_cast<int64_t>(views.size()),
+                                                   found_inf.data_ptr<float>(), kernels::current_stream_of(found_inf)),
+                          "inf/NaN check kernel");
+}
+
+void sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& gradients,
+              const std::vector<torch::Tensor>& momentum_buffers, const std::vector<double>& weight_decays,
+              double momentum, bool nesterov, const torch::Tensor& lr, const ScalerState& scaler) {
+  if (params.empty()) return;
+  std::vector<torch::Tensor> keep_alive;  // gradients copied into their parameter's layout
+  std::vector<kernels::SgdParameter> entries;
+  entries.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor& param = params[i];
+    torch::Tensor gradient = gradients[i];
+    if (gradient.sizes() != param.sizes())
+      throw std::logic_error("sgd_step: a gradient's sizes differ from its parameter's");
+    // The kernel walks parameter, buffer and gradient in memory order: their strides must agree.
+    if (gradient.strides() != param.strides()) {
+      keep_alive.push_back(torch::empty_like(param, gradient.options()).copy_(gradient));
+      gradient = keep_alive.back();
+    }
+    kernels::SgdParameter entry;
+    entry.value = param.data_ptr<float>();
+    entry.momentum_buffer = momentum_buffers.empty() ? nullptr : momentum_buffers[i].data_ptr<float>();
+    entry.gradient = view_of(gradient);
+    entry.weight_decay = static_cast<float>(weight_decays[i]);
+    entries.push_back(entry);
+  }
+  kernels::SgdSettings settings;
+  settings.momentum = static_cast<float>(momentum);
+  settings.nesterov = nesterov;
+  settings.learning_rate = lr.data_ptr<float>();
+  settings.gradient_scale = device_float(scaler.grad_scale);
+  settings.found_non_finite = device_float(scaler.found_inf);
+  kernels::throw_on_error(
+      kernels::sgd_step(entries.data(), static_cast<int64_t>(entries.size()), settings, kernels::current_stream_of(lr)),
+      "SGD kernel");
+}
+
+#endif  // LTRAIN_WITH_CUDA
+
+}  // namespace ltrain::optim
