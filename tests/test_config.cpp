@@ -217,6 +217,20 @@ TEST(Config, JsonRoundTrip) {
   EXPECT_EQ(again.config.model.arch, Arch::resnet34);
 }
 
+TEST(Config, ChangedSettingsNameEachDifferenceAndTakeAbsentKeysAtTheirDefaults) {
+  const nlohmann::json current = to_json(RunConfig{});
+  nlohmann::json older = current;  // as a checkpoint written before these keys existed saved it
+  older["data"].erase("cutout");
+  older["model"].erase("own_max_pool");
+  EXPECT_TRUE(changed_settings(older, current).empty());
+  nlohmann::json changed = current;
+  changed["data"]["cutout"] = 8;
+  changed["optim"]["lr"] = 0.5;
+  EXPECT_EQ(changed_settings(older, changed),
+            (std::vector<std::string>{"data.cutout (0 -> 8)", "optim.lr (0.1 -> 0.5)"}));
+  EXPECT_EQ(changed_settings(changed, older), (std::vector<std::string>{"optim.lr (0.5 -> 0.1)"}));
+}
+
 TEST(Config, TableShowsValuesAndOrigins) {
   TempDir dir;
   write_file(dir.path() / "x.json", R"({"optim": {"lr": 0.3}})");

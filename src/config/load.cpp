@@ -463,6 +463,20 @@ nlohmann::json to_json(const RunConfig& config) {
   return writer.out;
 }
 
+std::vector<std::string> changed_settings(const nlohmann::json& before, const nlohmann::json& after) {
+  static const json defaults = to_json(RunConfig{});
+  std::vector<std::string> changes;
+  for (const auto& [section, keys] : after.items()) {
+    for (const auto& [key, value] : keys.items()) {
+      const bool known = before.contains(section) && before[section].contains(key);
+      const json fallback = defaults.contains(section) ? defaults[section].value(key, json()) : json();
+      const json& old = known ? before[section][key] : fallback;
+      if (old != value) changes.push_back(fmt::format("{}.{} ({} -> {})", section, key, old.dump(), value.dump()));
+    }
+  }
+  return changes;
+}
+
 std::string format_table(const LoadedConfig& loaded) {
   const json resolved = to_json(loaded.config);
   std::vector<std::array<std::string, 3>> rows{{"key", "value", "from"}};

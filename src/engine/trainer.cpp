@@ -163,19 +163,6 @@ StartPoint choose_start(const config::LoadedConfig& loaded) {
   return start;
 }
 
-/// Config keys whose values differ between a checkpoint and the run resuming it, "a (x -> y)".
-std::vector<std::string> changed_settings(const nlohmann::json& before, const nlohmann::json& after) {
-  std::vector<std::string> changes;
-  for (const auto& [section, keys] : after.items())
-    for (const auto& [key, value] : keys.items()) {
-      const std::string name = section + "." + key;
-      const nlohmann::json old = before.contains(section) ? before[section].value(key, nlohmann::json()) : nlohmann::json();
-      if (old != value && name != "checkpoint.resume")
-        changes.push_back(fmt::format("{} ({} -> {})", name, old.dump(), value.dump()));
-    }
-  return changes;
-}
-
 /// The data-parallel process group when torchrun's variables name more than one process.
 std::unique_ptr<dist::Group> join_group(const config::LoadedConfig& loaded, torch::Device& device) {
   const std::optional<dist::Environment> environment = dist::read_environment();
@@ -196,7 +183,7 @@ std::unique_ptr<dist::Group> join_group(const config::LoadedConfig& loaded, torc
   for (size_t rank = 1; rank < configs.size(); ++rank)
     if (configs[rank] != configs[0]) {
       const std::vector<std::string> changes =
-          changed_settings(nlohmann::json::parse(configs[0]), nlohmann::json::parse(configs[rank]));
+          config::changed_settings(nlohmann::json::parse(configs[0]), nlohmann::json::parse(configs[rank]));
       throw ConfigError(fmt::format("rank {}'s config differs from rank 0's: {}; every process must run the same "
                                     "config and --set flags",
                                     rank, changes.empty() ? "checkpoint.resume" : fmt::format("{}", fmt::join(changes, ", "))));
@@ -320,7 +307,12 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   if (start.resume) {
     spdlog::info("resuming from {}: step {}, epoch {} ({} of its {} steps done)", start.resume->file.string(), step,
                  first_epoch, first_index, steps_per_epoch);
-    const std::vector<std::string> changes = changed_settings(start.resume->checkpoint.meta.config, config::to_json(config));
+    std::vector<std::string> changes =
+        config::changed_settings(start.resume->checkpoint.meta.config, config::to_json(config));
+    // Resuming is what checkpoint.resume asks for; its change is no news.
+    changes.erase(std::remove_if(changes.begin(), changes.end(),
+                                 [](const std::string& change) { return change.rfind("checkpoint.resume ", 0) == 0; }),
+                  changes.end());
     if (!changes.empty())
       spdlog::warn("settings changed since the checkpoint (the run will not repeat an uninterrupted one exactly): {}",
                    fmt::join(changes, ", "));

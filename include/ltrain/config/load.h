@@ -39,6 +39,11 @@ LoadedConfig load_json(const nlohmann::json& document, const std::string& source
 /// Every key with its value: {"run": {...}, "model": {...}, ...}.
 nlohmann::json to_json(const RunConfig& config);
 
+/// Keys whose values differ from `before` to `after` (both as to_json writes them), each as
+/// "section.key (old -> new)". A key `before` lacks (a config written before the key existed)
+/// counts as its default, which is what that older run used.
+std::vector<std::string> changed_settings(const nlohmann::json& before, const nlohmann::json& after);
+
 /// The resolved config as an aligned table: key, value, and where the value came from.
 std::string format_table(const LoadedConfig& loaded);
 
