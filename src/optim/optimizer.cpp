@@ -75,10 +75,10 @@ class Sgd final : public Optimizer {
  private:
   double momentum_;
   bool nesterov_;
-  std::vector<torch::Tensor> params_;        // every group's, in group order
-  std::vector<double> weight_decays_;        // each parameter's group's
-  NamedTensors momentum_buffers_;            // one per parameter, in group order (none without momentum)
-  std::vector<torch::Tensor> buffers_;       // the same tensors, as the kernel takes them
+  std::vector<torch::Tensor> params_;   // every group's, in group order
+  std::vector<double> weight_decays_;   // each parameter's group's
+  NamedTensors momentum_buffers_;       // one per parameter, in group order (none without momentum)
+  std::vector<torch::Tensor> buffers_;  // the same tensors, as the kernel takes them
 };
 
 /// torch.optim.AdamW (amsgrad off). The step count lives on the device so that bias
