@@ -186,7 +186,7 @@ std::unique_ptr<dist::Group> join_group(const config::LoadedConfig& loaded, torc
           config::changed_settings(nlohmann::json::parse(configs[0]), nlohmann::json::parse(configs[rank]));
       throw ConfigError(fmt::format("rank {}'s config differs from rank 0's: {}; every process must run the same "
                                     "config and --set flags",
-                                    rank, changes.empty() ? "checkpoint.resume" : fmt::format("{}", fmt::join(changes, ", "))));
+                                    rank, fmt::join(changes, ", ")));
     }
   return group;
 }
@@ -307,12 +307,10 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   if (start.resume) {
     spdlog::info("resuming from {}: step {}, epoch {} ({} of its {} steps done)", start.resume->file.string(), step,
                  first_epoch, first_index, steps_per_epoch);
-    std::vector<std::string> changes =
-        config::changed_settings(start.resume->checkpoint.meta.config, config::to_json(config));
-    // Resuming is what checkpoint.resume asks for; its change is no news.
-    changes.erase(std::remove_if(changes.begin(), changes.end(),
-                                 [](const std::string& change) { return change.rfind("checkpoint.resume ", 0) == 0; }),
-                  changes.end());
+    // Resuming is what checkpoint.resume asks for: its own change is no news.
+    nlohmann::json saved = start.resume->checkpoint.meta.config;
+    saved["checkpoint"]["resume"] = config.checkpoint.resume;
+    const std::vector<std::string> changes = config::changed_settings(saved, config::to_json(config));
     if (!changes.empty())
       spdlog::warn("settings changed since the checkpoint (the run will not repeat an uninterrupted one exactly): {}",
                    fmt::join(changes, ", "));
