@@ -13,6 +13,32 @@
 
 namespace ltrain::models {
 
+namespace {
+
+/// A float32 [channels] vector on `device`.
+bool is_channel_vector(const torch::Tensor& t, int64_t channels, const torch::Device& device) {
+  return t.defined() && t.scalar_type() == torch::kFloat32 && t.dim() == 1 && t.size(0) == channels &&
+         t.is_contiguous() && t.device() == device;
+}
+
+}  // namespace
+
+bool takes_half_nhwc_batchnorm(const torch::Tensor& x, const torch::Tensor& residual,
+                               const BatchNormParameters& parameters) {
+  if (!x.defined() || !x.is_cuda() || x.dim() != 4 || x.numel() == 0) return false;
+  if (x.scalar_type() != torch::kHalf && x.scalar_type() != torch::kBFloat16) return false;
+  if (!x.is_contiguous(at::MemoryFormat::ChannelsLast)) return false;
+  if (residual.defined() &&
+      (residual.sizes() != x.sizes() || residual.scalar_type() != x.scalar_type() ||
+       residual.device() != x.device() || !residual.is_contiguous(at::MemoryFormat::ChannelsLast)))
+    return false;
+  const int64_t channels = x.size(1);
+  const torch::Device device = x.device();
+  return is_channel_vector(parameters.weight, channels, device) && is_channel_vector(parameters.bias, channels, device) &&
+         is_channel_vector(parameters.running_mean, channels, device) &&
+         is_channel_vector(parameters.running_var, channels, device);
+}
+
 #if !LTRAIN_WITH_CUDNN
 
 bool fused_batchnorm_built() { return false; }
@@ -191,23 +217,10 @@ class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> 
   }
 };
 
-bool is_float32_vector(const torch::Tensor& t, int64_t channels) {
-  return t.defined() && t.scalar_type() == torch::kFloat32 && t.dim() == 1 && t.size(0) == channels &&
-         t.is_contiguous();
-}
-
 /// What the fused kernels take (see the header); anything else runs as separate operators.
 bool fusable(const torch::Tensor& x, const torch::Tensor& residual, const BatchNormParameters& parameters) {
-  if (!x.is_cuda() || x.dim() != 4 || x.numel() == 0 || !at::globalContext().userEnabledCuDNN()) return false;
-  if (x.scalar_type() != torch::kHalf && x.scalar_type() != torch::kBFloat16) return false;
-  if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.size(1) % 4 != 0) return false;
-  if (residual.defined() &&
-      (residual.sizes() != x.sizes() || residual.scalar_type() != x.scalar_type() ||
-       residual.device() != x.device() || !residual.is_contiguous(at::MemoryFormat::ChannelsLast)))
-    return false;
-  const int64_t channels = x.size(1);
-  return is_float32_vector(parameters.weight, channels) && is_float32_vector(parameters.bias, channels) &&
-         is_float32_vector(parameters.running_mean, channels) && is_float32_vector(parameters.running_var, channels);
+  return at::globalContext().userEnabledCuDNN() && takes_half_nhwc_batchnorm(x, residual, parameters) &&
+         x.size(1) % 4 == 0;
 }
 
 /// Set once cuDNN has refused a combination: [bf16][add_residual].

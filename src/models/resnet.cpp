@@ -6,6 +6,7 @@
 
 #include "ltrain/models/fused_batchnorm.h"
 #include "ltrain/models/max_pool.h"
+#include "ltrain/models/own_batchnorm.h"
 
 namespace ltrain::models {
 namespace {
@@ -70,6 +71,16 @@ Stages make_stages(int64_t width, const std::array<int64_t, 4>& blocks_per_stage
 
 // ---- BatchNorm ---------------------------------------------------------------------------------
 
+namespace {
+
+/// What the single-kernel paths take (models/fused_batchnorm.h, models/own_batchnorm.h).
+BatchNormParameters kernel_parameters_of(const BatchNorm2dImpl& norm) {
+  return {norm.weight, norm.bias, norm.running_mean, norm.running_var, BatchNorm2dImpl::kMomentum,
+          BatchNorm2dImpl::kEps};
+}
+
+}  // namespace
+
 BatchNorm2dImpl::BatchNorm2dImpl(int64_t channels) : channels_(channels) { reset(); }
 
 void BatchNorm2dImpl::reset() {
@@ -83,14 +94,19 @@ void BatchNorm2dImpl::reset() {
 
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
   if (sum_over_ranks && is_training()) return synchronized_forward(x);
+  if (own_kernels && is_training()) {
+    torch::Tensor y = try_own_batchnorm(x, {}, /*relu=*/false, kernel_parameters_of(*this));
+    if (y.defined()) return y;
+  }
   return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training(), kMomentum, kEps,
                            at::globalContext().userEnabledCuDNN());
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual) {
-  if (fuse_relu && is_training() && !sum_over_ranks) {
-    torch::Tensor fused =
-        try_fused_batchnorm_relu(x, residual, {weight, bias, running_mean, running_var, kMomentum, kEps});
+  if (is_training() && !sum_over_ranks) {
+    torch::Tensor fused;
+    if (own_kernels) fused = try_own_batchnorm(x, residual, /*relu=*/true, kernel_parameters_of(*this));
+    if (!fused.defined() && fuse_relu) fused = try_fused_batchnorm_relu(x, residual, kernel_parameters_of(*this));
     if (fused.defined()) return fused;
   }
   // In place, as torchvision does: BatchNorm's backward needs its input, not its output, so its
@@ -194,6 +210,7 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options) : options_(options) 
     if (auto* batch_norm = module->as<BatchNorm2d>()) {
       batch_counters_.push_back(batch_norm->num_batches_tracked);
       batch_norm->fuse_relu = options_.fused_batchnorm;
+      batch_norm->own_kernels = options_.own_batchnorm;
     }
 }
 

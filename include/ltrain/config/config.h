@@ -157,6 +157,12 @@ struct ModelSection {
   /// Run each BatchNorm and the ReLU (and residual add) after it as one cuDNN kernel forward and
   /// one backward where it can (training, CUDA, fp16/bf16, channels_last); false: three operators.
   bool fused_batchnorm = true;
+  /// Run each training BatchNorm, with the ReLU and residual add after it, on ltrain's own CUDA
+  /// kernels where they apply (fp16/bf16 channels_last, power-of-two channels up to 2048;
+  /// models/own_batchnorm.h): no memset before each kernel. Not bitwise repeatable, so
+  /// precision.deterministic turns them off. Checked before fused_batchnorm, which covers what
+  /// they do not take; false: fused_batchnorm decides.
+  bool own_batchnorm = true;
   /// Run the imagenet stem's max pooling with ltrain's own CUDA kernels where they apply (CUDA,
   /// channels_last; models/max_pool.h): same values, a smaller arg-max; false: ATen's operator.
   bool own_max_pool = true;
@@ -174,6 +180,7 @@ struct ModelSection {
     v("channels_last", channels_last);
     v("checkpoint_segments", checkpoint_segments, at_least(0));
     v("fused_batchnorm", fused_batchnorm);
+    v("own_batchnorm", own_batchnorm);
     v("own_max_pool", own_max_pool);
     v("init_from", init_from);
   }

@@ -20,6 +20,12 @@ struct BatchNormParameters {
   double eps;
 };
 
+/// Whether the inputs have the form both fused paths (this one and models/own_batchnorm.h) need:
+/// x [B,C,H,W] fp16 or bf16 on CUDA, channels_last contiguous, not empty; residual undefined or of
+/// x's shape, dtype, device and layout; weight, bias and running statistics float32 [C] on x's device.
+bool takes_half_nhwc_batchnorm(const torch::Tensor& x, const torch::Tensor& residual,
+                               const BatchNormParameters& parameters);
+
 /// relu(batch_norm(x) + residual) with batch statistics, updating the running statistics in place,
 /// differentiable in x, residual, weight and bias. x: [B,C,H,W] fp16 or bf16 on CUDA, channels_last
 /// contiguous, C a multiple of 4; residual: undefined (no add) or x's shape, dtype and layout.

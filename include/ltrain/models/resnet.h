@@ -30,9 +30,10 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   torch::Tensor forward(const torch::Tensor& x);
 
   /// relu(forward(x) + residual), or relu(forward(x)) with an undefined residual: a ResNet's
-  /// BatchNorm-ReLU pairs. In training on CUDA with fp16/bf16 channels_last input and `fuse_relu`
-  /// set, one cuDNN kernel each way (models/fused_batchnorm.h); otherwise three operators, the add
-  /// and the ReLU in place.
+  /// BatchNorm-ReLU pairs. In training on CUDA with fp16/bf16 channels_last input, one kernel
+  /// each way: ltrain's own with `own_kernels` set (models/own_batchnorm.h), else cuDNN's with
+  /// `fuse_relu` set (models/fused_batchnorm.h); otherwise three operators, the add and the ReLU
+  /// in place.
   torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {});
 
   torch::Tensor weight, bias;                                   ///< [C] float32, start at 1 and 0
@@ -42,8 +43,10 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   /// normalizes with the statistics of every rank's batch, as torch.nn.SyncBatchNorm does.
   std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks;
 
-  /// model.fused_batchnorm: forward_relu may use the fused kernel.
+  /// model.fused_batchnorm: forward_relu may use cuDNN's fused kernel.
   bool fuse_relu = true;
+  /// model.own_batchnorm: training forwards (with or without the ReLU) may use ltrain's kernels.
+  bool own_kernels = true;
 
  private:
   /// Training forward with statistics summed over ranks, in float32.

@@ -1,0 +1,75 @@
+// Training-mode BatchNorm over NHWC (channels_last) fp16/bf16 tensors, with the ReLU, or the
+// residual add and the ReLU, that follow it in a ResNet: one kernel forward and one backward.
+//
+// Why: in a graphed fp16 ResNet-50 step (H200, 2026-11-30) cuDNN's fused BatchNorm took 106
+// kernels, and before each one cuDNN sets a 4-byte counter: 114 memsets, a quarter of the step's
+// 512 graph nodes, each costing about a microsecond of launch gap beside its own time. Here each
+// direction is one cooperative launch: every thread loads its rows (at most 8) into registers and
+// sums them, the blocks add their sums into per-channel accumulators and meet at one grid-wide
+// barrier, and each thread writes its rows' results from its registers. Each launch zeroes the
+// other of two sets of accumulators for the launch after it, so none needs a memset. The sums'
+// order varies with the blocks' timing (float atomics): not bitwise deterministic. Tensors too
+// large for one resident grid at 8 rows a thread are left to cuDNN.
+//
+// Plain CUDA (no LibTorch headers); models/own_batchnorm.cpp wraps them as an autograd function.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ltrain/kernels/element_type.h"
+
+namespace ltrain::kernels {
+
+/// What follows the normalization: y = bn(x), relu(bn(x)) or relu(bn(x) + residual).
+enum class BatchNormActivation { none, relu, add_relu };
+
+/// x viewed as a [rows, channels] matrix: rows = batch * height * width, channels contiguous.
+struct BatchNormShape {
+  int64_t rows = 0;
+  int64_t channels = 0;
+};
+
+/// Whether the kernels take this shape and element type on the current device and `stream`:
+/// fp16 or bf16, channels a power of two from 8 to 2048, at least 2 rows, a grid that fits on the
+/// device at once (about 4M elements on an H200), a device with cooperative launch, and the
+/// stream's accumulators made (they are made on first use, which a capturing stream cannot do).
+/// Pointers must also be 16-byte aligned (the caller checks its tensors).
+bool batch_norm_nhwc_supported(ElementType type, const BatchNormShape& shape, cudaStream_t stream);
+
+struct BatchNormForward {
+  const void* x = nullptr;         // [rows, channels]
+  const void* residual = nullptr;  // [rows, channels], add_relu only
+  void* y = nullptr;               // [rows, channels]
+  const float* weight = nullptr;   // [channels], and so on
+  const float* bias = nullptr;
+  float* running_mean = nullptr;   // updated in place, torch.nn.BatchNorm2d's way (unbiased variance)
+  float* running_var = nullptr;
+  float* saved_mean = nullptr;     // written: the batch mean, and 1 / sqrt(biased variance + eps)
+  float* saved_inv_std = nullptr;
+  double momentum = 0.1;
+  double eps = 1e-5;
+};
+
+struct BatchNormBackward {
+  const void* x = nullptr;       // the forward's input [rows, channels]
+  const void* y = nullptr;       // the forward's output (its sign masks the ReLU); unused for none
+  const void* grad_y = nullptr;  // [rows, channels]
+  void* grad_x = nullptr;        // written [rows, channels]
+  void* grad_residual = nullptr; // written for add_relu: grad_y where y > 0
+  const float* weight = nullptr;
+  const float* saved_mean = nullptr;
+  const float* saved_inv_std = nullptr;
+  float* grad_weight = nullptr;  // written [channels]
+  float* grad_bias = nullptr;
+};
+
+/// Enqueued on `stream`; return the launch error (cudaErrorNotSupported for what
+/// batch_norm_nhwc_supported refuses).
+cudaError_t batch_norm_nhwc_forward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
+                                    const BatchNormForward& arguments, cudaStream_t stream);
+cudaError_t batch_norm_nhwc_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
+                                     const BatchNormBackward& arguments, cudaStream_t stream);
+
+}  // namespace ltrain::kernels

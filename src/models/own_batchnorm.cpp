@@ -1,0 +1,143 @@
+#include "ltrain/models/own_batchnorm.h"
+
+#if LTRAIN_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+
+#include <cstdint>
+
+#include "ltrain/kernels/batch_norm_nhwc.h"
+#include "ltrain/kernels/torch_bridge.h"
+#endif
+
+namespace ltrain::models {
+
+#if !LTRAIN_WITH_CUDA
+
+bool own_batchnorm_built() { return false; }
+
+torch::Tensor try_own_batchnorm(const torch::Tensor&, const torch::Tensor&, bool, const BatchNormParameters&) {
+  return {};
+}
+
+#else
+
+namespace {
+
+using kernels::BatchNormActivation;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool vector_aligned(const torch::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+/// x [B,C,H,W] channels_last as the kernels' [rows, channels] matrix.
+kernels::BatchNormShape shape_of(const torch::Tensor& x) { return {x.numel() / x.size(1), x.size(1)}; }
+
+kernels::ElementType element_type(const torch::Tensor& x) {
+  kernels::ElementType type{};
+  kernels::element_type_of(x.scalar_type(), type);
+  return type;
+}
+
+BatchNormActivation activation_of(int64_t code) { return static_cast<BatchNormActivation>(code); }
+
+class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
+ public:
+  /// `residual_or_x`: the residual for add_relu, x again otherwise (a custom function takes no
+  /// undefined tensors); `activation`: a BatchNormActivation.
+  static torch::Tensor forward(AutogradContext* context, const torch::Tensor& x, const torch::Tensor& residual_or_x,
+                               int64_t activation, const torch::Tensor& weight, const torch::Tensor& bias,
+                               const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
+                               double eps) {
+    const c10::cuda::CUDAGuard device_guard(x.device());
+    const torch::Tensor y = torch::empty_like(x);                   // x's layout: channels_last
+    const torch::Tensor saved_mean = torch::empty_like(weight);     // [C] float32
+    const torch::Tensor saved_inv_std = torch::empty_like(weight);  // [C] float32, 1/sqrt(var + eps)
+    kernels::BatchNormForward arguments;
+    arguments.x = x.data_ptr();
+    arguments.residual = residual_or_x.data_ptr();
+    arguments.y = y.data_ptr();
+    arguments.weight = weight.data_ptr<float>();
+    arguments.bias = bias.data_ptr<float>();
+    arguments.running_mean = running_mean.data_ptr<float>();
+    arguments.running_var = running_var.data_ptr<float>();
+    arguments.saved_mean = saved_mean.data_ptr<float>();
+    arguments.saved_inv_std = saved_inv_std.data_ptr<float>();
+    arguments.momentum = momentum;
+    arguments.eps = eps;
+    kernels::throw_on_error(kernels::batch_norm_nhwc_forward(element_type(x), activation_of(activation), shape_of(x),
+                                                             arguments, kernels::current_stream_of(x)),
+                            "BatchNorm kernel, forward");
+    // The ReLU's gradient needs the output's sign; without a ReLU nothing needs the output.
+    const bool has_relu = activation_of(activation) != BatchNormActivation::none;
+    context->save_for_backward({x, has_relu ? y : torch::Tensor(), weight, saved_mean, saved_inv_std});
+    context->saved_data["activation"] = activation;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* context, variable_list grad_outputs) {
+    const variable_list saved = context->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& y = saved[1];
+    const torch::Tensor& weight = saved[2];
+    const torch::Tensor& saved_mean = saved[3];
+    const torch::Tensor& saved_inv_std = saved[4];
+    const BatchNormActivation activation = activation_of(context->saved_data["activation"].toInt());
+
+    // One gradient per forward argument: x, residual_or_x, activation, weight, bias, running_mean,
+    // running_var, momentum, eps.
+    variable_list grads(9);
+    if (!grad_outputs[0].defined()) return grads;
+    const c10::cuda::CUDAGuard device_guard(x.device());
+    torch::Tensor grad_y = grad_outputs[0].to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+    if (!vector_aligned(grad_y)) grad_y = grad_y.clone(at::MemoryFormat::ChannelsLast);
+    const bool add_residual = activation == BatchNormActivation::add_relu;
+    const torch::Tensor grad_x = torch::empty_like(x);
+    const torch::Tensor grad_residual = add_residual ? torch::empty_like(x) : torch::Tensor();
+    const torch::Tensor grad_weight = torch::empty_like(weight);
+    const torch::Tensor grad_bias = torch::empty_like(weight);
+    kernels::BatchNormBackward arguments;
+    arguments.x = x.data_ptr();
+    arguments.y = y.defined() ? y.data_ptr() : nullptr;
+    arguments.grad_y = grad_y.data_ptr();
+    arguments.grad_x = grad_x.data_ptr();
+    arguments.grad_residual = add_residual ? grad_residual.data_ptr() : nullptr;
+    arguments.weight = weight.data_ptr<float>();
+    arguments.saved_mean = saved_mean.data_ptr<float>();
+    arguments.saved_inv_std = saved_inv_std.data_ptr<float>();
+    arguments.grad_weight = grad_weight.data_ptr<float>();
+    arguments.grad_bias = grad_bias.data_ptr<float>();
+    kernels::throw_on_error(kernels::batch_norm_nhwc_backward(element_type(x), activation, shape_of(x), arguments,
+                                                              kernels::current_stream_of(x)),
+                            "BatchNorm kernel, backward");
+    grads[0] = grad_x;
+    grads[1] = grad_residual;
+    grads[3] = grad_weight;
+    grads[4] = grad_bias;
+    return grads;
+  }
+};
+
+}  // namespace
+
+bool own_batchnorm_built() { return true; }
+
+torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
+                                const BatchNormParameters& parameters) {
+  if (!relu && residual.defined()) return {};
+  if (!takes_half_nhwc_batchnorm(x, residual, parameters)) return {};
+  if (!vector_aligned(x) || (residual.defined() && !vector_aligned(residual))) return {};
+  // The kernels add float sums atomically, in no fixed order: runs asked to repeat bit for bit
+  // (precision.deterministic sets cuDNN's flag) get cuDNN's kernels or ATen's.
+  if (at::globalContext().deterministicAlgorithms() || at::globalContext().deterministicCuDNN()) return {};
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  if (!kernels::batch_norm_nhwc_supported(element_type(x), shape_of(x), kernels::current_stream_of(x))) return {};
+  const BatchNormActivation activation =
+      !relu ? BatchNormActivation::none : residual.defined() ? BatchNormActivation::add_relu : BatchNormActivation::relu;
+  return OwnBatchNorm::apply(x, residual.defined() ? residual : x, static_cast<int64_t>(activation), parameters.weight,
+                             parameters.bias, parameters.running_mean, parameters.running_var, parameters.momentum,
+                             parameters.eps);
+}
+
+#endif  // LTRAIN_WITH_CUDA
+
+}  // namespace ltrain::models
