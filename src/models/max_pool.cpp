@@ -22,8 +22,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool vector_aligned(const torch::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-
 kernels::PoolGeometry geometry_of(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding) {
   kernels::PoolGeometry g;
   g.batch = input.size(0);
@@ -66,7 +64,7 @@ struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
   static variable_list backward(AutogradContext* context, variable_list grads) {
     const torch::Tensor argmax = context->get_saved_variables()[0];
     torch::Tensor grad_output = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
-    if (!vector_aligned(grad_output)) grad_output = grad_output.clone(torch::MemoryFormat::ChannelsLast);
+    if (!kernels::vector_aligned(grad_output)) grad_output = grad_output.clone(torch::MemoryFormat::ChannelsLast);
     kernels::PoolGeometry g;
     g.batch = argmax.size(0);
     g.out_height = argmax.size(1);
@@ -97,7 +95,7 @@ bool takes_own_max_pool(const torch::Tensor& input, int64_t kernel, int64_t stri
   kernels::ElementType type{};
   if (!input.defined() || !input.is_cuda() || input.dim() != 4) return false;
   if (!kernels::element_type_of(input.scalar_type(), type)) return false;
-  if (!input.is_contiguous(torch::MemoryFormat::ChannelsLast) || !vector_aligned(input)) return false;
+  if (!input.is_contiguous(torch::MemoryFormat::ChannelsLast) || !kernels::vector_aligned(input)) return false;
   if (input.size(1) % kernels::max_pool_vector_width(type) != 0) return false;
   // The arg-max byte holds kh * kernel + kw; ATen's own limits on padding and output size.
   if (kernel < 1 || kernel * kernel > 256 || stride < 1 || padding < 0 || 2 * padding > kernel) return false;

@@ -27,8 +27,6 @@ using kernels::BatchNormActivation;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool vector_aligned(const torch::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-
 /// x [B,C,H,W] channels_last as the kernels' [rows, channels] matrix.
 kernels::BatchNormShape shape_of(const torch::Tensor& x) { return {x.numel() / x.size(1), x.size(1)}; }
 
@@ -89,7 +87,7 @@ class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
     if (!grad_outputs[0].defined()) return grads;
     const c10::cuda::CUDAGuard device_guard(x.device());
     torch::Tensor grad_y = grad_outputs[0].to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
-    if (!vector_aligned(grad_y)) grad_y = grad_y.clone(at::MemoryFormat::ChannelsLast);
+    if (!kernels::vector_aligned(grad_y)) grad_y = grad_y.clone(at::MemoryFormat::ChannelsLast);
     const bool add_residual = activation == BatchNormActivation::add_relu;
     const torch::Tensor grad_x = torch::empty_like(x);
     const torch::Tensor grad_residual = add_residual ? torch::empty_like(x) : torch::Tensor();
@@ -125,7 +123,7 @@ torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& res
                                 const BatchNormParameters& parameters) {
   if (!relu && residual.defined()) return {};
   if (!takes_half_nhwc_batchnorm(x, residual, parameters)) return {};
-  if (!vector_aligned(x) || (residual.defined() && !vector_aligned(residual))) return {};
+  if (!kernels::vector_aligned(x) || (residual.defined() && !kernels::vector_aligned(residual))) return {};
   // The kernels add float sums atomically, in no fixed order: runs asked to repeat bit for bit
   // (precision.deterministic sets cuDNN's flag) get cuDNN's kernels or ATen's.
   if (at::globalContext().deterministicAlgorithms() || at::globalContext().deterministicCuDNN()) return {};

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +26,11 @@ inline bool element_type_of(torch::ScalarType dtype, ElementType& type) {
 /// The stream torch enqueues work for `tensor`'s device on (a capturing stream inside a graph).
 inline cudaStream_t current_stream_of(const torch::Tensor& tensor) {
   return c10::cuda::getCurrentCUDAStream(tensor.device().index()).stream();
+}
+
+/// Whether `tensor`'s data starts on a 16-byte boundary, as the kernels' vector loads need.
+inline bool vector_aligned(const torch::Tensor& tensor) {
+  return reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0;
 }
 
 inline void throw_on_error(cudaError_t status, const std::string& what) {
