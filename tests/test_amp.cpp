@@ -306,7 +306,9 @@ TEST(RuntimeSettings, PrecisionSectionReachesCudnnAndTf32Switches) {
   at::Context& context = at::globalContext();
   const bool benchmark = context.benchmarkCuDNN();
   const int limit = context.benchmarkLimitCuDNN();
+  const bool deterministic = context.deterministicCuDNN();
   const bool tf32_matmul = context.allowTF32CuBLAS();
+  const bool tf32_convolutions = context.allowTF32CuDNN();
   config::RunConfig config;
   config.run.device = "cpu";
   config.precision.mode = config::PrecisionMode::tf32;
@@ -323,8 +325,8 @@ TEST(RuntimeSettings, PrecisionSectionReachesCudnnAndTf32Switches) {
   EXPECT_FALSE(context.benchmarkCuDNN());
   EXPECT_EQ(context.benchmarkLimitCuDNN(), 3);
   EXPECT_FALSE(context.allowTF32CuBLAS());
-  compat::set_cudnn(benchmark, false, limit);
-  compat::set_tf32(tf32_matmul, tf32_matmul);
+  compat::set_cudnn(benchmark, deterministic, limit);
+  compat::set_tf32(tf32_matmul, tf32_convolutions);
 }
 
 TEST(Clipping, UnscalesBeforeClipping) {
