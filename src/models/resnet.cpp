@@ -104,9 +104,10 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual) {
   if (is_training() && !sum_over_ranks) {
+    const BatchNormParameters parameters = kernel_parameters_of(*this);
     torch::Tensor fused;
-    if (own_kernels) fused = try_own_batchnorm(x, residual, /*relu=*/true, kernel_parameters_of(*this));
-    if (!fused.defined() && fuse_relu) fused = try_fused_batchnorm_relu(x, residual, kernel_parameters_of(*this));
+    if (own_kernels) fused = try_own_batchnorm(x, residual, /*relu=*/true, parameters);
+    if (!fused.defined() && fuse_relu) fused = try_fused_batchnorm_relu(x, residual, parameters);
     if (fused.defined()) return fused;
   }
   // In place, as torchvision does: BatchNorm's backward needs its input, not its output, so its
