@@ -5,6 +5,8 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "ltrain/amp/autocast.h"
@@ -351,14 +353,21 @@ TEST(OwnBatchNorm, MatchesFloat32OperatorsForEachActivationAndShape_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   if (!models::own_batchnorm_built()) GTEST_SKIP() << "a CPU build";
   // ResNet-50 shapes at 32x32 input (layer1, layer4 at batch 4: 4 rows of 2048 channels), rows
-  // that no block evenly divides, and the narrowest channel count the kernels take.
-  const std::vector<std::vector<int64_t>> shapes = {{16, 64, 8, 8}, {4, 2048, 1, 1}, {3, 256, 5, 3}, {2, 8, 33, 17}};
+  // that no block evenly divides, the narrowest channel count the kernels take, and rows too many
+  // for one cluster (8320 rows of 64 channels, 32.5 blocks' worth: the grid-wide reduction).
+  const std::vector<std::vector<int64_t>> shapes = {{16, 64, 8, 8}, {4, 2048, 1, 1}, {3, 256, 5, 3}, {2, 8, 33, 17},
+                                                    {130, 64, 8, 8}};
+  std::set<std::string> reductions;
   for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
     for (const auto& shape : shapes) {
       for (const int activation : {0, 1, 2}) {
         const bool relu = activation > 0, add_residual = activation == 2;
+        const std::string reduction = models::own_batchnorm_reduction(
+            torch::empty(shape, torch::TensorOptions().device(torch::kCUDA).dtype(dtype)), relu, add_residual);
+        reductions.insert(reduction);
         SCOPED_TRACE(::testing::Message() << dtype << " " << c10::IntArrayRef(shape)
-                                          << (relu ? add_residual ? " add+relu" : " relu" : " no activation"));
+                                          << (relu ? add_residual ? " add+relu" : " relu" : " no activation") << ", "
+                                          << reduction << " reduction");
         const BatchNormResult own = run_batchnorm(BatchNormPath::own, false, dtype, shape, relu, add_residual);
         ASSERT_TRUE(own.y.defined()) << "the kernels declined";
         EXPECT_EQ(own.y.scalar_type(), dtype);
@@ -369,25 +378,41 @@ TEST(OwnBatchNorm, MatchesFloat32OperatorsForEachActivationAndShape_CUDA) {
       }
     }
   }
+  // Both ways of combining the blocks' sums were checked (clusters need an sm_90 device).
+  if (compat::cuda_capability(0).first >= 9) {
+    EXPECT_TRUE(reductions.count("cluster"));
+  }
+  EXPECT_TRUE(reductions.count("grid"));
 }
 
 TEST(OwnBatchNorm, KeepsTheSpreadOfOffsetChannelsAndLeavesNothingForTheNextCall_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   if (!models::own_batchnorm_built()) GTEST_SKIP() << "a CPU build";
   // Channels centred at 64 with unit spread: sums of squares taken around 0 would lose the
-  // variance to float32 cancellation; the kernels sum around each channel's first value.
-  const std::vector<int64_t> shape{64, 128, 4, 4};
-  const BatchNormResult first = run_batchnorm(BatchNormPath::own, false, torch::kHalf, shape, true, true, 64.0);
-  ASSERT_TRUE(first.y.defined());
-  expect_close(first, run_batchnorm(BatchNormPath::own, true, torch::kHalf, shape, true, true, 64.0),
-               batchnorm_tolerance(torch::kHalf));
-  // The kernels add into per-channel sums that the last block sets back to zero: a second call
-  // that found them non-zero would be off by the first call's statistics.
-  const BatchNormResult again = run_batchnorm(BatchNormPath::own, false, torch::kHalf, shape, true, true, 64.0);
-  for (const auto& [a, b] : {std::pair{first.y, again.y}, std::pair{first.grad_x, again.grad_x},
-                             std::pair{first.grad_weight, again.grad_weight}, std::pair{first.grad_bias, again.grad_bias},
-                             std::pair{first.running_var, again.running_var}})
-    EXPECT_LT(relative_difference(a, b.to(torch::kFloat32)), 1e-3);
+  // variance to float32 cancellation; the kernels sum around each channel's first value. One
+  // shape for each reduction (1024 rows: one cluster; 8192: the grid).
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{64, 128, 4, 4}, std::vector<int64_t>{128, 128, 8, 8}}) {
+    const std::string reduction =
+        models::own_batchnorm_reduction(torch::empty(shape, torch::dtype(torch::kHalf).device(torch::kCUDA)), true, true);
+    SCOPED_TRACE(::testing::Message() << c10::IntArrayRef(shape) << ", " << reduction << " reduction");
+    const BatchNormResult first = run_batchnorm(BatchNormPath::own, false, torch::kHalf, shape, true, true, 64.0);
+    ASSERT_TRUE(first.y.defined());
+    expect_close(first, run_batchnorm(BatchNormPath::own, true, torch::kHalf, shape, true, true, 64.0),
+                 batchnorm_tolerance(torch::kHalf));
+    // The grid's kernels add into per-channel sums that each launch zeroes for the next: a second
+    // call that found them non-zero would be off by the first call's statistics. A cluster's sums
+    // are added in a fixed order, so its second call repeats the first bit for bit.
+    const BatchNormResult again = run_batchnorm(BatchNormPath::own, false, torch::kHalf, shape, true, true, 64.0);
+    for (const auto& [a, b] :
+         {std::pair{first.y, again.y}, std::pair{first.grad_x, again.grad_x}, std::pair{first.grad_weight, again.grad_weight},
+          std::pair{first.grad_bias, again.grad_bias}, std::pair{first.running_var, again.running_var}}) {
+      if (reduction == "cluster") {
+        EXPECT_TRUE(torch::equal(a, b));
+      } else {
+        EXPECT_LT(relative_difference(a, b.to(torch::kFloat32)), 1e-3);
+      }
+    }
+  }
 }
 
 TEST(OwnBatchNorm, DeclinesWhatTheKernelsDoNotTake_CUDA) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "element_access.cuh"
@@ -13,6 +14,7 @@ namespace ltrain::kernels {
 namespace {
 
 namespace cg = cooperative_groups;
+using Reduction = BatchNormReduction;
 
 constexpr int kThreads = 256;
 constexpr int kVector = 8;          // fp16/bf16 elements per 16-byte load
@@ -22,6 +24,11 @@ constexpr int64_t kMaxChannels = 2048;
 // the grid, all of it resident at once, covers it with this many rows per thread.
 constexpr int kRowsPerThread = 8;
 constexpr int kMaxBlocksPerSm = 4;
+// Clusters of at most 4 blocks, aiming at 4 rows a thread: on an H200 (2026-11-30, fp16 add+ReLU,
+// forward + backward) these beat the grid reduction by 2-4 us a kernel pair at 256-1024 rows,
+// while clusters of 8 lost to it at 2048 rows (23.1 us against 21.3) and clusters of 16 at 4096.
+constexpr int kMaxClusterBlocks = 4;
+constexpr int kClusterRowsPerThread = 4;
 
 int64_t group_channels_of(int64_t channels) { return std::min<int64_t>(channels, kGroupChannels); }
 
@@ -54,10 +61,11 @@ __device__ Place place_of(int64_t channels) {
           static_cast<int>(threadIdx.x / vectors), kThreads / vectors};
 }
 
-/// The i-th row of the thread's share, or -1 past the tensor's end.
-__device__ int64_t row_of(const Place& place, int i, int64_t rows) {
+/// Where the i-th row of the thread's share starts its 8 channels (an element index), or -1 past
+/// the tensor's end. Recomputed where needed rather than kept: registers hold the rows' values.
+__device__ int64_t element_of(const Place& place, int i, const BatchNormShape& shape) {
   const int64_t row = (static_cast<int64_t>(i) * gridDim.x + blockIdx.x) * place.lanes + place.lane;
-  return row < rows ? row : -1;
+  return row < shape.rows ? row * shape.channels + place.first_channel : -1;
 }
 
 /// 8 elements at `base` + `offset` (16-byte aligned), as loaded. Only for memory no thread of
@@ -88,19 +96,13 @@ __device__ inline void store_raw(void* base, int64_t offset, const uint4& raw) {
   *reinterpret_cast<uint4*>(static_cast<T*>(base) + offset) = raw;
 }
 
-/// Turns each thread's partial sums over its rows (first[], second[] for its 8 channels) into
-/// the sums over all rows: the block adds up its lanes (shuffles within each warp, then the warps
-/// through shared memory), adds its sums into the accumulators, and meets the grid.
-__device__ void sum_over_rows(float (&first)[kVector], float (&second)[kVector], const Place& place, int64_t channels,
-                              Accumulators* accumulators) {
+/// Adds up the block's lanes of each thread's partial sums over its rows (first[], second[] for
+/// its 8 channels): shuffles within each warp, then the warps through shared memory. Returns, in
+/// threads below 2 * group_channels, the block's sum of [which = thread / group_channels]
+/// [channel = thread % group_channels]; 0 elsewhere.
+__device__ float sum_over_block(float (&first)[kVector], float (&second)[kVector], const Place& place) {
   constexpr int kWarps = kThreads / 32;
   __shared__ float warp_sums[2][kWarps * kGroupChannels];  // [which][warp * group_channels + channel]
-  const unsigned int parity = __ldcg(&accumulators->parity);
-  float* sums = accumulators->sums[parity];
-  const bool first_block = blockIdx.x == 0 && blockIdx.y == 0;
-  if (first_block) {
-    for (int i = threadIdx.x; i < 2 * kMaxChannels; i += kThreads) accumulators->sums[parity ^ 1u][i] = 0.0f;
-  }
   // A warp holds 32 / vectors lanes of the same channels.
   const int vectors = place.group_channels / kVector;
 #pragma unroll
@@ -119,40 +121,96 @@ __device__ void sum_over_rows(float (&first)[kVector], float (&second)[kVector],
     }
   }
   __syncthreads();
+  float total = 0.0f;
   if (static_cast<int>(threadIdx.x) < 2 * place.group_channels) {
     const int which = static_cast<int>(threadIdx.x) / place.group_channels;
     const int channel = static_cast<int>(threadIdx.x) % place.group_channels;
-    float total = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) total += warp_sums[which][w * place.group_channels + channel];
-    atomicAdd(&sums[which * channels + blockIdx.y * place.group_channels + channel], total);
   }
-  cg::this_grid().sync();  // fences first: every block's additions are in, and every block has read the parity
-  if (first_block && threadIdx.x == 0) accumulators->parity = parity ^ 1u;
+  return total;
+}
+
+/// Turns each thread's partial sums over its rows into the sums over all rows of its channels.
+/// Reduction::cluster: the row groups of a channel group are one thread-block cluster; each block
+/// adds up the cluster's block sums from distributed shared memory, in rank order (repeatable).
+/// The caller ends with finish_sums(), so that no block leaves while another still reads it.
+/// Reduction::grid: the blocks add their sums into the accumulators and meet the whole grid.
+template <Reduction kReduction>
+__device__ void sum_over_rows(float (&first)[kVector], float (&second)[kVector], const Place& place, int64_t channels,
+                              Accumulators* accumulators) {
+  const bool summing_thread = static_cast<int>(threadIdx.x) < 2 * place.group_channels;
+  if constexpr (kReduction == Reduction::cluster) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    __shared__ float block_sums[2 * kGroupChannels];    // [which * group_channels + channel], this block's
+    __shared__ float cluster_sums[2 * kGroupChannels];  // ... and the cluster's
+    const float block_sum = sum_over_block(first, second, place);
+    if (summing_thread) block_sums[threadIdx.x] = block_sum;
+    const cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's sums are in its shared memory
+    if (summing_thread) {
+      float total = 0.0f;
+      for (unsigned int rank = 0; rank < cluster.num_blocks(); ++rank)
+        total += *cluster.map_shared_rank(&block_sums[threadIdx.x], rank);
+      cluster_sums[threadIdx.x] = total;
+    }
+    cluster.barrier_arrive();  // done reading the other blocks; finish_sums() waits for them all
+    __syncthreads();
 #pragma unroll
-  for (int k = 0; k < kVector; ++k) {
-    first[k] = __ldcg(&sums[place.first_channel + k]);
-    second[k] = __ldcg(&sums[channels + place.first_channel + k]);
+    for (int k = 0; k < kVector; ++k) {
+      first[k] = cluster_sums[place.channel_in_group + k];
+      second[k] = cluster_sums[place.group_channels + place.channel_in_group + k];
+    }
+#else
+    __trap();  // clusters need sm_90; the host side launches this only on such devices
+#endif
+  } else {
+    const unsigned int parity = __ldcg(&accumulators->parity);
+    float* sums = accumulators->sums[parity];
+    const bool first_block = blockIdx.x == 0 && blockIdx.y == 0;
+    if (first_block) {
+      for (int i = threadIdx.x; i < 2 * kMaxChannels; i += kThreads) accumulators->sums[parity ^ 1u][i] = 0.0f;
+    }
+    const float block_sum = sum_over_block(first, second, place);
+    if (summing_thread) {
+      const int which = static_cast<int>(threadIdx.x) / place.group_channels;
+      const int channel = static_cast<int>(threadIdx.x) % place.group_channels;
+      atomicAdd(&sums[which * channels + blockIdx.y * place.group_channels + channel], block_sum);
+    }
+    cg::this_grid().sync();  // fences first: every block's additions are in, and every block has read the parity
+    if (first_block && threadIdx.x == 0) accumulators->parity = parity ^ 1u;
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) {
+      first[k] = __ldcg(&sums[place.first_channel + k]);
+      second[k] = __ldcg(&sums[channels + place.first_channel + k]);
+    }
   }
+}
+
+/// The end of a kernel that called sum_over_rows: a cluster's blocks wait until all have read
+/// each other's sums (their shared memory lives as long as the block).
+template <Reduction kReduction>
+__device__ void finish_sums() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+  if constexpr (kReduction == Reduction::cluster) cg::this_cluster().barrier_wait();
+#endif
 }
 
 // The first pass loads a thread's rows into registers and sums them, the blocks meet, and the
 // second pass writes the elementwise result from the registers: the tensor is read once.
 
-template <typename T, BatchNormActivation kActivation>
+template <typename T, BatchNormActivation kActivation, Reduction kReduction>
 __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape shape, BatchNormForward a,
                                                            Accumulators* accumulators) {
   const int64_t channels = shape.channels;
   const Place place = place_of(channels);
   uint4 x_rows[kRowsPerThread], residual_rows[kRowsPerThread];
-  int64_t rows[kRowsPerThread];
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
-    rows[i] = row_of(place, i, shape.rows);
-    if (rows[i] < 0) continue;
-    x_rows[i] = load_raw<T>(a.x, rows[i] * channels + place.first_channel);
-    if (kActivation == BatchNormActivation::add_relu)
-      residual_rows[i] = load_raw<T>(a.residual, rows[i] * channels + place.first_channel);
+    const int64_t at = element_of(place, i, shape);
+    if (at < 0) continue;
+    x_rows[i] = load_raw<T>(a.x, at);
+    if (kActivation == BatchNormActivation::add_relu) residual_rows[i] = load_raw<T>(a.residual, at);
   }
   // Sums of x - x[row 0] rather than of x: a channel's mean can be large beside its spread, and
   // E[d^2] - E[d]^2 then cancels less.
@@ -161,7 +219,8 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape sha
   float sum[kVector] = {}, sum_of_squares[kVector] = {};
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
-    if (rows[i] < 0) continue;
+    const int64_t at = element_of(place, i, shape);
+    if (at < 0) continue;
     float x[kVector];
     unpack<T>(x_rows[i], x);
 #pragma unroll
@@ -177,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape sha
     scale[k] = a.weight[place.first_channel + k];  // loaded before the barrier, to overlap its wait
     offset[k] = a.bias[place.first_channel + k];
   }
-  sum_over_rows(sum, sum_of_squares, place, channels, accumulators);
+  sum_over_rows<kReduction>(sum, sum_of_squares, place, channels, accumulators);
 
   // float32 throughout, as ATen's kernels: every thread computes its 8 channels.
   const bool writes_statistics = blockIdx.x == 0 && place.lane == 0;
@@ -202,7 +261,8 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape sha
   }
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
-    if (rows[i] < 0) continue;
+    const int64_t at = element_of(place, i, shape);
+    if (at < 0) continue;
     float values[kVector], residual[kVector];
     unpack<T>(x_rows[i], values);
     if (kActivation == BatchNormActivation::add_relu) unpack<T>(residual_rows[i], residual);
@@ -214,11 +274,12 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape sha
       if (kActivation != BatchNormActivation::none) value = value > 0.0f || value != value ? value : 0.0f;
       values[k] = value;
     }
-    store_raw<T>(a.y, rows[i] * channels + place.first_channel, pack<T>(values));
+    store_raw<T>(a.y, at, pack<T>(values));
   }
+  finish_sums<kReduction>();
 }
 
-template <typename T, BatchNormActivation kActivation>
+template <typename T, BatchNormActivation kActivation, Reduction kReduction>
 __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape shape, BatchNormBackward a,
                                                             Accumulators* accumulators) {
   const int64_t channels = shape.channels;
@@ -226,12 +287,10 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
   // Per row: g, the gradient after the activation (grad_y where y > 0 after a ReLU: torch's
   // threshold_backward, where NaN outputs pass no gradient; exact in T), and x.
   uint4 gradient_rows[kRowsPerThread], x_rows[kRowsPerThread];
-  int64_t rows[kRowsPerThread];
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
-    rows[i] = row_of(place, i, shape.rows);
-    if (rows[i] < 0) continue;
-    const int64_t at = rows[i] * channels + place.first_channel;
+    const int64_t at = element_of(place, i, shape);
+    if (at < 0) continue;
     gradient_rows[i] = load_raw<T>(a.grad_y, at);
     x_rows[i] = load_raw<T>(a.x, at);
     if (kActivation != BatchNormActivation::none) {
@@ -254,9 +313,8 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
   float sum[kVector] = {}, sum_times_centered[kVector] = {};
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
-    if (rows[i] < 0) continue;
-    if (kActivation == BatchNormActivation::add_relu)
-      store_raw<T>(a.grad_residual, rows[i] * channels + place.first_channel, gradient_rows[i]);
+    const int64_t at = element_of(place, i, shape);
+    if (at < 0) continue;
     float gradient[kVector], x[kVector];
     unpack<T>(gradient_rows[i], gradient);
     unpack<T>(x_rows[i], x);
@@ -266,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
       sum_times_centered[k] += gradient[k] * (x[k] - mean[k]);
     }
   }
-  sum_over_rows(sum, sum_times_centered, place, channels, accumulators);
+  sum_over_rows<kReduction>(sum, sum_times_centered, place, channels, accumulators);
 
   // grad_x = w * inv_std * (g - mean(g) - x_hat * mean(g * x_hat)), x_hat = (x - mean) * inv_std,
   // with mean(g) = grad_bias / rows and mean(g * x_hat) = grad_weight / rows:
@@ -287,79 +345,160 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
   }
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
-    if (rows[i] < 0) continue;
+    const int64_t at = element_of(place, i, shape);
+    if (at < 0) continue;
+    // Stored after the sums, not before: the grid barrier's fence would wait for these stores.
+    if (kActivation == BatchNormActivation::add_relu)
+      store_raw<T>(a.grad_residual, at, gradient_rows[i]);
     float gradient[kVector], x[kVector];
     unpack<T>(gradient_rows[i], gradient);
     unpack<T>(x_rows[i], x);
 #pragma unroll
     for (int k = 0; k < kVector; ++k) gradient[k] = gain[k] * gradient[k] + slope[k] * (x[k] - mean[k]) + constant[k];
-    store_raw<T>(a.grad_x, rows[i] * channels + place.first_channel, pack<T>(gradient));
+    store_raw<T>(a.grad_x, at, pack<T>(gradient));
   }
+  finish_sums<kReduction>();
 }
 
-/// The forward and backward kernels of one element type and activation.
+/// The forward and backward kernels of one element type, activation and reduction.
 struct KernelPair {
-  const void* forward;
-  const void* backward;
+  const void* forward = nullptr;
+  const void* backward = nullptr;
 };
 
-template <typename T, BatchNormActivation kActivation>
+template <typename T, BatchNormActivation kActivation, Reduction kReduction>
 KernelPair kernels_of() {
-  return {reinterpret_cast<const void*>(&forward_kernel<T, kActivation>),
-          reinterpret_cast<const void*>(&backward_kernel<T, kActivation>)};
+  return {reinterpret_cast<const void*>(&forward_kernel<T, kActivation, kReduction>),
+          reinterpret_cast<const void*>(&backward_kernel<T, kActivation, kReduction>)};
 }
 
-template <typename T>
+template <typename T, Reduction kReduction>
 KernelPair kernels_of(BatchNormActivation activation) {
   switch (activation) {
-    case BatchNormActivation::none: return kernels_of<T, BatchNormActivation::none>();
-    case BatchNormActivation::relu: return kernels_of<T, BatchNormActivation::relu>();
-    case BatchNormActivation::add_relu: return kernels_of<T, BatchNormActivation::add_relu>();
+    case BatchNormActivation::none: return kernels_of<T, BatchNormActivation::none, kReduction>();
+    case BatchNormActivation::relu: return kernels_of<T, BatchNormActivation::relu, kReduction>();
+    case BatchNormActivation::add_relu: return kernels_of<T, BatchNormActivation::add_relu, kReduction>();
   }
-  return {nullptr, nullptr};
+  return {};
 }
 
+template <Reduction kReduction>
 KernelPair kernels_of(ElementType type, BatchNormActivation activation) {
-  if (type == ElementType::float16) return kernels_of<__half>(activation);
-  if (type == ElementType::bfloat16) return kernels_of<__nv_bfloat16>(activation);
-  return {nullptr, nullptr};
+  if (type == ElementType::float16) return kernels_of<__half, kReduction>(activation);
+  if (type == ElementType::bfloat16) return kernels_of<__nv_bfloat16, kReduction>(activation);
+  return {};
 }
 
-/// How many blocks of `kernel` fit on the current device at once (a cooperative launch may not
-/// ask for more), cached per kernel and device.
-int resident_blocks(const void* kernel) {
+KernelPair kernels_of(ElementType type, BatchNormActivation activation, Reduction reduction) {
+  if (reduction == Reduction::cluster) return kernels_of<Reduction::cluster>(type, activation);
+  if (reduction == Reduction::grid) return kernels_of<Reduction::grid>(type, activation);
+  return {};
+}
+
+/// What `query(device)` says of the current device for `key`, asked once per key and device;
+/// Value{} where a CUDA call failed, leaving no sticky error behind (callers fall back).
+template <typename Value, typename Key, typename Query>
+Value cached_per_device(const Key& key, Query query) {
   static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, int> cache;
+  static std::map<std::pair<Key, int>, Value> cache;
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto found = cache.find({kernel, device});
-  if (found != cache.end()) return found->second;
-  int per_sm = 0, sms = 0, cooperative = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
-    cudaGetLastError();  // leave no sticky error behind: the caller falls back
-    per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return Value{};
   }
-  const int blocks = cooperative ? std::min(per_sm, kMaxBlocksPerSm) * sms : 0;
-  cache.emplace(std::make_pair(kernel, device), blocks);
-  return blocks;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto found = cache.find({key, device});
+    if (found != cache.end()) return found->second;
+  }
+  // Unlocked: a query may itself ask cached figures (of another Value type, another cache).
+  Value value = query(device);
+  if (cudaGetLastError() != cudaSuccess) value = Value{};
+  const std::lock_guard<std::mutex> lock(mutex);
+  return cache.emplace(std::make_pair(key, device), value).first->second;
 }
 
-/// The row groups (gridDim.x) both kernels of (type, activation) use for `shape`: enough to give
-/// each thread at most kRowsPerThread rows; 0 where that grid would not fit on the device at once.
-int64_t row_groups(ElementType type, BatchNormActivation activation, const BatchNormShape& shape) {
-  const KernelPair pair = kernels_of(type, activation);
-  if (pair.forward == nullptr) return 0;
-  const int64_t channel_groups = shape.channels / group_channels_of(shape.channels);
-  const int64_t resident = std::min(resident_blocks(pair.forward), resident_blocks(pair.backward));
-  const int64_t lanes = kThreads / (group_channels_of(shape.channels) / kVector);
-  const int64_t wanted = (shape.rows + lanes * kRowsPerThread - 1) / (lanes * kRowsPerThread);
-  return wanted * channel_groups <= resident ? wanted : 0;
+/// How many blocks of `kernel` fit on the current device at once, for a cooperative launch (which
+/// may not ask for more); 0 without cooperative launch.
+int resident_blocks(const void* kernel) {
+  return cached_per_device<int>(kernel, [kernel](int device) {
+    int per_sm = 0, sms = 0, cooperative = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess)
+      return 0;
+    return cooperative ? std::min(per_sm, kMaxBlocksPerSm) * sms : 0;
+  });
+}
+
+/// How many clusters of `cluster_blocks` blocks of `kernel` the current device runs at once; 0
+/// where it has no clusters (before sm_90) or cannot form one that size.
+int clusters_at_once(const void* kernel, int cluster_blocks) {
+  return cached_per_device<int>(std::make_pair(kernel, cluster_blocks), [kernel, cluster_blocks](int device) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9)
+      return 0;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = static_cast<unsigned>(cluster_blocks);
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(cluster_blocks));
+    config.blockDim = dim3(kThreads);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    return cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess ? clusters : 0;
+  });
+}
+
+/// How both kernels of a (type, activation) run a shape: the reduction, and the grid's row groups
+/// (gridDim.x; with Reduction::cluster also the cluster's size).
+struct LaunchPlan {
+  Reduction reduction = Reduction::none;
+  KernelPair kernels;
+  int64_t row_groups = 0;
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Clusters where each channel group's rows fit in one (no device-wide barrier, no atomics) and
+/// every cluster fits on the device at once, with about kClusterRowsPerThread rows a thread.
+/// Otherwise one cooperative grid, all of it resident, if it fits.
+LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const BatchNormShape& shape) {
+  const int64_t group_channels = group_channels_of(shape.channels);
+  const int64_t channel_groups = shape.channels / group_channels;
+  const int64_t lanes = kThreads / (group_channels / kVector);
+  const int64_t fewest = ceil_div(shape.rows, lanes * kRowsPerThread);  // kRowsPerThread rows a thread
+  const KernelPair cluster = kernels_of(type, activation, Reduction::cluster);
+  if (cluster.forward != nullptr && fewest <= kMaxClusterBlocks) {
+    auto clusters = [&](int64_t blocks) {
+      const int b = static_cast<int>(blocks);
+      return std::min(clusters_at_once(cluster.forward, b), clusters_at_once(cluster.backward, b));
+    };
+    const int64_t aim = std::clamp<int64_t>(ceil_div(shape.rows, lanes * kClusterRowsPerThread), fewest,
+                                            kMaxClusterBlocks);
+    for (int64_t blocks = aim; blocks >= fewest; --blocks)
+      if (clusters(blocks) >= channel_groups) return {Reduction::cluster, cluster, blocks};
+  }
+  const KernelPair grid = kernels_of(type, activation, Reduction::grid);
+  if (grid.forward == nullptr) return {};
+  const int64_t resident = std::min(resident_blocks(grid.forward), resident_blocks(grid.backward));
+  if (fewest * channel_groups <= resident) return {Reduction::grid, grid, fewest};
+  return {};
 }
 
 bool is_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+/// plan_for, for what the kernels take at all, once per shape and device.
+LaunchPlan checked_plan_for(ElementType type, BatchNormActivation activation, const BatchNormShape& shape) {
+  if (type != ElementType::float16 && type != ElementType::bfloat16) return {};
+  if (!is_power_of_two(shape.channels) || shape.channels < kVector || shape.channels > kMaxChannels) return {};
+  if (shape.rows < 2) return {};
+  const auto key = std::make_tuple(static_cast<int>(type), static_cast<int>(activation), shape.rows, shape.channels);
+  return cached_per_device<LaunchPlan>(key, [&](int) { return plan_for(type, activation, shape); });
+}
 
 /// The current device's accumulators, zeroed when first made; null when they do not exist yet
 /// and cannot be made now (`stream` is capturing a graph, where allocation is not allowed).
@@ -388,38 +527,56 @@ Accumulators* accumulators_for(cudaStream_t stream) {
   return accumulators;
 }
 
+/// Launches one of a plan's kernels with `row_groups` row groups.
 template <typename Arguments>
-cudaError_t launch(const void* kernel, const BatchNormShape& shape, int64_t row_groups, const Arguments& arguments,
-                   cudaStream_t stream) {
-  Accumulators* accumulators = accumulators_for(stream);
-  if (accumulators == nullptr || row_groups == 0) return cudaErrorNotSupported;
+cudaError_t launch(const void* kernel, Reduction reduction, const BatchNormShape& shape, int64_t row_groups,
+                   const Arguments& arguments, cudaStream_t stream) {
+  if (kernel == nullptr || row_groups == 0) return cudaErrorNotSupported;
+  Accumulators* accumulators = reduction == Reduction::grid ? accumulators_for(stream) : nullptr;
+  if (reduction == Reduction::grid && accumulators == nullptr) return cudaErrorNotSupported;
   BatchNormShape shape_argument = shape;
   Arguments kernel_arguments = arguments;
   void* parameters[] = {&shape_argument, &kernel_arguments, &accumulators};
   const dim3 grid(static_cast<unsigned>(row_groups),
                   static_cast<unsigned>(shape.channels / group_channels_of(shape.channels)));
-  return cudaLaunchCooperativeKernel(kernel, grid, dim3(kThreads), parameters, 0, stream);
+  if (reduction == Reduction::grid) return cudaLaunchCooperativeKernel(kernel, grid, dim3(kThreads), parameters, 0, stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = grid.x;  // a channel group's row groups are one cluster
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelExC(&config, kernel, parameters);
 }
 
 }  // namespace
 
-bool batch_norm_nhwc_supported(ElementType type, const BatchNormShape& shape, cudaStream_t stream) {
-  if (type != ElementType::float16 && type != ElementType::bfloat16) return false;
-  if (!is_power_of_two(shape.channels) || shape.channels < kVector || shape.channels > kMaxChannels) return false;
-  if (shape.rows < 2) return false;
-  for (const auto activation : {BatchNormActivation::none, BatchNormActivation::relu, BatchNormActivation::add_relu})
-    if (row_groups(type, activation, shape) == 0) return false;
-  return accumulators_for(stream) != nullptr;
+BatchNormReduction batch_norm_nhwc_reduction(ElementType type, BatchNormActivation activation,
+                                             const BatchNormShape& shape) {
+  return checked_plan_for(type, activation, shape).reduction;
+}
+
+bool batch_norm_nhwc_supported(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
+                               cudaStream_t stream) {
+  const Reduction reduction = batch_norm_nhwc_reduction(type, activation, shape);
+  return reduction == Reduction::cluster || (reduction == Reduction::grid && accumulators_for(stream) != nullptr);
 }
 
 cudaError_t batch_norm_nhwc_forward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                     const BatchNormForward& arguments, cudaStream_t stream) {
-  return launch(kernels_of(type, activation).forward, shape, row_groups(type, activation, shape), arguments, stream);
+  const LaunchPlan plan = checked_plan_for(type, activation, shape);
+  return launch(plan.kernels.forward, plan.reduction, shape, plan.row_groups, arguments, stream);
 }
 
 cudaError_t batch_norm_nhwc_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                      const BatchNormBackward& arguments, cudaStream_t stream) {
-  return launch(kernels_of(type, activation).backward, shape, row_groups(type, activation, shape), arguments, stream);
+  const LaunchPlan plan = checked_plan_for(type, activation, shape);
+  return launch(plan.kernels.backward, plan.reduction, shape, plan.row_groups, arguments, stream);
 }
 
 }  // namespace ltrain::kernels

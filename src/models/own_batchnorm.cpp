@@ -19,6 +19,8 @@ torch::Tensor try_own_batchnorm(const torch::Tensor&, const torch::Tensor&, bool
   return {};
 }
 
+std::string own_batchnorm_reduction(const torch::Tensor&, bool, bool) { return {}; }
+
 #else
 
 namespace {
@@ -37,6 +39,10 @@ kernels::ElementType element_type(const torch::Tensor& x) {
 }
 
 BatchNormActivation activation_of(int64_t code) { return static_cast<BatchNormActivation>(code); }
+
+BatchNormActivation activation_of(bool relu, bool residual) {
+  return !relu ? BatchNormActivation::none : residual ? BatchNormActivation::add_relu : BatchNormActivation::relu;
+}
 
 class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
  public:
@@ -128,12 +134,23 @@ torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& res
   // (precision.deterministic sets cuDNN's flag) get cuDNN's kernels or ATen's.
   if (at::globalContext().deterministicAlgorithms() || at::globalContext().deterministicCuDNN()) return {};
   const c10::cuda::CUDAGuard device_guard(x.device());
-  if (!kernels::batch_norm_nhwc_supported(element_type(x), shape_of(x), kernels::current_stream_of(x))) return {};
-  const BatchNormActivation activation =
-      !relu ? BatchNormActivation::none : residual.defined() ? BatchNormActivation::add_relu : BatchNormActivation::relu;
+  const BatchNormActivation activation = activation_of(relu, residual.defined());
+  if (!kernels::batch_norm_nhwc_supported(element_type(x), activation, shape_of(x), kernels::current_stream_of(x)))
+    return {};
   return OwnBatchNorm::apply(x, residual.defined() ? residual : x, static_cast<int64_t>(activation), parameters.weight,
                              parameters.bias, parameters.running_mean, parameters.running_var, parameters.momentum,
                              parameters.eps);
+}
+
+std::string own_batchnorm_reduction(const torch::Tensor& x, bool relu, bool residual) {
+  if (!x.is_cuda() || x.dim() != 4) return {};
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  switch (kernels::batch_norm_nhwc_reduction(element_type(x), activation_of(relu, residual), shape_of(x))) {
+    case kernels::BatchNormReduction::cluster: return "cluster";
+    case kernels::BatchNormReduction::grid: return "grid";
+    case kernels::BatchNormReduction::none: break;
+  }
+  return {};
 }
 
 #endif  // LTRAIN_WITH_CUDA

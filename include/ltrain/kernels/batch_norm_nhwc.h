@@ -4,12 +4,18 @@
 // Why: in a graphed fp16 ResNet-50 step (H200, 2026-11-30) cuDNN's fused BatchNorm took 106
 // kernels, and before each one cuDNN sets a 4-byte counter: 114 memsets, a quarter of the step's
 // 512 graph nodes, each costing about a microsecond of launch gap beside its own time. Here each
-// direction is one cooperative launch: every thread loads its rows (at most 8) into registers and
-// sums them, the blocks add their sums into per-channel accumulators and meet at one grid-wide
-// barrier, and each thread writes its rows' results from its registers. Each launch zeroes the
-// other of two sets of accumulators for the launch after it, so none needs a memset. The sums'
-// order varies with the blocks' timing (float atomics): not bitwise deterministic. Tensors too
-// large for one resident grid at 8 rows a thread are left to cuDNN.
+// direction is one launch that needs no zeroed memory: every thread loads its rows (at most 8)
+// into registers and sums them, the blocks that share channels combine their sums, and each
+// thread writes its rows' results from its registers. The blocks combine their sums in one of
+// two ways (BatchNormReduction):
+// - cluster: where a channel group's rows fit in one thread-block cluster of up to 4 blocks (sm_90
+//   and later; ResNet-50's layer3 and layer4 at batch 256), through distributed shared memory, in
+//   a fixed order: no device-wide barrier or atomics.
+// - grid: otherwise, one cooperative launch whose blocks add their sums atomically into
+//   per-channel accumulators and meet at one grid-wide barrier. Each launch zeroes the other of
+//   two sets of accumulators for the launch after it. The sums' order varies with the blocks'
+//   timing (float atomics): not bitwise deterministic. Tensors too large for one resident grid at
+//   8 rows a thread (about 4M elements on an H200) are left to cuDNN.
 //
 // Plain CUDA (no LibTorch headers); models/own_batchnorm.cpp wraps them as an autograd function.
 #pragma once
@@ -31,12 +37,21 @@ struct BatchNormShape {
   int64_t channels = 0;
 };
 
-/// Whether the kernels take this shape and element type on the current device and `stream`:
-/// fp16 or bf16, channels a power of two from 8 to 2048, at least 2 rows, a grid that fits on the
-/// device at once (about 4M elements on an H200), a device with cooperative launch, and the
-/// stream's accumulators made (they are made on first use, which a capturing stream cannot do).
+/// How a launch's blocks combine their per-channel sums (see above).
+enum class BatchNormReduction { none, cluster, grid };
+
+/// The reduction the kernels use for this element type, activation and shape on the current
+/// device; none where they do not take it: fp16 or bf16, channels a power of two from 8 to 2048, at
+/// least 2 rows, and either a cluster (sm_90 and later) that holds the rows or a cooperative grid
+/// that fits on the device at once.
+BatchNormReduction batch_norm_nhwc_reduction(ElementType type, BatchNormActivation activation,
+                                             const BatchNormShape& shape);
+
+/// Whether the kernels take this on the current device and `stream`: a reduction other than none,
+/// and for grid the device's accumulators made (on first use, which a capturing stream cannot do).
 /// Pointers must also be 16-byte aligned (the caller checks its tensors).
-bool batch_norm_nhwc_supported(ElementType type, const BatchNormShape& shape, cudaStream_t stream);
+bool batch_norm_nhwc_supported(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
+                               cudaStream_t stream);
 
 struct BatchNormForward {
   const void* x = nullptr;         // [rows, channels]

@@ -3,8 +3,11 @@
 // kernels (kernels/batch_norm_nhwc.h): one kernel forward and one backward, with no memsets
 // before them, where cuDNN's fused path (models/fused_batchnorm.h) has a memset before each.
 // Same numbers as the separate float32 operators to fp16/bf16 rounding; not bitwise repeatable
-// (atomic float sums), so they step aside when deterministic algorithms are asked for.
+// for large tensors (atomic float sums), so they step aside when deterministic algorithms are
+// asked for.
 #include <torch/torch.h>
+
+#include <string>
 
 #include "ltrain/models/fused_batchnorm.h"
 
@@ -16,11 +19,18 @@ bool own_batchnorm_built();
 /// batch_norm(x) with batch statistics, then relu(... + residual) when `relu` is set (residual:
 /// undefined for no add; without `relu` it must be undefined), updating the running statistics in
 /// place, differentiable in x, residual, weight and bias. Takes x [B,C,H,W] fp16/bf16 on CUDA,
-/// channels_last contiguous, C a power of two from 8 to 2048, at most about 4M elements (the
-/// kernels' grid must fit on the device at once), residual of x's shape, dtype and layout.
+/// channels_last contiguous, C a power of two from 8 to 2048, a shape own_batchnorm_reduction
+/// names (about 4M elements at most on an H200, unless one cluster holds a channel group's rows),
+/// residual of x's shape, dtype and layout.
 /// Returns an undefined tensor, having changed nothing, for anything else, and while
 /// deterministic algorithms or deterministic cuDNN are asked for.
 torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
                                 const BatchNormParameters& parameters);
+
+/// How the kernels would combine their blocks' sums for an x of this shape and dtype on its
+/// device, with a ReLU and a residual or not: "cluster" (within one thread-block cluster, in a
+/// fixed order), "grid" (atomics and a device-wide barrier), or "" where they do not take its
+/// shape and dtype (or in a CPU build). For tests and benchmarks.
+std::string own_batchnorm_reduction(const torch::Tensor& x, bool relu, bool residual);
 
 }  // namespace ltrain::models
