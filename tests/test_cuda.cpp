@@ -159,6 +159,31 @@ TEST(MixedPrecision, SgdKernelReadsLowPrecisionGradientsAsTheirFloat32Values_CUD
   }
 }
 
+TEST(MixedPrecision, SgdKernelPairsGradientAndParameterElementsWhateverTheirLayouts_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  if (!optim::gradient_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels";
+  // channels_last parameters: a 3x3 convolution's weight, whose contiguous gradient is in another
+  // order, and a 1x1 convolution's, whose contiguous gradient has other strides but the same
+  // order. Either way a step equals the step from the gradient in the parameter's own layout.
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(7);
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{8, 4, 3, 3}, std::vector<int64_t>{8, 4, 1, 1}}) {
+    SCOPED_TRACE(::testing::Message() << c10::IntArrayRef(shape));
+    const torch::Tensor initial = torch::randn(shape, cuda).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor gradient = torch::randn(shape, cuda).to(torch::kHalf);  // contiguous
+    auto step_with = [&](const torch::Tensor& grad) {
+      std::vector<torch::Tensor> params{initial.clone(at::MemoryFormat::ChannelsLast)};
+      std::vector<torch::Tensor> buffers{torch::zeros_like(params[0])};
+      const torch::Tensor lr = torch::full({}, 0.1, cuda);
+      for (int step = 0; step < 2; ++step)
+        optim::sgd_step(params, {grad}, buffers, {5e-4}, 0.9, false, lr, optim::ScalerState{});
+      return params[0];
+    };
+    EXPECT_TRUE(torch::equal(step_with(gradient), step_with(gradient.contiguous(at::MemoryFormat::ChannelsLast))));
+    EXPECT_FALSE(torch::equal(step_with(gradient), initial));
+  }
+}
+
 TEST(MixedPrecision, InfCheckReadsEveryDtypeAndChangesNoGradient_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   if (!optim::gradient_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels";
