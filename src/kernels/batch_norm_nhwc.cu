@@ -25,8 +25,9 @@ constexpr int64_t kMaxChannels = 2048;
 constexpr int kRowsPerThread = 8;
 constexpr int kMaxBlocksPerSm = 4;
 // Clusters of at most 4 blocks, aiming at 4 rows a thread: on an H200 (2026-11-30, fp16 add+ReLU,
-// forward + backward) these beat the grid reduction by 2-4 us a kernel pair at 256-1024 rows,
-// while clusters of 8 lost to it at 2048 rows (23.1 us against 21.3) and clusters of 16 at 4096.
+// forward + backward) these beat the grid reduction by 1.3-3.1 us a kernel pair at 256-1024 rows,
+// while clusters of 8 lost to it at 2048 rows (23.1 us against 21.4) and clusters of 16 at 4096
+// (docs/BENCHMARKS.md).
 constexpr int kMaxClusterBlocks = 4;
 constexpr int kClusterRowsPerThread = 4;
 
