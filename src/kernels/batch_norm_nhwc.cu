@@ -396,8 +396,9 @@ KernelPair kernels_of(ElementType type, BatchNormActivation activation, Reductio
   return {};
 }
 
-/// What `query(device)` says of the current device for `key`, asked once per key and device;
-/// Value{} where a CUDA call failed, leaving no sticky error behind (callers fall back).
+/// What `query(device)` says of the current device for `key`, asked once per key and device. A
+/// query that fails returns Value{} (the callers then fall back) and clears the CUDA error it
+/// caused, so that none is left for LibTorch's next check.
 template <typename Value, typename Key, typename Query>
 Value cached_per_device(const Key& key, Query query) {
   static std::mutex mutex;
@@ -413,8 +414,7 @@ Value cached_per_device(const Key& key, Query query) {
     if (found != cache.end()) return found->second;
   }
   // Unlocked: a query may itself ask cached figures (of another Value type, another cache).
-  Value value = query(device);
-  if (cudaGetLastError() != cudaSuccess) value = Value{};
+  const Value value = query(device);
   const std::lock_guard<std::mutex> lock(mutex);
   return cache.emplace(std::make_pair(key, device), value).first->second;
 }
@@ -426,8 +426,10 @@ int resident_blocks(const void* kernel) {
     int per_sm = 0, sms = 0, cooperative = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess)
+        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
+      cudaGetLastError();
       return 0;
+    }
     return cooperative ? std::min(per_sm, kMaxBlocksPerSm) * sms : 0;
   });
 }
@@ -437,8 +439,11 @@ int resident_blocks(const void* kernel) {
 int clusters_at_once(const void* kernel, int cluster_blocks) {
   return cached_per_device<int>(std::make_pair(kernel, cluster_blocks), [kernel, cluster_blocks](int device) {
     int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9)
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaGetLastError();
       return 0;
+    }
+    if (major < 9) return 0;
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
     attribute.val.clusterDim.x = static_cast<unsigned>(cluster_blocks);
@@ -450,7 +455,11 @@ int clusters_at_once(const void* kernel, int cluster_blocks) {
     config.attrs = &attribute;
     config.numAttrs = 1;
     int clusters = 0;
-    return cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess ? clusters : 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return clusters;
   });
 }
 
