@@ -54,7 +54,8 @@ class LowPrecisionWeights {
     torch::Tensor* layer_member;  // the layer's `weight` or `bias` member that its forward reads
     torch::Tensor master;         // the float32 parameter (what the optimizer updates)
     torch::Tensor mirror;         // its low-precision copy for the step; a leaf that takes gradients
-    torch::Tensor master_grad;    // persistent float32 gradient buffer, set as master's .grad
+    torch::Tensor master_grad;    // persistent float32 gradient buffer, set as master's .grad;
+                                  // made by the first collect_gradients
   };
   std::vector<Slot> slots_;
 };
