@@ -143,7 +143,7 @@ torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& res
 }
 
 std::string own_batchnorm_reduction(const torch::Tensor& x, bool relu, bool residual) {
-  if (!x.is_cuda() || x.dim() != 4) return {};
+  if (!x.is_cuda() || x.dim() != 4 || x.numel() == 0) return {};
   const c10::cuda::CUDAGuard device_guard(x.device());
   switch (kernels::batch_norm_nhwc_reduction(element_type(x), activation_of(relu, residual), shape_of(x))) {
     case kernels::BatchNormReduction::cluster: return "cluster";

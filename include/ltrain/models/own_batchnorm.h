@@ -20,8 +20,7 @@ bool own_batchnorm_built();
 /// undefined for no add; without `relu` it must be undefined), updating the running statistics in
 /// place, differentiable in x, residual, weight and bias. Takes x [B,C,H,W] fp16/bf16 on CUDA,
 /// channels_last contiguous, C a power of two from 8 to 2048, a shape own_batchnorm_reduction
-/// names (about 4M elements at most on an H200, unless one cluster holds a channel group's rows),
-/// residual of x's shape, dtype and layout.
+/// names (at most about 4M elements on an H200), residual of x's shape, dtype and layout.
 /// Returns an undefined tensor, having changed nothing, for anything else, and while
 /// deterministic algorithms or deterministic cuDNN are asked for.
 torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
