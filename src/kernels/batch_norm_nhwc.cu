@@ -31,7 +31,10 @@ constexpr int kMaxBlocksPerSm = 4;
 constexpr int kMaxClusterBlocks = 4;
 constexpr int kClusterRowsPerThread = 4;
 
-int64_t group_channels_of(int64_t channels) { return std::min<int64_t>(channels, kGroupChannels); }
+/// The channels one block covers: kGroupChannels, or all of them when there are fewer.
+__host__ __device__ inline int group_channels_of(int64_t channels) {
+  return static_cast<int>(channels < kGroupChannels ? channels : kGroupChannels);
+}
 
 /// The per-device state the kernels share: two sets of per-channel sums and which one the next
 /// launch adds into. A launch adds into sums[parity], zeroes the other set for the launch after
@@ -55,7 +58,7 @@ struct Place {
 };
 
 __device__ Place place_of(int64_t channels) {
-  const int group_channels = static_cast<int>(channels < kGroupChannels ? channels : kGroupChannels);
+  const int group_channels = group_channels_of(channels);
   const int vectors = group_channels / kVector;
   const int channel_in_group = static_cast<int>(threadIdx.x % vectors) * kVector;
   return {static_cast<int64_t>(blockIdx.y) * group_channels + channel_in_group, channel_in_group, group_channels,
