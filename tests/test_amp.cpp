@@ -301,6 +301,36 @@ TEST(LowPrecisionWeights, SameGradientsAsAutocastsOwnCastsOnTheGpu_CUDA) {
       tiny({"run.device=cuda", "model.channels_last=true", "precision.deterministic=true"}), torch::kFloat16, 1e-6);
 }
 
+TEST(LowPrecisionWeights, CastsAgainOnlyWhenAWeightChangedSinceTheMirrorsMatched) {
+  const config::LoadedConfig loaded = tiny();
+  models::ResNet model = engine::build_model(loaded, torch::kCPU);
+  amp::LowPrecisionWeights weights(*model, torch::kBFloat16);
+  torch::Tensor master = model->named_parameters()["conv1.weight"];
+  const torch::Tensor mirror = weights.mirror_of(master);
+  ASSERT_TRUE(mirror.defined());
+  torch::NoGradGuard no_grad;
+  auto mirror_is_cast_of_master = [&] { return torch::equal(mirror, master.to(torch::kBFloat16)); };
+
+  { const amp::LowPrecisionWeights::InUse in_use(weights); }
+  EXPECT_TRUE(mirror_is_cast_of_master());
+  // As if the optimizer had written both: the next InUse must leave the mirror alone (the
+  // marker would otherwise be overwritten by the cast).
+  mirror.fill_(7.0);
+  weights.note_mirrors_written();
+  { const amp::LowPrecisionWeights::InUse in_use(weights); }
+  EXPECT_TRUE(torch::all(mirror == 7.0).item<bool>());
+
+  master.mul_(2.0);  // an in-place change: a checkpoint load, a weight average swapped in
+  weights.refresh();
+  EXPECT_TRUE(mirror_is_cast_of_master());
+
+  mirror.fill_(7.0);
+  weights.note_mirrors_written();
+  master.set_data(master.clone() + 1.0);  // new storage, no in-place operator
+  weights.refresh();
+  EXPECT_TRUE(mirror_is_cast_of_master());
+}
+
 TEST(RuntimeSettings, PrecisionSectionReachesCudnnAndTf32Switches) {
   // The process-wide switches that PyTorch users set through torch.backends.*; restored after.
   at::Context& context = at::globalContext();

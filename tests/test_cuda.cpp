@@ -184,6 +184,42 @@ TEST(MixedPrecision, SgdKernelPairsGradientAndParameterElementsWhateverTheirLayo
   }
 }
 
+TEST(MixedPrecision, SgdKernelWritesEachParametersLowPrecisionCopyUnlessTheStepIsSkipped_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  if (!optim::gradient_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels";
+  // The copies (fp16, bf16, one parameter without) must hold exactly the cast of the updated
+  // parameters, as amp::LowPrecisionWeights' cast would make them; a skipped step writes none.
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(8);
+  std::vector<torch::Tensor> params{torch::randn({16, 8, 3, 3}, cuda).contiguous(at::MemoryFormat::ChannelsLast),
+                                    torch::randn({10, 64}, cuda), torch::randn({64}, cuda)};
+  std::vector<torch::Tensor> copies{torch::full_like(params[0], 3.0, torch::kHalf),
+                                    torch::full_like(params[1], 3.0, torch::kBFloat16), torch::Tensor()};
+  std::vector<torch::Tensor> buffers, grads;
+  for (const torch::Tensor& param : params) {
+    buffers.push_back(torch::zeros_like(param));
+    grads.push_back(torch::randn_like(param));
+  }
+  const torch::Tensor lr = torch::full({}, 0.1, cuda);
+  const int64_t version_before = params[0]._version();
+  for (int step = 0; step < 3; ++step) {
+    const bool skipped = step == 1;
+    if (skipped)
+      for (size_t i = 0; i < 2; ++i) copies[i].fill_(3.0);
+    const optim::ScalerState scaler{torch::full({1}, 1.0, cuda), torch::full({1}, skipped ? 1.0 : 0.0, cuda)};
+    optim::sgd_step(params, grads, buffers, {5e-4, 5e-4, 0.0}, 0.9, false, lr, scaler, copies);
+    for (size_t i = 0; i < 2; ++i) {
+      SCOPED_TRACE(::testing::Message() << "step " << step << ", parameter " << i);
+      if (skipped) EXPECT_TRUE(torch::all(copies[i] == 3.0).item<bool>());
+      else EXPECT_TRUE(torch::equal(copies[i], params[i].to(copies[i].scalar_type())));
+    }
+  }
+  EXPECT_EQ(params[0]._version(), version_before + 3);
+  EXPECT_THROW(optim::sgd_step(params, grads, buffers, {0.0, 0.0, 0.0}, 0.9, false, lr, {},
+                               {copies[0].contiguous(), copies[1], copies[2]}),
+               std::logic_error);  // a copy in another memory order than its parameter
+}
+
 TEST(MixedPrecision, InfCheckReadsEveryDtypeAndChangesNoGradient_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   if (!optim::gradient_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels";

@@ -23,16 +23,30 @@ LowPrecisionWeights::LowPrecisionWeights(torch::nn::Module& model, torch::Scalar
   }
 }
 
-LowPrecisionWeights::InUse::InUse(LowPrecisionWeights& weights) : weights_(weights) {
+std::vector<LowPrecisionWeights::MasterState> LowPrecisionWeights::masters_now() const {
+  std::vector<MasterState> states;
+  states.reserve(slots_.size());
+  for (const Slot& slot : slots_) states.push_back({slot.master._version(), slot.master.data_ptr()});
+  return states;
+}
+
+void LowPrecisionWeights::refresh() {
+  std::vector<MasterState> now = masters_now();
+  if (now == mirrored_masters_) return;
   std::vector<torch::Tensor> mirrors, masters;
-  for (auto& slot : weights_.slots_) {
+  for (auto& slot : slots_) {
     mirrors.push_back(slot.mirror);
     masters.push_back(slot.master);
   }
-  {
-    torch::NoGradGuard no_grad;
-    compat::foreach_copy(mirrors, masters);  // one cast for the whole model
-  }
+  torch::NoGradGuard no_grad;
+  compat::foreach_copy(mirrors, masters);  // one cast for the whole model
+  mirrored_masters_ = std::move(now);       // the copy changed the mirrors, not the masters
+}
+
+void LowPrecisionWeights::note_mirrors_written() { mirrored_masters_ = masters_now(); }
+
+LowPrecisionWeights::InUse::InUse(LowPrecisionWeights& weights) : weights_(weights) {
+  weights_.refresh();
   for (auto& slot : weights_.slots_) *slot.layer_member = slot.mirror;
 }
 

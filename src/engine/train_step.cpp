@@ -35,7 +35,13 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
       clip_grad_norm_(config.optim.clip_grad_norm),
       label_smoothing_(config.loss.label_smoothing),
       group_(group) {
-  if (precision_.autocast) low_precision_weights_.emplace(*model_, precision_.dtype);
+  if (precision_.autocast) {
+    low_precision_weights_.emplace(*model_, precision_.dtype);
+    std::vector<torch::Tensor> mirrors;  // per optimizer parameter in group order
+    for (const optim::ParamGroup& param_group : optimizer_.groups())
+      for (const torch::Tensor& param : param_group.params) mirrors.push_back(low_precision_weights_->mirror_of(param));
+    optimizer_writes_mirrors_ = optimizer_.write_low_precision_copies(std::move(mirrors));
+  }
   low_precision_gradients_ = low_precision_weights_ && accumulation_steps_ == 1 && clip_grad_norm_ == 0.0 &&
                              group_ == nullptr && optimizer_.takes_low_precision_gradients();
   if (low_precision_gradients_) {
@@ -70,6 +76,9 @@ void TrainStep::run(const data::Batch& batch) {
     enqueue(batch.images, batch.labels);
     return;
   }
+  // A replay skips the cast of the weights that was not needed at capture; anything that changed
+  // the weights since (a checkpoint load, say) needs it now.
+  if (low_precision_weights_) low_precision_weights_->refresh();
   graph_->run(batch, [&](const torch::Tensor& images, const torch::Tensor& labels) { enqueue(images, labels); });
 }
 
@@ -111,6 +120,7 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
     scaler_.unscale(grads);
     optimizer_.step(scaler_.step_state(/*gradients_unscaled=*/true));
   }
+  if (optimizer_writes_mirrors_) low_precision_weights_->note_mirrors_written();
   scaler_.update();
 }
 

@@ -76,6 +76,12 @@ __global__ void find_non_finite_kernel(CheckBatch batch, float* found_non_finite
   if (__syncthreads_or(found) && threadIdx.x == 0) *found_non_finite = 1.0f;
 }
 
+/// copy[i] = value rounded to `type` (float16 or bfloat16; the host checks).
+__device__ inline void store_low_precision(void* copy, ElementType type, int64_t i, float value) {
+  if (type == ElementType::bfloat16) static_cast<__nv_bfloat16*>(copy)[i] = from_float<__nv_bfloat16>(value);
+  else static_cast<__half*>(copy)[i] = from_float<__half>(value);
+}
+
 template <typename G>
 __device__ void sgd_update(const SgdParameter& parameter, Range range, const SgdSettings& settings,
                            float learning_rate, float gradient_scale) {
@@ -102,7 +108,9 @@ __device__ void sgd_update(const SgdParameter& parameter, Range range, const Sgd
       buffers[i] = updated;
       direction = settings.nesterov ? direction + settings.momentum * updated : updated;
     }
-    values[i] = value[k] - learning_rate * direction;
+    const float updated_value = value[k] - learning_rate * direction;
+    values[i] = updated_value;
+    if (parameter.low_precision_copy) store_low_precision(parameter.low_precision_copy, parameter.copy_type, i, updated_value);
   }
 }
 

@@ -21,7 +21,8 @@ void find_non_finite(const std::vector<torch::Tensor>&, const torch::Tensor&) {
 }
 
 void sgd_step(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
-              const std::vector<double>&, double, bool, const torch::Tensor&, const ScalerState&) {
+              const std::vector<double>&, double, bool, const torch::Tensor&, const ScalerState&,
+              const std::vector<torch::Tensor>&) {
   throw std::logic_error("sgd_step: this build has no CUDA kernels");
 }
 
@@ -76,8 +77,11 @@ void find_non_finite(const std::vector<torch::Tensor>& gradients, const torch::T
 
 void sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& gradients,
               const std::vector<torch::Tensor>& momentum_buffers, const std::vector<double>& weight_decays,
-              double momentum, bool nesterov, const torch::Tensor& lr, const ScalerState& scaler) {
+              double momentum, bool nesterov, const torch::Tensor& lr, const ScalerState& scaler,
+              const std::vector<torch::Tensor>& low_precision_copies) {
   if (params.empty()) return;
+  if (!low_precision_copies.empty() && low_precision_copies.size() != params.size())
+    throw std::logic_error("sgd_step: low_precision_copies needs one entry per parameter");
   std::vector<torch::Tensor> keep_alive;  // gradients copied into their parameter's layout
   std::vector<kernels::SgdParameter> entries;
   entries.reserve(params.size());
@@ -96,6 +100,13 @@ void sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch:
     entry.momentum_buffer = momentum_buffers.empty() ? nullptr : momentum_buffers[i].data_ptr<float>();
     entry.gradient = view_of(gradient);
     entry.weight_decay = static_cast<float>(weight_decays[i]);
+    if (!low_precision_copies.empty() && low_precision_copies[i].defined()) {
+      const torch::Tensor& copy = low_precision_copies[i];
+      if (copy.sizes() != param.sizes() || !copy.is_non_overlapping_and_dense() || !same_memory_order(copy, param) ||
+          !kernels::element_type_of(copy.scalar_type(), entry.copy_type) || entry.copy_type == kernels::ElementType::float32)
+        throw std::logic_error("sgd_step: a low-precision copy is not an fp16/bf16 tensor laid out as its parameter");
+      entry.low_precision_copy = copy.data_ptr();
+    }
     entries.push_back(entry);
   }
   kernels::SgdSettings settings;
@@ -107,6 +118,9 @@ void sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch:
   kernels::throw_on_error(
       kernels::sgd_step(entries.data(), static_cast<int64_t>(entries.size()), settings, kernels::current_stream_of(lr)),
       "SGD kernel");
+  // Written in place behind autograd's back: say so, as ATen's in-place operators do (what
+  // amp::LowPrecisionWeights reads to tell whether its mirrors still match).
+  for (const torch::Tensor& param : params) param.unsafeGetTensorImpl()->bump_version();
 }
 
 #endif  // LTRAIN_WITH_CUDA

@@ -48,7 +48,8 @@ class Sgd final : public Optimizer {
     torch::NoGradGuard no_grad;
     const std::vector<torch::Tensor> grads = given.empty() ? gradients() : given;
     if (fused_) {
-      sgd_step(params_, grads, buffers_, weight_decays_, momentum_, nesterov_, lr_, scaler);  // one kernel for all
+      // One kernel for all.
+      sgd_step(params_, grads, buffers_, weight_decays_, momentum_, nesterov_, lr_, scaler, low_precision_copies_);
       return;
     }
     const torch::Tensor skip = skip_mask(scaler);
@@ -69,6 +70,13 @@ class Sgd final : public Optimizer {
 
   const char* step_kernel() const override { return fused_ ? "fused (ltrain's SGD kernel)" : "portable"; }
   bool takes_low_precision_gradients() const override { return fused_; }
+  bool write_low_precision_copies(std::vector<torch::Tensor> copies) override {
+    if (!fused_) return false;
+    if (copies.size() != params_.size())
+      throw std::logic_error("write_low_precision_copies: needs one entry per parameter");
+    low_precision_copies_ = std::move(copies);
+    return true;
+  }
 
   NamedTensors state() const override { return momentum_buffers_; }
 
@@ -79,6 +87,7 @@ class Sgd final : public Optimizer {
   std::vector<double> weight_decays_;   // each parameter's group's
   NamedTensors momentum_buffers_;       // one per parameter, in group order (none without momentum)
   std::vector<torch::Tensor> buffers_;  // the same tensors, as the kernel takes them
+  std::vector<torch::Tensor> low_precision_copies_;  // empty, or one per parameter (write_low_precision_copies)
 };
 
 /// torch.optim.AdamW (amsgrad off). The step count lives on the device so that bias

@@ -28,11 +28,16 @@ struct GradientView {
 
 /// One parameter: float32 values and momentum buffer laid out like its gradient (same count, same
 /// element order). `momentum_buffer` is null when the optimizer has no momentum.
+/// `low_precision_copy`, when set, is the parameter's fp16/bf16 copy in the same element order
+/// (autocast's weight for the next forward pass): the step writes it the updated values, rounded
+/// to nearest, so that no separate cast of every weight has to follow.
 struct SgdParameter {
   float* value = nullptr;
   float* momentum_buffer = nullptr;
   GradientView gradient;
   float weight_decay = 0.0f;
+  ElementType copy_type = ElementType::float16;  // beside weight_decay: 56 bytes, no padding
+  void* low_precision_copy = nullptr;
 };
 
 /// torch.optim.SGD's update (dampening 0, not maximizing, the buffers started at zero), with
@@ -53,7 +58,8 @@ cudaError_t find_non_finite(const GradientView* gradients, int64_t count, float*
 /// For every parameter p with gradient g (float32 arithmetic):
 ///   g = g / gradient_scale;  g += weight_decay * p;
 ///   buffer = momentum * buffer + g;  g = nesterov ? g + momentum * buffer : buffer;
-///   p -= learning_rate * g.
+///   p -= learning_rate * g;  low_precision_copy = p rounded to copy_type, where set.
+/// Nothing is written, copies included, in a step that found_non_finite skips.
 cudaError_t sgd_step(const SgdParameter* parameters, int64_t count, const SgdSettings& settings,
                      cudaStream_t stream);
 

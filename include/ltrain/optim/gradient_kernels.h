@@ -25,9 +25,13 @@ void find_non_finite(const std::vector<torch::Tensor>& gradients, const torch::T
 /// parameter params[i] from gradients[i] (float32, fp16 or bf16, params[i]'s sizes), with weight
 /// decay weight_decays[i]; `momentum_buffers` is empty when momentum is 0. The gradients are
 /// divided by the scaler's grad_scale when it is defined, and nothing changes when its found_inf
-/// is non-zero; the learning rate is read from `lr` on the device.
+/// is non-zero; the learning rate is read from `lr` on the device. `low_precision_copies`, when
+/// not empty, holds one tensor per parameter, undefined or an fp16/bf16 tensor of its sizes and
+/// memory order that the step writes the updated values into (amp::LowPrecisionWeights' mirrors).
+/// The parameters' version counters move on, as after any in-place change.
 void sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& gradients,
               const std::vector<torch::Tensor>& momentum_buffers, const std::vector<double>& weight_decays,
-              double momentum, bool nesterov, const torch::Tensor& lr, const ScalerState& scaler);
+              double momentum, bool nesterov, const torch::Tensor& lr, const ScalerState& scaler,
+              const std::vector<torch::Tensor>& low_precision_copies = {});
 
 }  // namespace ltrain::optim

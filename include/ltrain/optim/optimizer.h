@@ -49,6 +49,13 @@ class Optimizer {
   /// True when step() reads fp16/bf16 gradients of float32 parameters as they are, with no
   /// float32 copy (ltrain's fused SGD kernel).
   virtual bool takes_low_precision_gradients() const { return false; }
+  /// Asks every later step to also write each updated parameter, rounded, into its fp16/bf16
+  /// copy: `copies` holds one per parameter in group order, undefined where there is none.
+  /// Returns true where the step does so (ltrain's fused SGD kernel); otherwise keeps nothing.
+  virtual bool write_low_precision_copies(std::vector<torch::Tensor> copies) {
+    (void)copies;
+    return false;
+  }
 
   /// Optimizer state by name, e.g. "momentum_buffer/layer1.0.conv1.weight" (for checkpoints).
   virtual NamedTensors state() const = 0;
