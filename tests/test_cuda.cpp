@@ -228,6 +228,9 @@ TEST(MixedPrecision, InfCheckReadsEveryDtypeAndChangesNoGradient_CUDA) {
   torch::manual_seed(6);
   std::vector<torch::Tensor> grads{torch::randn({5000}, cuda), torch::randn({3, 3}, cuda).to(torch::kHalf)};
   for (int i = 0; i < 130; ++i) grads.push_back(torch::randn({7}, cuda).to(torch::kBFloat16));
+  // Over several blocks of 16-byte loads, and one not 16-byte aligned (read element by element).
+  grads.push_back(torch::randn({40000}, cuda).to(torch::kHalf));
+  grads.push_back(torch::randn({1001}, cuda).to(torch::kHalf).narrow(0, 1, 1000));
   amp::GradScalerOptions options;
   options.enabled = true;
   amp::GradScaler scaler(options, torch::kCUDA);
@@ -250,6 +253,14 @@ TEST(MixedPrecision, InfCheckReadsEveryDtypeAndChangesNoGradient_CUDA) {
   grads[131][6] = 0.0;
   grads[0][4999] = -std::numeric_limits<double>::infinity();
   EXPECT_EQ(found_after_check(), 1.0);
+  grads[0][4999] = 0.0;
+  grads[132][20001] = std::numeric_limits<double>::infinity();  // the second block, inside a vector
+  EXPECT_EQ(found_after_check(), 1.0);
+  grads[132][20001] = 0.0;
+  grads[133][500] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(found_after_check(), 1.0);
+  grads[133][500] = 0.0;
+  EXPECT_EQ(found_after_check(), 0.0);
 }
 
 TEST(MixedPrecision, ScalerSkipsAndBacksOffOnTheGpu_CUDA) {
@@ -444,6 +455,58 @@ TEST(OwnBatchNorm, MatchesFloat32OperatorsForEachActivationAndShape_CUDA) {
     EXPECT_TRUE(reductions.count("cluster"));
   }
   EXPECT_TRUE(reductions.count("grid"));
+}
+
+TEST(OwnBatchNorm, AddsTheSecondOutputsGradientAsAutogradWouldHaveAddedIt_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  if (!models::own_batchnorm_built()) GTEST_SKIP() << "a CPU build";
+  // y reaches the loss twice, through the second output ({16,64,8,8}: a cluster reduction) or
+  // through y itself: the kernel's sum of the two gradients must be the sum autograd makes.
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf);
+  const std::vector<int64_t> shapes[] = {{16, 64, 8, 8}, {130, 64, 8, 8}};
+  for (const auto& shape : shapes) {
+    for (const bool add_residual : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << c10::IntArrayRef(shape) << (add_residual ? " add+relu" : " relu"));
+      const bool repeatable = models::own_batchnorm_reduction(torch::empty(shape, options), true, add_residual) == "cluster";
+      torch::manual_seed(9);
+      auto draw = [&] { return torch::randn(shape, options).contiguous(at::MemoryFormat::ChannelsLast); };
+      const torch::Tensor x0 = draw(), residual0 = draw(), grad_first = draw(), grad_second = draw();
+      // kSecondOutput: through both outputs; kOnce: through y, their sum; kSecondOnly: y unused.
+      enum Use { kSecondOutput, kOnce, kSecondOnly };
+      auto gradients = [&](Use use) {
+        const torch::Tensor x = x0.clone().requires_grad_(true);
+        const torch::Tensor residual = add_residual ? residual0.clone().requires_grad_(true) : torch::Tensor();
+        models::BatchNorm2d norm = gpu_batchnorm(shape[1]);
+        const models::BatchNormParameters parameters{norm->weight, norm->bias, norm->running_mean, norm->running_var,
+                                                     models::BatchNorm2dImpl::kMomentum, models::BatchNorm2dImpl::kEps};
+        torch::Tensor second;
+        const torch::Tensor y = models::try_own_batchnorm(x, residual, true, parameters, use == kOnce ? nullptr : &second);
+        EXPECT_TRUE(y.defined());
+        if (use == kOnce) {
+          y.backward(grad_first + grad_second);
+        } else {
+          EXPECT_EQ(second.data_ptr(), y.data_ptr());
+          EXPECT_TRUE(second.is_contiguous(at::MemoryFormat::ChannelsLast));
+          if (use == kSecondOnly) second.backward(grad_first + grad_second);
+          else torch::autograd::backward({y, second}, {grad_first, grad_second});
+        }
+        std::vector<torch::Tensor> out{x.grad(), norm->weight.grad(), norm->bias.grad()};
+        if (add_residual) out.push_back(residual.grad());
+        return out;
+      };
+      const auto once = gradients(kOnce);
+      for (const Use use : {kSecondOutput, kSecondOnly}) {
+        const auto other = gradients(use);
+        ASSERT_EQ(other.size(), once.size());
+        for (size_t i = 0; i < once.size(); ++i) {
+          SCOPED_TRACE(::testing::Message() << (use == kSecondOnly ? "second output alone, " : "both outputs, ")
+                                            << "gradient " << i);
+          if (repeatable) EXPECT_TRUE(torch::equal(other[i], once[i]));
+          else EXPECT_LT(relative_difference(other[i], once[i].to(torch::kFloat32)), 1e-3);
+        }
+      }
+    }
+  }
 }
 
 TEST(OwnBatchNorm, KeepsTheSpreadOfOffsetChannelsAndLeavesNothingForTheNextCall_CUDA) {

@@ -95,6 +95,17 @@ __device__ inline uint4 pack(const float (&in)[kVector]) {
   return raw;
 }
 
+/// a + b elementwise, each sum rounded to T once.
+template <typename T>
+__device__ inline uint4 add_raw(const uint4& a, const uint4& b) {
+  float left[kVector], right[kVector];
+  unpack<T>(a, left);
+  unpack<T>(b, right);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) left[k] += right[k];
+  return pack<T>(left);
+}
+
 template <typename T>
 __device__ inline void store_raw(void* base, int64_t offset, const uint4& raw) {
   *reinterpret_cast<uint4*>(static_cast<T*>(base) + offset) = raw;
@@ -288,14 +299,16 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
                                                             Accumulators* accumulators) {
   const int64_t channels = shape.channels;
   const Place place = place_of(channels);
-  // Per row: g, the gradient after the activation (grad_y where y > 0 after a ReLU: torch's
-  // threshold_backward, where NaN outputs pass no gradient; exact in T), and x.
+  // Per row: g, the gradient after the activation (grad_y, plus grad_y_second where given, where
+  // y > 0 after a ReLU: torch's threshold_backward, where NaN outputs pass no gradient; exact in
+  // T), and x.
   uint4 gradient_rows[kRowsPerThread], x_rows[kRowsPerThread];
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t at = element_of(place, i, shape);
     if (at < 0) continue;
     gradient_rows[i] = load_raw<T>(a.grad_y, at);
+    if (a.grad_y_second != nullptr) gradient_rows[i] = add_raw<T>(gradient_rows[i], load_raw<T>(a.grad_y_second, at));
     x_rows[i] = load_raw<T>(a.x, at);
     if (kActivation != BatchNormActivation::none) {
       const uint4 y_raw = load_raw<T>(a.y, at);

@@ -80,8 +80,9 @@ class CheckpointedSegment : public torch::autograd::Function<CheckpointedSegment
 }  // namespace
 
 torch::Tensor run_segment(const BlockSegment& segment, torch::Tensor x) {
-  for (const auto& block : segment) x = block->forward(x);
-  return x;
+  BlockOutput output{std::move(x), {}};
+  for (const auto& block : segment) output = block->forward_block(output);
+  return std::move(output.y);
 }
 
 torch::Tensor checkpointed_segment(const BlockSegment& segment, const torch::Tensor& x) {

@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "ltrain/kernels/batch_norm_nhwc.h"
 #include "ltrain/kernels/torch_bridge.h"
@@ -15,7 +16,8 @@ namespace ltrain::models {
 
 bool own_batchnorm_built() { return false; }
 
-torch::Tensor try_own_batchnorm(const torch::Tensor&, const torch::Tensor&, bool, const BatchNormParameters&) {
+torch::Tensor try_own_batchnorm(const torch::Tensor&, const torch::Tensor&, bool, const BatchNormParameters&,
+                                torch::Tensor*) {
   return {};
 }
 
@@ -44,14 +46,21 @@ BatchNormActivation activation_of(bool relu, bool residual) {
   return !relu ? BatchNormActivation::none : residual ? BatchNormActivation::add_relu : BatchNormActivation::relu;
 }
 
+/// A gradient as the kernels read it: x's dtype, channels_last, 16-byte aligned.
+torch::Tensor kernel_gradient(const torch::Tensor& gradient, const torch::Tensor& x) {
+  torch::Tensor out = gradient.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+  return kernels::vector_aligned(out) ? out : out.clone(at::MemoryFormat::ChannelsLast);
+}
+
 class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
  public:
   /// `residual_or_x`: the residual for add_relu, x again otherwise (a custom function takes no
-  /// undefined tensors); `activation`: a BatchNormActivation.
-  static torch::Tensor forward(AutogradContext* context, const torch::Tensor& x, const torch::Tensor& residual_or_x,
-                               int64_t activation, const torch::Tensor& weight, const torch::Tensor& bias,
-                               const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
-                               double eps) {
+  /// undefined tensors); `activation`: a BatchNormActivation. Returns {y}, or with
+  /// `second_output` {y, y again}: two autograd outputs over one buffer.
+  static variable_list forward(AutogradContext* context, const torch::Tensor& x, const torch::Tensor& residual_or_x,
+                               int64_t activation, bool second_output, const torch::Tensor& weight,
+                               const torch::Tensor& bias, const torch::Tensor& running_mean,
+                               const torch::Tensor& running_var, double momentum, double eps) {
     const c10::cuda::CUDAGuard device_guard(x.device());
     const torch::Tensor y = torch::empty_like(x);                   // x's layout: channels_last
     const torch::Tensor saved_mean = torch::empty_like(weight);     // [C] float32
@@ -75,7 +84,14 @@ class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
     const bool has_relu = activation_of(activation) != BatchNormActivation::none;
     context->save_for_backward({x, has_relu ? y : torch::Tensor(), weight, saved_mean, saved_inv_std});
     context->saved_data["activation"] = activation;
-    return y;
+    // An output nobody used passes no gradient, rather than a tensor of zeros to read.
+    context->set_materialize_grads(false);
+    if (!second_output) return {y};
+    // Shares y's storage without being a view of it: autograd keeps the two outputs' gradients
+    // apart, and nothing writes to either in place.
+    torch::Tensor y_again = torch::empty({0}, y.options());
+    y_again.set_(y);
+    return {y, y_again};
   }
 
   static variable_list backward(AutogradContext* context, variable_list grad_outputs) {
@@ -87,13 +103,17 @@ class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
     const torch::Tensor& saved_inv_std = saved[4];
     const BatchNormActivation activation = activation_of(context->saved_data["activation"].toInt());
 
-    // One gradient per forward argument: x, residual_or_x, activation, weight, bias, running_mean,
-    // running_var, momentum, eps.
-    variable_list grads(9);
-    if (!grad_outputs[0].defined()) return grads;
+    // One gradient per forward argument: x, residual_or_x, activation, second_output, weight,
+    // bias, running_mean, running_var, momentum, eps.
+    variable_list grads(10);
+    // y's gradients through each output that reached the loss; the kernel adds the second.
+    torch::Tensor grad_y = grad_outputs[0];
+    torch::Tensor grad_y_second = grad_outputs.size() > 1 ? grad_outputs[1] : torch::Tensor();
+    if (!grad_y.defined()) std::swap(grad_y, grad_y_second);
+    if (!grad_y.defined()) return grads;
     const c10::cuda::CUDAGuard device_guard(x.device());
-    torch::Tensor grad_y = grad_outputs[0].to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
-    if (!kernels::vector_aligned(grad_y)) grad_y = grad_y.clone(at::MemoryFormat::ChannelsLast);
+    grad_y = kernel_gradient(grad_y, x);
+    if (grad_y_second.defined()) grad_y_second = kernel_gradient(grad_y_second, x);
     const bool add_residual = activation == BatchNormActivation::add_relu;
     const torch::Tensor grad_x = torch::empty_like(x);
     const torch::Tensor grad_residual = add_residual ? torch::empty_like(x) : torch::Tensor();
@@ -103,6 +123,7 @@ class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
     arguments.x = x.data_ptr();
     arguments.y = y.defined() ? y.data_ptr() : nullptr;
     arguments.grad_y = grad_y.data_ptr();
+    arguments.grad_y_second = grad_y_second.defined() ? grad_y_second.data_ptr() : nullptr;
     arguments.grad_x = grad_x.data_ptr();
     arguments.grad_residual = add_residual ? grad_residual.data_ptr() : nullptr;
     arguments.weight = weight.data_ptr<float>();
@@ -115,8 +136,8 @@ class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
                             "BatchNorm kernel, backward");
     grads[0] = grad_x;
     grads[1] = grad_residual;
-    grads[3] = grad_weight;
-    grads[4] = grad_bias;
+    grads[4] = grad_weight;
+    grads[5] = grad_bias;
     return grads;
   }
 };
@@ -126,7 +147,7 @@ class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
 bool own_batchnorm_built() { return true; }
 
 torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
-                                const BatchNormParameters& parameters) {
+                                const BatchNormParameters& parameters, torch::Tensor* second_output) {
   if (!relu && residual.defined()) return {};
   if (!takes_half_nhwc_batchnorm(x, residual, parameters)) return {};
   if (!kernels::vector_aligned(x) || (residual.defined() && !kernels::vector_aligned(residual))) return {};
@@ -137,9 +158,12 @@ torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& res
   const BatchNormActivation activation = activation_of(relu, residual.defined());
   if (!kernels::batch_norm_nhwc_supported(element_type(x), activation, shape_of(x), kernels::current_stream_of(x)))
     return {};
-  return OwnBatchNorm::apply(x, residual.defined() ? residual : x, static_cast<int64_t>(activation), parameters.weight,
-                             parameters.bias, parameters.running_mean, parameters.running_var, parameters.momentum,
-                             parameters.eps);
+  variable_list outputs =
+      OwnBatchNorm::apply(x, residual.defined() ? residual : x, static_cast<int64_t>(activation),
+                          second_output != nullptr, parameters.weight, parameters.bias, parameters.running_mean,
+                          parameters.running_var, parameters.momentum, parameters.eps);
+  if (second_output != nullptr) *second_output = std::move(outputs[1]);
+  return std::move(outputs[0]);
 }
 
 std::string own_batchnorm_reduction(const torch::Tensor& x, bool relu, bool residual) {

@@ -102,11 +102,12 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
                            at::globalContext().userEnabledCuDNN());
 }
 
-torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual) {
+torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual,
+                                            torch::Tensor* second_output) {
   if (is_training() && !sum_over_ranks) {
     const BatchNormParameters parameters = kernel_parameters_of(*this);
     torch::Tensor fused;
-    if (own_kernels) fused = try_own_batchnorm(x, residual, /*relu=*/true, parameters);
+    if (own_kernels) fused = try_own_batchnorm(x, residual, /*relu=*/true, parameters, second_output);
     if (!fused.defined() && fuse_relu) fused = try_fused_batchnorm_relu(x, residual, parameters);
     if (fused.defined()) return fused;
   }
@@ -145,9 +146,17 @@ void synchronize_batchnorm(torch::nn::Module& model, const std::function<torch::
 
 // ---- Residual blocks ---------------------------------------------------------------------------
 
-torch::Tensor ResidualBlockImpl::forward(torch::Tensor x) {
-  const torch::Tensor shortcut = downsample ? downsample->forward(x) : x;
-  return last_norm()->forward_relu(residual_branch(std::move(x)), shortcut);
+torch::Tensor ResidualBlockImpl::forward(torch::Tensor x) { return forward_block({std::move(x), {}}).y; }
+
+BlockOutput ResidualBlockImpl::forward_block(const BlockOutput& input) {
+  const torch::Tensor& shortcut_input = input.shortcut_input();
+  const torch::Tensor shortcut = downsample ? downsample->forward(shortcut_input) : shortcut_input;
+  BlockOutput output;
+  // A second output only where a gradient will flow back through it.
+  const bool wants_second = torch::GradMode::is_enabled();
+  output.y = last_norm()->forward_relu(residual_branch(input.y), shortcut,
+                                       wants_second ? &output.y_for_shortcut : nullptr);
+  return output;
 }
 
 void ResidualBlockImpl::register_downsample(torch::nn::Sequential projection) {
@@ -243,7 +252,7 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
     for (size_t s = 0; s + 1 < checkpoint_segments_.size(); ++s) x = checkpointed_segment(checkpoint_segments_[s], x);
     x = run_segment(checkpoint_segments_.back(), std::move(x));
   } else {
-    for (auto& layer : stages()) x = layer->forward(x);  // [B,8*width*expansion,H'/8,W'/8]
+    x = run_segment(blocks(), std::move(x));  // [B,8*width*expansion,H'/8,W'/8]
   }
   return forward_head(std::move(x));  // [B,num_classes]
 }

@@ -33,8 +33,10 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   /// BatchNorm-ReLU pairs. In training on CUDA with fp16/bf16 channels_last input, one kernel
   /// each way: ltrain's own with `own_kernels` set (models/own_batchnorm.h), else cuDNN's with
   /// `fuse_relu` set (models/fused_batchnorm.h); otherwise three operators, the add and the ReLU
-  /// in place.
-  torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {});
+  /// in place. With `second_output`, where ltrain's kernel ran, *second_output becomes a second
+  /// autograd output with the same values (try_own_batchnorm); it is left as it is otherwise.
+  torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {},
+                             torch::Tensor* second_output = nullptr);
 
   torch::Tensor weight, bias;                                   ///< [C] float32, start at 1 and 0
   torch::Tensor running_mean, running_var, num_batches_tracked;  ///< [C], [C], [] int64
@@ -59,6 +61,17 @@ TORCH_MODULE(BatchNorm2d);
 /// Makes every BatchNorm2d in `model` a SyncBatchNorm through `sum_over_ranks`.
 void synchronize_batchnorm(torch::nn::Module& model, const std::function<torch::Tensor(const torch::Tensor&)>& sum_over_ranks);
 
+/// What a residual block hands the next one: its output `y` for the next block's convolution,
+/// and `y_for_shortcut` for the next block's shortcut: the same values, but a second autograd
+/// output of the BatchNorm kernel that made y, where ltrain's kernel made it (undefined
+/// otherwise). The two gradients then reach that kernel's backward apart, and it adds them as it
+/// loads them: no add kernel per block in the backward pass.
+struct BlockOutput {
+  torch::Tensor y;
+  torch::Tensor y_for_shortcut;
+  const torch::Tensor& shortcut_input() const { return y_for_shortcut.defined() ? y_for_shortcut : y; }
+};
+
 /// One residual block: relu(last_norm(residual_branch(x)) + shortcut(x)). The shortcut is x itself, or
 /// `downsample` (1x1 conv with the block's stride + BatchNorm) where the block changes the
 /// resolution or the channel count. Each block is one unit of layer1..layer4, the grain at which
@@ -67,6 +80,9 @@ class ResidualBlockImpl : public torch::nn::Module {
  public:
   /// [B,C_in,H,W] -> [B,C_out,H/stride,W/stride].
   torch::Tensor forward(torch::Tensor x);
+  /// forward(), reading the previous block's output as BlockOutput describes and handing its own
+  /// on the same way.
+  BlockOutput forward_block(const BlockOutput& input);
 
   /// The BatchNorm that ends the residual branch (bn2 basic, bn3 bottleneck): zero_init_residual
   /// starts its weight at 0 so that the block begins as the identity.
