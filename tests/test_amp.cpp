@@ -301,7 +301,7 @@ TEST(LowPrecisionWeights, SameGradientsAsAutocastsOwnCastsOnTheGpu_CUDA) {
       tiny({"run.device=cuda", "model.channels_last=true", "precision.deterministic=true"}), torch::kFloat16, 1e-6);
 }
 
-TEST(LowPrecisionWeights, CastsAgainOnlyWhenAWeightChangedSinceTheMirrorsMatched) {
+TEST(LowPrecisionWeights, SkipsTheCastOnlyWhileTheOptimizerKeepsTheMirrorsAndNoWeightChanged) {
   const config::LoadedConfig loaded = tiny();
   models::ResNet model = engine::build_model(loaded, torch::kCPU);
   amp::LowPrecisionWeights weights(*model, torch::kBFloat16);
@@ -313,6 +313,13 @@ TEST(LowPrecisionWeights, CastsAgainOnlyWhenAWeightChangedSinceTheMirrorsMatched
 
   { const amp::LowPrecisionWeights::InUse in_use(weights); }
   EXPECT_TRUE(mirror_is_cast_of_master());
+  // Until the optimizer is said to write the mirrors, every InUse casts.
+  mirror.fill_(7.0);
+  weights.note_mirrors_written();
+  { const amp::LowPrecisionWeights::InUse in_use(weights); }
+  EXPECT_TRUE(mirror_is_cast_of_master());
+
+  weights.set_mirrors_written_by_optimizer(true);
   // As if the optimizer had written both: the next InUse must leave the mirror alone (the
   // marker would otherwise be overwritten by the cast).
   mirror.fill_(7.0);

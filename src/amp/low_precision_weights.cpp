@@ -31,8 +31,11 @@ std::vector<LowPrecisionWeights::MasterState> LowPrecisionWeights::masters_now()
 }
 
 void LowPrecisionWeights::refresh() {
-  std::vector<MasterState> now = masters_now();
-  if (now == mirrored_masters_) return;
+  std::vector<MasterState> now;
+  if (mirrors_written_by_optimizer_) {
+    now = masters_now();
+    if (now == mirrored_masters_) return;
+  }
   std::vector<torch::Tensor> mirrors, masters;
   for (auto& slot : slots_) {
     mirrors.push_back(slot.mirror);
@@ -40,10 +43,12 @@ void LowPrecisionWeights::refresh() {
   }
   torch::NoGradGuard no_grad;
   compat::foreach_copy(mirrors, masters);  // one cast for the whole model
-  mirrored_masters_ = std::move(now);       // the copy changed the mirrors, not the masters
+  if (mirrors_written_by_optimizer_) mirrored_masters_ = std::move(now);  // the copy changed no master
 }
 
-void LowPrecisionWeights::note_mirrors_written() { mirrored_masters_ = masters_now(); }
+void LowPrecisionWeights::note_mirrors_written() {
+  if (mirrors_written_by_optimizer_) mirrored_masters_ = masters_now();
+}
 
 LowPrecisionWeights::InUse::InUse(LowPrecisionWeights& weights) : weights_(weights) {
   weights_.refresh();

@@ -41,6 +41,7 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
     for (const optim::ParamGroup& param_group : optimizer_.groups())
       for (const torch::Tensor& param : param_group.params) mirrors.push_back(low_precision_weights_->mirror_of(param));
     optimizer_writes_mirrors_ = optimizer_.write_low_precision_copies(std::move(mirrors));
+    low_precision_weights_->set_mirrors_written_by_optimizer(optimizer_writes_mirrors_);
   }
   low_precision_gradients_ = low_precision_weights_ && accumulation_steps_ == 1 && clip_grad_norm_ == 0.0 &&
                              group_ == nullptr && optimizer_.takes_low_precision_gradients();
@@ -76,9 +77,9 @@ void TrainStep::run(const data::Batch& batch) {
     enqueue(batch.images, batch.labels);
     return;
   }
-  // A replay skips the cast of the weights that was not needed at capture; anything that changed
-  // the weights since (a checkpoint load, say) needs it now.
-  if (low_precision_weights_) low_precision_weights_->refresh();
+  // Where the optimizer writes the mirrors, the capture left the weights' cast out; anything that
+  // changed the weights since (a checkpoint load, say) needs it now.
+  if (optimizer_writes_mirrors_) low_precision_weights_->refresh();
   graph_->run(batch, [&](const torch::Tensor& images, const torch::Tensor& labels) { enqueue(images, labels); });
 }
 

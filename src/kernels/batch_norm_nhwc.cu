@@ -294,7 +294,10 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape sha
   finish_sums<kReduction>();
 }
 
-template <typename T, BatchNormActivation kActivation, Reduction kReduction>
+// kSecondGradient: grad_y_second is given (add_relu only). A template argument, not a test of the
+// pointer: the test alone, compiled into every backward kernel, slowed all of them by about a fifth
+// (H200, 2026-11-30: more spills).
+template <typename T, BatchNormActivation kActivation, Reduction kReduction, bool kSecondGradient>
 __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape shape, BatchNormBackward a,
                                                             Accumulators* accumulators) {
   const int64_t channels = shape.channels;
@@ -308,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
     const int64_t at = element_of(place, i, shape);
     if (at < 0) continue;
     gradient_rows[i] = load_raw<T>(a.grad_y, at);
-    if (a.grad_y_second != nullptr) gradient_rows[i] = add_raw<T>(gradient_rows[i], load_raw<T>(a.grad_y_second, at));
+    if constexpr (kSecondGradient) gradient_rows[i] = add_raw<T>(gradient_rows[i], load_raw<T>(a.grad_y_second, at));
     x_rows[i] = load_raw<T>(a.x, at);
     if (kActivation != BatchNormActivation::none) {
       const uint4 y_raw = load_raw<T>(a.y, at);
@@ -377,16 +380,21 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
   finish_sums<kReduction>();
 }
 
-/// The forward and backward kernels of one element type, activation and reduction.
+/// The kernels of one element type, activation and reduction: forward, backward, and for add_relu
+/// the backward that adds a second gradient.
 struct KernelPair {
   const void* forward = nullptr;
   const void* backward = nullptr;
+  const void* backward_second = nullptr;
 };
 
 template <typename T, BatchNormActivation kActivation, Reduction kReduction>
 KernelPair kernels_of() {
-  return {reinterpret_cast<const void*>(&forward_kernel<T, kActivation, kReduction>),
-          reinterpret_cast<const void*>(&backward_kernel<T, kActivation, kReduction>)};
+  KernelPair kernels{reinterpret_cast<const void*>(&forward_kernel<T, kActivation, kReduction>),
+                     reinterpret_cast<const void*>(&backward_kernel<T, kActivation, kReduction, false>)};
+  if constexpr (kActivation == BatchNormActivation::add_relu)
+    kernels.backward_second = reinterpret_cast<const void*>(&backward_kernel<T, kActivation, kReduction, true>);
+  return kernels;
 }
 
 template <typename T, Reduction kReduction>
@@ -501,7 +509,9 @@ LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const Batc
   if (cluster.forward != nullptr && fewest <= kMaxClusterBlocks) {
     auto clusters = [&](int64_t blocks) {
       const int b = static_cast<int>(blocks);
-      return std::min(clusters_at_once(cluster.forward, b), clusters_at_once(cluster.backward, b));
+      int fit = std::min(clusters_at_once(cluster.forward, b), clusters_at_once(cluster.backward, b));
+      if (cluster.backward_second != nullptr) fit = std::min(fit, clusters_at_once(cluster.backward_second, b));
+      return fit;
     };
     const int64_t aim = std::clamp<int64_t>(ceil_div(shape.rows, lanes * kClusterRowsPerThread), fewest,
                                             kMaxClusterBlocks);
@@ -510,7 +520,8 @@ LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const Batc
   }
   const KernelPair grid = kernels_of(type, activation, Reduction::grid);
   if (grid.forward == nullptr) return {};
-  const int64_t resident = std::min(resident_blocks(grid.forward), resident_blocks(grid.backward));
+  int64_t resident = std::min(resident_blocks(grid.forward), resident_blocks(grid.backward));
+  if (grid.backward_second != nullptr) resident = std::min<int64_t>(resident, resident_blocks(grid.backward_second));
   if (fewest * channel_groups <= resident) return {Reduction::grid, grid, fewest};
   return {};
 }
@@ -602,7 +613,8 @@ cudaError_t batch_norm_nhwc_forward(ElementType type, BatchNormActivation activa
 cudaError_t batch_norm_nhwc_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                      const BatchNormBackward& arguments, cudaStream_t stream) {
   const LaunchPlan plan = checked_plan_for(type, activation, shape);
-  return launch(plan.kernels.backward, plan.reduction, shape, plan.row_groups, arguments, stream);
+  const void* kernel = arguments.grad_y_second != nullptr ? plan.kernels.backward_second : plan.kernels.backward;
+  return launch(kernel, plan.reduction, shape, plan.row_groups, arguments, stream);
 }
 
 }  // namespace ltrain::kernels

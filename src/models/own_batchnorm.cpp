@@ -158,6 +158,8 @@ torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& res
   const BatchNormActivation activation = activation_of(relu, residual.defined());
   if (!kernels::batch_norm_nhwc_supported(element_type(x), activation, shape_of(x), kernels::current_stream_of(x)))
     return {};
+  // The kernels add a second gradient only after a residual add: a residual block's output.
+  if (activation != BatchNormActivation::add_relu) second_output = nullptr;
   variable_list outputs =
       OwnBatchNorm::apply(x, residual.defined() ? residual : x, static_cast<int64_t>(activation),
                           second_output != nullptr, parameters.weight, parameters.bias, parameters.running_mean,

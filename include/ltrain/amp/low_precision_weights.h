@@ -14,8 +14,10 @@
 // Where the optimizer writes the mirrors itself as it updates the weights (ltrain's fused SGD
 // kernel: optim::Optimizer::write_low_precision_copies), the cast at the start of the next step is
 // skipped: 3 kernels and 0.06 ms a ResNet-50 step on an H200. The mirrors are then trusted only
-// while no weight has changed since (their version counters and addresses are compared), so a
-// checkpoint load, a weight average swapped in or any other in-place change brings the cast back.
+// while no weight has changed since they last matched (version counters and addresses are
+// compared), so a checkpoint load, a weight average swapped in or any other in-place change brings
+// the cast back. Where the optimizer does not write them, every step casts: inside a replayed CUDA
+// graph the weights change with no version counter moving.
 #include <cstdint>
 #include <vector>
 
@@ -45,9 +47,16 @@ class LowPrecisionWeights {
     LowPrecisionWeights& weights_;
   };
 
-  /// Casts the float32 weights into the mirrors unless they already hold them: InUse does, and so
-  /// must the caller before replaying a captured step (which skips InUse's cast when the mirrors
-  /// matched at capture).
+  /// Says that the optimizer writes every mirror with its weight (or no longer does). Off at first.
+  void set_mirrors_written_by_optimizer(bool written) {
+    mirrors_written_by_optimizer_ = written;
+    mirrored_masters_.clear();
+  }
+
+  /// Casts the float32 weights into the mirrors, unless the optimizer writes the mirrors and no
+  /// weight changed since they last matched. InUse calls it; with the optimizer writing the
+  /// mirrors, so must the caller before each replay of a captured step (whose capture found the
+  /// mirrors matching and left the cast out).
   void refresh();
 
   /// The optimizer has just written every weight and, rounded, its mirror: they match until a
@@ -82,7 +91,8 @@ class LowPrecisionWeights {
   std::vector<MasterState> masters_now() const;
 
   std::vector<Slot> slots_;
-  std::vector<MasterState> mirrored_masters_;  // empty until the mirrors first match
+  bool mirrors_written_by_optimizer_ = false;
+  std::vector<MasterState> mirrored_masters_;  // with mirrors_written_by_optimizer_: when they last matched
 };
 
 }  // namespace ltrain::amp

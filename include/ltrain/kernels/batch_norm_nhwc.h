@@ -71,9 +71,9 @@ struct BatchNormBackward {
   const void* x = nullptr;       // the forward's input [rows, channels]
   const void* y = nullptr;       // the forward's output (its sign masks the ReLU); unused for none
   const void* grad_y = nullptr;  // [rows, channels]
-  // [rows, channels] or null: a second gradient of y, added to grad_y as it is loaded (rounded to
-  // the element type once, as an add kernel would): where y reaches two consumers through two
-  // autograd outputs, so that no add kernel has to sum their gradients first.
+  // [rows, channels] or null; add_relu only: a second gradient of y, added to grad_y as it is
+  // loaded (rounded to the element type once, as an add kernel would): where y reaches two
+  // consumers through two autograd outputs, so that no add kernel has to sum their gradients first.
   const void* grad_y_second = nullptr;
   void* grad_x = nullptr;        // written [rows, channels]
   void* grad_residual = nullptr; // written for add_relu: grad_y where y > 0

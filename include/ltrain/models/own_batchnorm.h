@@ -23,10 +23,11 @@ bool own_batchnorm_built();
 /// names (at most about 4M elements on an H200), residual of x's shape, dtype and layout.
 /// Returns an undefined tensor, having changed nothing, for anything else, and while
 /// deterministic algorithms or deterministic cuDNN are asked for.
-/// With `second_output`, where it returns y it also sets *second_output to a second autograd
-/// output holding the same values in the same memory: a tensor that two consumers read gets one
-/// gradient from each, and the backward kernel adds them as it loads them, where autograd would
-/// otherwise add them in a kernel of its own first. Neither output may be changed in place.
+/// With `second_output` and a residual, where it returns y it also sets *second_output to a
+/// second autograd output holding the same values in the same memory: a tensor that two consumers
+/// read gets one gradient from each, and the backward kernel adds them as it loads them, where
+/// autograd would otherwise add them in a kernel of its own first. Neither output may be changed
+/// in place. Without a residual *second_output is left as it is.
 torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
                                 const BatchNormParameters& parameters, torch::Tensor* second_output = nullptr);
 

@@ -33,8 +33,9 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   /// BatchNorm-ReLU pairs. In training on CUDA with fp16/bf16 channels_last input, one kernel
   /// each way: ltrain's own with `own_kernels` set (models/own_batchnorm.h), else cuDNN's with
   /// `fuse_relu` set (models/fused_batchnorm.h); otherwise three operators, the add and the ReLU
-  /// in place. With `second_output`, where ltrain's kernel ran, *second_output becomes a second
-  /// autograd output with the same values (try_own_batchnorm); it is left as it is otherwise.
+  /// in place. With `second_output` and a residual, where ltrain's kernel ran, *second_output
+  /// becomes a second autograd output with the same values (try_own_batchnorm); it is left as it
+  /// is otherwise.
   torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {},
                              torch::Tensor* second_output = nullptr);
 
