@@ -382,15 +382,15 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
 
 /// The kernels of one element type, activation and reduction: forward, backward, and for add_relu
 /// the backward that adds a second gradient.
-struct KernelPair {
+struct KernelSet {
   const void* forward = nullptr;
   const void* backward = nullptr;
   const void* backward_second = nullptr;
 };
 
 template <typename T, BatchNormActivation kActivation, Reduction kReduction>
-KernelPair kernels_of() {
-  KernelPair kernels{reinterpret_cast<const void*>(&forward_kernel<T, kActivation, kReduction>),
+KernelSet kernels_of() {
+  KernelSet kernels{reinterpret_cast<const void*>(&forward_kernel<T, kActivation, kReduction>),
                      reinterpret_cast<const void*>(&backward_kernel<T, kActivation, kReduction, false>)};
   if constexpr (kActivation == BatchNormActivation::add_relu)
     kernels.backward_second = reinterpret_cast<const void*>(&backward_kernel<T, kActivation, kReduction, true>);
@@ -398,7 +398,7 @@ KernelPair kernels_of() {
 }
 
 template <typename T, Reduction kReduction>
-KernelPair kernels_of(BatchNormActivation activation) {
+KernelSet kernels_of(BatchNormActivation activation) {
   switch (activation) {
     case BatchNormActivation::none: return kernels_of<T, BatchNormActivation::none, kReduction>();
     case BatchNormActivation::relu: return kernels_of<T, BatchNormActivation::relu, kReduction>();
@@ -408,13 +408,13 @@ KernelPair kernels_of(BatchNormActivation activation) {
 }
 
 template <Reduction kReduction>
-KernelPair kernels_of(ElementType type, BatchNormActivation activation) {
+KernelSet kernels_of(ElementType type, BatchNormActivation activation) {
   if (type == ElementType::float16) return kernels_of<__half, kReduction>(activation);
   if (type == ElementType::bfloat16) return kernels_of<__nv_bfloat16, kReduction>(activation);
   return {};
 }
 
-KernelPair kernels_of(ElementType type, BatchNormActivation activation, Reduction reduction) {
+KernelSet kernels_of(ElementType type, BatchNormActivation activation, Reduction reduction) {
   if (reduction == Reduction::cluster) return kernels_of<Reduction::cluster>(type, activation);
   if (reduction == Reduction::grid) return kernels_of<Reduction::grid>(type, activation);
   return {};
@@ -491,7 +491,7 @@ int clusters_at_once(const void* kernel, int cluster_blocks) {
 /// (gridDim.x; with Reduction::cluster also the cluster's size).
 struct LaunchPlan {
   Reduction reduction = Reduction::none;
-  KernelPair kernels;
+  KernelSet kernels;
   int64_t row_groups = 0;
 };
 
@@ -505,7 +505,7 @@ LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const Batc
   const int64_t channel_groups = shape.channels / group_channels;
   const int64_t lanes = kThreads / (group_channels / kVector);
   const int64_t fewest = ceil_div(shape.rows, lanes * kRowsPerThread);  // kRowsPerThread rows a thread
-  const KernelPair cluster = kernels_of(type, activation, Reduction::cluster);
+  const KernelSet cluster = kernels_of(type, activation, Reduction::cluster);
   if (cluster.forward != nullptr && fewest <= kMaxClusterBlocks) {
     auto clusters = [&](int64_t blocks) {
       const int b = static_cast<int>(blocks);
@@ -518,7 +518,7 @@ LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const Batc
     for (int64_t blocks = aim; blocks >= fewest; --blocks)
       if (clusters(blocks) >= channel_groups) return {Reduction::cluster, cluster, blocks};
   }
-  const KernelPair grid = kernels_of(type, activation, Reduction::grid);
+  const KernelSet grid = kernels_of(type, activation, Reduction::grid);
   if (grid.forward == nullptr) return {};
   int64_t resident = std::min(resident_blocks(grid.forward), resident_blocks(grid.backward));
   if (grid.backward_second != nullptr) resident = std::min<int64_t>(resident, resident_blocks(grid.backward_second));
