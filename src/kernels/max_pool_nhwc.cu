@@ -41,20 +41,33 @@ struct Geometry {
         padding(static_cast<Index>(g.padding)) {}
 };
 
+/// Where vector i of a [batch, height, width, groups] tensor lies:
+/// i = ((n * height + h) * width + w) * groups + group.
+template <typename Index>
+struct VectorPlace {
+  Index n, h, w, group;
+};
+template <typename Index>
+__device__ VectorPlace<Index> vector_place(Index i, Index height, Index width, Index groups) {
+  VectorPlace<Index> place;
+  place.group = i % groups;
+  Index rest = i / groups;
+  place.w = rest % width;
+  rest /= width;
+  place.h = rest % height;
+  place.n = rest / height;
+  return place;
+}
+
 template <typename T, typename Index>
 __global__ void forward_kernel(const Lanes<T>* __restrict__ input, Lanes<T>* __restrict__ output,
                                PositionLanes<Lanes<T>::kCount>* __restrict__ argmax, Geometry<Index> g) {
   constexpr int kCount = Lanes<T>::kCount;
   const Index groups = g.channels / kCount;
   const Index total = g.batch * g.out_height * g.out_width * groups;
-  // Output vectors in memory order: i = ((n * out_height + oh) * out_width + ow) * groups + group.
+  // Output vectors in memory order.
   for (Index i = static_cast<Index>(first_thread()); i < total; i += static_cast<Index>(thread_stride())) {
-    const Index group = i % groups;
-    Index rest = i / groups;
-    const Index ow = rest % g.out_width;
-    rest /= g.out_width;
-    const Index oh = rest % g.out_height;
-    const Index n = rest / g.out_height;
+    const auto [n, oh, ow, group] = vector_place(i, g.out_height, g.out_width, groups);
     const Index top = oh * g.stride - g.padding, left = ow * g.stride - g.padding;
     // ATen starts from -inf at the window's first element inside the image.
     const auto first = static_cast<uint8_t>((top < 0 ? -top : 0) * g.kernel + (left < 0 ? -left : 0));
@@ -102,12 +115,7 @@ __global__ void backward_kernel(const Lanes<T>* __restrict__ grad_output,
   const Index groups = g.channels / kCount;
   const Index total = g.batch * g.height * g.width * groups;
   for (Index i = static_cast<Index>(first_thread()); i < total; i += static_cast<Index>(thread_stride())) {
-    const Index group = i % groups;
-    Index rest = i / groups;
-    const Index w = rest % g.width;
-    rest /= g.width;
-    const Index h = rest % g.height;
-    const Index n = rest / g.height;
+    const auto [n, h, w, group] = vector_place(i, g.height, g.width, groups);
     // The windows that hold row h: oh * stride - padding <= h <= oh * stride - padding + kernel - 1.
     const Index oh_begin = h + g.padding < g.kernel ? 0 : (h + g.padding - g.kernel) / g.stride + 1;
     const Index oh_end = min((h + g.padding) / g.stride + 1, g.out_height);
