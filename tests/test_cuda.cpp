@@ -481,7 +481,8 @@ TEST(OwnBatchNorm, AddsTheSecondOutputsGradientAsAutogradWouldHaveAddedIt_CUDA) 
       norm->weight.mutable_grad() = torch::Tensor();
       norm->bias.mutable_grad() = torch::Tensor();
       torch::Tensor second;
-      const torch::Tensor y = models::try_own_batchnorm(x, residual, true, parameters, use == kOnce ? nullptr : &second);
+      const torch::Tensor y =
+          models::try_own_batchnorm(x, residual, true, parameters, use == kOnce ? nullptr : &second);
       EXPECT_TRUE(y.defined());
       if (use == kOnce) {
         y.backward(grad_first + grad_second);

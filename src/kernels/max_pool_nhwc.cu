@@ -150,7 +150,8 @@ int blocks_for(int64_t threads) {
 /// Whether 32-bit indices reach every input and output vector, and the grid-stride loop's step
 /// past the last of them (which must not overflow either).
 bool fits_int32(const PoolGeometry& g, int64_t vector_width) {
-  const int64_t largest = std::max(g.height * g.width, g.out_height * g.out_width) * g.batch * (g.channels / vector_width);
+  const int64_t positions = std::max(g.height * g.width, g.out_height * g.out_width);
+  const int64_t largest = positions * g.batch * (g.channels / vector_width);
   return largest + kMaxBlocks * kThreads <= std::numeric_limits<int32_t>::max();
 }
 

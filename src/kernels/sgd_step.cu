@@ -128,7 +128,8 @@ __device__ void sgd_update(const SgdParameter& parameter, Range range, const Sgd
     }
     const float updated_value = value[k] - learning_rate * direction;
     values[i] = updated_value;
-    if (parameter.low_precision_copy) store_low_precision(parameter.low_precision_copy, parameter.copy_type, i, updated_value);
+    if (parameter.low_precision_copy)
+      store_low_precision(parameter.low_precision_copy, parameter.copy_type, i, updated_value);
   }
 }
 

@@ -102,8 +102,11 @@ void sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch:
     entry.weight_decay = static_cast<float>(weight_decays[i]);
     if (!low_precision_copies.empty() && low_precision_copies[i].defined()) {
       const torch::Tensor& copy = low_precision_copies[i];
-      if (copy.sizes() != param.sizes() || !copy.is_non_overlapping_and_dense() || !same_memory_order(copy, param) ||
-          !kernels::element_type_of(copy.scalar_type(), entry.copy_type) || entry.copy_type == kernels::ElementType::float32)
+      const bool laid_out_as_param =
+          copy.sizes() == param.sizes() && copy.is_non_overlapping_and_dense() && same_memory_order(copy, param);
+      const bool low_precision = kernels::element_type_of(copy.scalar_type(), entry.copy_type) &&
+                                 entry.copy_type != kernels::ElementType::float32;
+      if (!laid_out_as_param || !low_precision)
         throw std::logic_error("sgd_step: a low-precision copy is not an fp16/bf16 tensor laid out as its parameter");
       entry.low_precision_copy = copy.data_ptr();
     }
