@@ -35,23 +35,21 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
       clip_grad_norm_(config.optim.clip_grad_norm),
       label_smoothing_(config.loss.label_smoothing),
       group_(group) {
+  std::vector<torch::Tensor> params, mirrors;  // per optimizer parameter in group order; mirrors may be undefined
   if (precision_.autocast) {
     low_precision_weights_.emplace(*model_, precision_.dtype);
-    std::vector<torch::Tensor> mirrors;  // per optimizer parameter in group order
-    for (const optim::ParamGroup& param_group : optimizer_.groups())
-      for (const torch::Tensor& param : param_group.params) mirrors.push_back(low_precision_weights_->mirror_of(param));
-    optimizer_writes_mirrors_ = optimizer_.write_low_precision_copies(std::move(mirrors));
-    low_precision_weights_->set_mirrors_written_by_optimizer(optimizer_writes_mirrors_);
+    for (const optim::ParamGroup& param_group : optimizer_.groups()) {
+      for (const torch::Tensor& param : param_group.params) {
+        params.push_back(param);
+        mirrors.push_back(low_precision_weights_->mirror_of(param));
+      }
+    }
+    low_precision_weights_->set_mirrors_written_by_optimizer(optimizer_.write_low_precision_copies(mirrors));
   }
   low_precision_gradients_ = low_precision_weights_ && accumulation_steps_ == 1 && clip_grad_norm_ == 0.0 &&
                              group_ == nullptr && optimizer_.takes_low_precision_gradients();
   if (low_precision_gradients_) {
-    for (const optim::ParamGroup& param_group : optimizer_.groups()) {
-      for (const torch::Tensor& param : param_group.params) {
-        const torch::Tensor mirror = low_precision_weights_->mirror_of(param);
-        gradient_leaves_.push_back(mirror.defined() ? mirror : param);
-      }
-    }
+    for (size_t i = 0; i < params.size(); ++i) gradient_leaves_.push_back(mirrors[i].defined() ? mirrors[i] : params[i]);
   }
   if (group_) {
     std::vector<dist::GradientSource> sources;
@@ -79,7 +77,8 @@ void TrainStep::run(const data::Batch& batch) {
   }
   // Where the optimizer writes the mirrors, the capture left the weights' cast out; anything that
   // changed the weights since (a checkpoint load, say) needs it now.
-  if (optimizer_writes_mirrors_) low_precision_weights_->refresh();
+  if (low_precision_weights_ && low_precision_weights_->mirrors_written_by_optimizer())
+    low_precision_weights_->refresh();
   graph_->run(batch, [&](const torch::Tensor& images, const torch::Tensor& labels) { enqueue(images, labels); });
 }
 
@@ -121,7 +120,7 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
     scaler_.unscale(grads);
     optimizer_.step(scaler_.step_state(/*gradients_unscaled=*/true));
   }
-  if (optimizer_writes_mirrors_) low_precision_weights_->note_mirrors_written();
+  if (low_precision_weights_) low_precision_weights_->note_mirrors_written();  // where the optimizer wrote them
   scaler_.update();
 }
 

@@ -52,6 +52,7 @@ class LowPrecisionWeights {
     mirrors_written_by_optimizer_ = written;
     mirrored_masters_.clear();
   }
+  bool mirrors_written_by_optimizer() const { return mirrors_written_by_optimizer_; }
 
   /// Casts the float32 weights into the mirrors, unless the optimizer writes the mirrors and no
   /// weight changed since they last matched. InUse calls it; with the optimizer writing the
@@ -60,7 +61,7 @@ class LowPrecisionWeights {
   void refresh();
 
   /// The optimizer has just written every weight and, rounded, its mirror: they match until a
-  /// weight changes again.
+  /// weight changes again. Nothing, unless the optimizer is said to write the mirrors.
   void note_mirrors_written();
 
   /// After a micro-batch's backward pass: the float32 gradients become the mirrors' gradients

@@ -75,9 +75,6 @@ class TrainStep {
   // order, the tensor whose gradient the backward pass computes: its mirror, or itself.
   bool low_precision_gradients_ = false;
   std::vector<torch::Tensor> gradient_leaves_;
-  // With autocast, the optimizer may write the mirrors as it updates the weights, which spares
-  // the next step's cast (amp/low_precision_weights.h).
-  bool optimizer_writes_mirrors_ = false;
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
   int64_t images_ = 0;
