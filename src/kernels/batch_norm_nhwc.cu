@@ -497,6 +497,14 @@ struct LaunchPlan {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// The smallest of `measure(kernel)` over every kernel of the set: what all of them can do.
+template <typename Measure>
+int fewest_over(const KernelSet& kernels, Measure measure) {
+  int fewest = std::min(measure(kernels.forward), measure(kernels.backward));
+  if (kernels.backward_second != nullptr) fewest = std::min(fewest, measure(kernels.backward_second));
+  return fewest;
+}
+
 /// Clusters where each channel group's rows fit in one (no device-wide barrier, no atomics) and
 /// every cluster fits on the device at once, with about kClusterRowsPerThread rows a thread.
 /// Otherwise one cooperative grid, all of it resident, if it fits.
@@ -508,10 +516,8 @@ LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const Batc
   const KernelSet cluster = kernels_of(type, activation, Reduction::cluster);
   if (cluster.forward != nullptr && fewest <= kMaxClusterBlocks) {
     auto clusters = [&](int64_t blocks) {
-      const int b = static_cast<int>(blocks);
-      int fit = std::min(clusters_at_once(cluster.forward, b), clusters_at_once(cluster.backward, b));
-      if (cluster.backward_second != nullptr) fit = std::min(fit, clusters_at_once(cluster.backward_second, b));
-      return fit;
+      const int size = static_cast<int>(blocks);
+      return fewest_over(cluster, [size](const void* kernel) { return clusters_at_once(kernel, size); });
     };
     const int64_t aim = std::clamp<int64_t>(ceil_div(shape.rows, lanes * kClusterRowsPerThread), fewest,
                                             kMaxClusterBlocks);
@@ -520,9 +526,7 @@ LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const Batc
   }
   const KernelSet grid = kernels_of(type, activation, Reduction::grid);
   if (grid.forward == nullptr) return {};
-  int64_t resident = std::min(resident_blocks(grid.forward), resident_blocks(grid.backward));
-  if (grid.backward_second != nullptr) resident = std::min<int64_t>(resident, resident_blocks(grid.backward_second));
-  if (fewest * channel_groups <= resident) return {Reduction::grid, grid, fewest};
+  if (fewest * channel_groups <= fewest_over(grid, resident_blocks)) return {Reduction::grid, grid, fewest};
   return {};
 }
 
