@@ -425,10 +425,11 @@ TEST(OwnBatchNorm, MatchesFloat32OperatorsForEachActivationAndShape_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   if (!models::own_batchnorm_built()) GTEST_SKIP() << "a CPU build";
   // ResNet-50 shapes at 32x32 input (layer1, layer4 at batch 4: 4 rows of 2048 channels), rows
-  // that no block evenly divides, the narrowest channel count the kernels take, and rows too many
-  // for one cluster (8320 rows of 64 channels, 32.5 blocks' worth: the grid-wide reduction).
+  // that no block evenly divides, the narrowest channel count the kernels take, rows too many
+  // for one cluster (8320 rows of 64 channels, 32.5 blocks' worth: the grid-wide reduction), and
+  // more than one resident grid holds in registers (8.4M elements in 16448 rows: streamed).
   const std::vector<std::vector<int64_t>> shapes = {{16, 64, 8, 8}, {4, 2048, 1, 1}, {3, 256, 5, 3}, {2, 8, 33, 17},
-                                                    {130, 64, 8, 8}};
+                                                    {130, 64, 8, 8}, {257, 512, 8, 8}};
   std::set<std::string> reductions;
   for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
     for (const auto& shape : shapes) {
@@ -450,11 +451,12 @@ TEST(OwnBatchNorm, MatchesFloat32OperatorsForEachActivationAndShape_CUDA) {
       }
     }
   }
-  // Both ways of combining the blocks' sums were checked (clusters need an sm_90 device).
+  // Every way of combining the blocks' sums was checked (clusters need an sm_90 device).
   if (compat::cuda_capability(0).first >= 9) {
     EXPECT_TRUE(reductions.count("cluster"));
   }
   EXPECT_TRUE(reductions.count("grid"));
+  EXPECT_TRUE(reductions.count("streaming"));
 }
 
 TEST(OwnBatchNorm, AddsTheSecondOutputsGradientAsAutogradWouldHaveAddedIt_CUDA) {
@@ -462,10 +464,12 @@ TEST(OwnBatchNorm, AddsTheSecondOutputsGradientAsAutogradWouldHaveAddedIt_CUDA) 
   if (!models::own_batchnorm_built()) GTEST_SKIP() << "a CPU build";
   // A residual block's output reaches the loss twice, through the second output or through y
   // itself: the kernel's sum of the two gradients must be the sum autograd makes, bit for bit
-  // with a cluster reduction ({16,64,8,8}), to float rounding with the grid's atomics.
+  // with a cluster reduction ({16,64,8,8}), to float rounding with the grid's atomics (in
+  // registers, and streamed).
   const DeterministicCudnn repeatable_off(false);
   const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf);
-  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{16, 64, 8, 8}, std::vector<int64_t>{130, 64, 8, 8}}) {
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{16, 64, 8, 8}, std::vector<int64_t>{130, 64, 8, 8},
+                                            std::vector<int64_t>{257, 512, 8, 8}}) {
     const std::string reduction = models::own_batchnorm_reduction(torch::empty(shape, options), true, true);
     SCOPED_TRACE(::testing::Message() << c10::IntArrayRef(shape) << ", " << reduction << " reduction");
     torch::manual_seed(9);
@@ -516,8 +520,9 @@ TEST(OwnBatchNorm, KeepsTheSpreadOfOffsetChannelsAndLeavesNothingForTheNextCall_
   if (!models::own_batchnorm_built()) GTEST_SKIP() << "a CPU build";
   // Channels centred at 64 with unit spread: sums of squares taken around 0 would lose the
   // variance to float32 cancellation; the kernels sum around each channel's first value. One
-  // shape for each reduction (1024 rows: one cluster; 8192: the grid).
-  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{64, 128, 4, 4}, std::vector<int64_t>{128, 128, 8, 8}}) {
+  // shape for each reduction (1024 rows: one cluster; 8192: the grid; 66560: streamed).
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{64, 128, 4, 4}, std::vector<int64_t>{128, 128, 8, 8},
+                                            std::vector<int64_t>{520, 128, 8, 16}}) {
     const std::string reduction =
         models::own_batchnorm_reduction(torch::empty(shape, torch::dtype(torch::kHalf).device(torch::kCUDA)), true, true);
     SCOPED_TRACE(::testing::Message() << c10::IntArrayRef(shape) << ", " << reduction << " reduction");
@@ -561,8 +566,8 @@ TEST(OwnBatchNorm, DeclinesWhatTheKernelsDoNotTake_CUDA) {
   EXPECT_TRUE(declined({4, 64, 4, 4}, torch::kFloat32, true));  // float32
   EXPECT_TRUE(declined({4, 64, 4, 4}, torch::kHalf, false));    // NCHW
   EXPECT_TRUE(declined({1, 64, 1, 1}, torch::kHalf, true));     // one value per channel
-  EXPECT_TRUE(declined({128, 64, 32, 32}, torch::kHalf, true)); // 8M elements: more than one grid holds
   EXPECT_FALSE(declined({4, 64, 4, 4}, torch::kHalf, true));
+  EXPECT_FALSE(declined({128, 64, 32, 32}, torch::kHalf, true));  // 8.4M elements: streamed
   // The atomic sums are not bitwise repeatable: precision.deterministic (cuDNN's flag) and
   // torch's deterministic algorithms get cuDNN or ATen.
   auto& context = at::globalContext();

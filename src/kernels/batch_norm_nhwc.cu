@@ -211,6 +211,69 @@ __device__ void finish_sums() {
 #endif
 }
 
+// Per-row and per-channel steps that the register kernels and the streaming kernels share.
+
+/// Adds one row's 8 channels, as d = x - shift, into the sums of d and d^2.
+template <typename T>
+__device__ __forceinline__ void add_shifted_row(const uint4& x_raw, const float (&shift)[kVector], float (&sum)[kVector],
+                                                float (&sum_of_squares)[kVector]) {
+  float x[kVector];
+  unpack<T>(x_raw, x);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    const float d = x[k] - shift[k];
+    sum[k] += d;
+    sum_of_squares[k] += d * d;
+  }
+}
+
+/// From the sums over all rows of d = x - shift and d^2: turns scale and offset, given as the
+/// weight and bias, into y = x * scale + offset before the activation. Block 0's lane 0 writes the
+/// batch statistics and moves the running ones. float32 throughout, as ATen's kernels.
+__device__ __forceinline__ void normalize_statistics(const float (&sum)[kVector], const float (&sum_of_squares)[kVector],
+                                                     const float (&shift)[kVector], const Place& place,
+                                                     const BatchNormShape& shape, const BatchNormForward& a,
+                                                     float (&scale)[kVector], float (&offset)[kVector]) {
+  const bool writes_statistics = blockIdx.x == 0 && place.lane == 0;
+  const float count = static_cast<float>(shape.rows);
+  const float momentum = static_cast<float>(a.momentum);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    const float shifted_mean = sum[k] / count;
+    const float variance = fmaxf(sum_of_squares[k] / count - shifted_mean * shifted_mean, 0.0f);  // biased
+    const float mean = shift[k] + shifted_mean;
+    const float inv_std = 1.0f / sqrtf(variance + static_cast<float>(a.eps));
+    scale[k] *= inv_std;
+    offset[k] -= mean * scale[k];
+    if (writes_statistics) {
+      const int64_t channel = place.first_channel + k;
+      a.saved_mean[channel] = mean;
+      a.saved_inv_std[channel] = inv_std;
+      a.running_mean[channel] = (1.0f - momentum) * a.running_mean[channel] + momentum * mean;
+      a.running_var[channel] =
+          (1.0f - momentum) * a.running_var[channel] + momentum * variance * (count / (count - 1.0f));
+    }
+  }
+}
+
+/// One row of y: x * scale + offset, then the activation (residual: add_relu only).
+template <typename T, BatchNormActivation kActivation>
+__device__ __forceinline__ uint4 normalized_row(const uint4& x_raw, const uint4& residual_raw,
+                                                const float (&scale)[kVector], const float (&offset)[kVector]) {
+  float values[kVector], residual[kVector];
+  unpack<T>(x_raw, values);
+  if (kActivation == BatchNormActivation::add_relu) unpack<T>(residual_raw, residual);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    float value = values[k] * scale[k] + offset[k];
+    if (kActivation == BatchNormActivation::add_relu) value += residual[k];
+    // fmaxf would turn NaN into 0; ReLU keeps it, as torch's does.
+    if (kActivation != BatchNormActivation::none) value = value > 0.0f || value != value ? value : 0.0f;
+    values[k] = value;
+  }
+  return pack<T>(values);
+}
+
 // The first pass loads a thread's rows into registers and sums them, the blocks meet, and the
 // second pass writes the elementwise result from the registers: the tensor is read once.
 
@@ -233,18 +296,8 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape sha
   unpack<T>(load_raw<T>(a.x, place.first_channel), shift);
   float sum[kVector] = {}, sum_of_squares[kVector] = {};
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const int64_t at = element_of(place, i, shape);
-    if (at < 0) continue;
-    float x[kVector];
-    unpack<T>(x_rows[i], x);
-#pragma unroll
-    for (int k = 0; k < kVector; ++k) {
-      const float d = x[k] - shift[k];
-      sum[k] += d;
-      sum_of_squares[k] += d * d;
-    }
-  }
+  for (int i = 0; i < kRowsPerThread; ++i)
+    if (element_of(place, i, shape) >= 0) add_shifted_row<T>(x_rows[i], shift, sum, sum_of_squares);
   float scale[kVector], offset[kVector];  // y = x * scale + offset before the activation
 #pragma unroll
   for (int k = 0; k < kVector; ++k) {
@@ -253,104 +306,61 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape sha
   }
   sum_over_rows<kReduction>(sum, sum_of_squares, place, channels, accumulators);
 
-  // float32 throughout, as ATen's kernels: every thread computes its 8 channels.
-  const bool writes_statistics = blockIdx.x == 0 && place.lane == 0;
-  const float count = static_cast<float>(shape.rows);
-  const float momentum = static_cast<float>(a.momentum);
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) {
-    const float shifted_mean = sum[k] / count;
-    const float variance = fmaxf(sum_of_squares[k] / count - shifted_mean * shifted_mean, 0.0f);  // biased
-    const float mean = shift[k] + shifted_mean;
-    const float inv_std = 1.0f / sqrtf(variance + static_cast<float>(a.eps));
-    scale[k] *= inv_std;
-    offset[k] -= mean * scale[k];
-    if (writes_statistics) {
-      const int64_t channel = place.first_channel + k;
-      a.saved_mean[channel] = mean;
-      a.saved_inv_std[channel] = inv_std;
-      a.running_mean[channel] = (1.0f - momentum) * a.running_mean[channel] + momentum * mean;
-      a.running_var[channel] =
-          (1.0f - momentum) * a.running_var[channel] + momentum * variance * (count / (count - 1.0f));
-    }
-  }
+  normalize_statistics(sum, sum_of_squares, shift, place, shape, a, scale, offset);
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t at = element_of(place, i, shape);
-    if (at < 0) continue;
-    float values[kVector], residual[kVector];
-    unpack<T>(x_rows[i], values);
-    if (kActivation == BatchNormActivation::add_relu) unpack<T>(residual_rows[i], residual);
-#pragma unroll
-    for (int k = 0; k < kVector; ++k) {
-      float value = values[k] * scale[k] + offset[k];
-      if (kActivation == BatchNormActivation::add_relu) value += residual[k];
-      // fmaxf would turn NaN into 0; ReLU keeps it, as torch's does.
-      if (kActivation != BatchNormActivation::none) value = value > 0.0f || value != value ? value : 0.0f;
-      values[k] = value;
-    }
-    store_raw<T>(a.y, at, pack<T>(values));
+    if (at >= 0) store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[i], residual_rows[i], scale, offset));
   }
   finish_sums<kReduction>();
 }
 
-// kSecondGradient: grad_y_second is given (add_relu only). A template argument, not a test of the
-// pointer: the test alone, compiled into every backward kernel, slowed all of them by about a fifth
-// (H200, 2026-11-30: more spills).
-template <typename T, BatchNormActivation kActivation, Reduction kReduction, bool kSecondGradient>
-__global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape shape, BatchNormBackward a,
-                                                            Accumulators* accumulators) {
-  const int64_t channels = shape.channels;
-  const Place place = place_of(channels);
-  // Per row: g, the gradient after the activation (grad_y, plus grad_y_second where given, where
-  // y > 0 after a ReLU: torch's threshold_backward, where NaN outputs pass no gradient; exact in
-  // T), and x.
-  uint4 gradient_rows[kRowsPerThread], x_rows[kRowsPerThread];
+/// grad_y for one row, plus grad_y_second where given.
+template <typename T, bool kSecondGradient>
+__device__ __forceinline__ uint4 incoming_gradient(const BatchNormBackward& a, int64_t at) {
+  const uint4 gradient_raw = load_raw<T>(a.grad_y, at);
+  if constexpr (kSecondGradient) return add_raw<T>(gradient_raw, load_raw<T>(a.grad_y_second, at));
+  return gradient_raw;
+}
+
+/// Zeroes the gradient where the ReLU's output y is not positive: torch's threshold_backward, where
+/// NaN outputs pass no gradient (exact in T).
+template <typename T>
+__device__ __forceinline__ void mask_by_relu(uint4& gradient_raw, const uint4& y_raw) {
+  const T* y = reinterpret_cast<const T*>(&y_raw);
+  T* gradient = reinterpret_cast<T*>(&gradient_raw);
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const int64_t at = element_of(place, i, shape);
-    if (at < 0) continue;
-    gradient_rows[i] = load_raw<T>(a.grad_y, at);
-    if constexpr (kSecondGradient) gradient_rows[i] = add_raw<T>(gradient_rows[i], load_raw<T>(a.grad_y_second, at));
-    x_rows[i] = load_raw<T>(a.x, at);
-    if (kActivation != BatchNormActivation::none) {
-      const uint4 y_raw = load_raw<T>(a.y, at);
-      const T* y = reinterpret_cast<const T*>(&y_raw);
-      T* gradient = reinterpret_cast<T*>(&gradient_rows[i]);
-#pragma unroll
-      for (int k = 0; k < kVector; ++k)
-        if (!(to_float(y[k]) > 0.0f)) gradient[k] = from_float<T>(0.0f);
-    }
-  }
-  float mean[kVector], inv_std[kVector], weight[kVector];
+  for (int k = 0; k < kVector; ++k)
+    if (!(to_float(y[k]) > 0.0f)) gradient[k] = from_float<T>(0.0f);
+}
+
+/// Adds one row's 8 channels into the sums of g and of g * (x - mean).
+template <typename T>
+__device__ __forceinline__ void add_gradient_row(const uint4& gradient_raw, const uint4& x_raw,
+                                                 const float (&mean)[kVector], float (&sum)[kVector],
+                                                 float (&sum_times_centered)[kVector]) {
+  float gradient[kVector], x[kVector];
+  unpack<T>(gradient_raw, gradient);
+  unpack<T>(x_raw, x);
 #pragma unroll
   for (int k = 0; k < kVector; ++k) {
-    mean[k] = a.saved_mean[place.first_channel + k];
-    inv_std[k] = a.saved_inv_std[place.first_channel + k];
-    weight[k] = a.weight[place.first_channel + k];
+    sum[k] += gradient[k];
+    sum_times_centered[k] += gradient[k] * (x[k] - mean[k]);
   }
-  // Per channel: sum of g, and of g * (x - mean).
-  float sum[kVector] = {}, sum_times_centered[kVector] = {};
-#pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const int64_t at = element_of(place, i, shape);
-    if (at < 0) continue;
-    float gradient[kVector], x[kVector];
-    unpack<T>(gradient_rows[i], gradient);
-    unpack<T>(x_rows[i], x);
-#pragma unroll
-    for (int k = 0; k < kVector; ++k) {
-      sum[k] += gradient[k];
-      sum_times_centered[k] += gradient[k] * (x[k] - mean[k]);
-    }
-  }
-  sum_over_rows<kReduction>(sum, sum_times_centered, place, channels, accumulators);
+}
 
-  // grad_x = w * inv_std * (g - mean(g) - x_hat * mean(g * x_hat)), x_hat = (x - mean) * inv_std,
-  // with mean(g) = grad_bias / rows and mean(g * x_hat) = grad_weight / rows:
-  // grad_x = gain * g + slope * (x - mean) + constant.
+/// grad_x = w * inv_std * (g - mean(g) - x_hat * mean(g * x_hat)), x_hat = (x - mean) * inv_std,
+/// with mean(g) = grad_bias / rows and mean(g * x_hat) = grad_weight / rows:
+/// grad_x = gain * g + slope * (x - mean) + constant. From the sums over all rows of g and of
+/// g * (x - mean); block 0's lane 0 writes grad_weight and grad_bias.
+__device__ __forceinline__ void input_gradient_coefficients(const float (&sum)[kVector],
+                                                            const float (&sum_times_centered)[kVector],
+                                                            const float (&inv_std)[kVector],
+                                                            const float (&weight)[kVector], const Place& place,
+                                                            const BatchNormShape& shape, const BatchNormBackward& a,
+                                                            float (&gain)[kVector], float (&slope)[kVector],
+                                                            float (&constant)[kVector]) {
   const bool writes_gradients = blockIdx.x == 0 && place.lane == 0;
-  float gain[kVector], slope[kVector], constant[kVector];
   const float count = static_cast<float>(shape.rows);
 #pragma unroll
   for (int k = 0; k < kVector; ++k) {
@@ -363,21 +373,193 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
     slope[k] = -gain[k] * inv_std[k] * (grad_weight / count);
     constant[k] = -gain[k] * (sum[k] / count);
   }
+}
+
+/// One row of grad_x from g and x.
+template <typename T>
+__device__ __forceinline__ uint4 input_gradient_row(const uint4& gradient_raw, const uint4& x_raw,
+                                                    const float (&mean)[kVector], const float (&gain)[kVector],
+                                                    const float (&slope)[kVector], const float (&constant)[kVector]) {
+  float gradient[kVector], x[kVector];
+  unpack<T>(gradient_raw, gradient);
+  unpack<T>(x_raw, x);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) gradient[k] = gain[k] * gradient[k] + slope[k] * (x[k] - mean[k]) + constant[k];
+  return pack<T>(gradient);
+}
+
+// kSecondGradient: grad_y_second is given (add_relu only). A template argument, not a test of the
+// pointer: the test alone, compiled into every backward kernel, slowed all of them by about a fifth
+// (H200, 2026-11-30: more spills).
+template <typename T, BatchNormActivation kActivation, Reduction kReduction, bool kSecondGradient>
+__global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape shape, BatchNormBackward a,
+                                                            Accumulators* accumulators) {
+  const int64_t channels = shape.channels;
+  const Place place = place_of(channels);
+  // Per row: g, the gradient after the activation, and x. (x is loaded before y: loading y first
+  // made nvcc 13.0 spill 2-4 times as much.)
+  uint4 gradient_rows[kRowsPerThread], x_rows[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t at = element_of(place, i, shape);
+    if (at < 0) continue;
+    gradient_rows[i] = incoming_gradient<T, kSecondGradient>(a, at);
+    x_rows[i] = load_raw<T>(a.x, at);
+    if (kActivation != BatchNormActivation::none) mask_by_relu<T>(gradient_rows[i], load_raw<T>(a.y, at));
+  }
+  float mean[kVector], inv_std[kVector], weight[kVector];
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    mean[k] = a.saved_mean[place.first_channel + k];
+    inv_std[k] = a.saved_inv_std[place.first_channel + k];
+    weight[k] = a.weight[place.first_channel + k];
+  }
+  float sum[kVector] = {}, sum_times_centered[kVector] = {};
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i)
+    if (element_of(place, i, shape) >= 0) add_gradient_row<T>(gradient_rows[i], x_rows[i], mean, sum, sum_times_centered);
+  sum_over_rows<kReduction>(sum, sum_times_centered, place, channels, accumulators);
+  float gain[kVector], slope[kVector], constant[kVector];
+  input_gradient_coefficients(sum, sum_times_centered, inv_std, weight, place, shape, a, gain, slope, constant);
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t at = element_of(place, i, shape);
     if (at < 0) continue;
     // Stored after the sums, not before: the grid barrier's fence would wait for these stores.
-    if (kActivation == BatchNormActivation::add_relu)
-      store_raw<T>(a.grad_residual, at, gradient_rows[i]);
-    float gradient[kVector], x[kVector];
-    unpack<T>(gradient_rows[i], gradient);
-    unpack<T>(x_rows[i], x);
-#pragma unroll
-    for (int k = 0; k < kVector; ++k) gradient[k] = gain[k] * gradient[k] + slope[k] * (x[k] - mean[k]) + constant[k];
-    store_raw<T>(a.grad_x, at, pack<T>(gradient));
+    if (kActivation == BatchNormActivation::add_relu) store_raw<T>(a.grad_residual, at, gradient_rows[i]);
+    store_raw<T>(a.grad_x, at, input_gradient_row<T>(gradient_rows[i], x_rows[i], mean, gain, slope, constant));
   }
   finish_sums<kReduction>();
+}
+
+// Streaming: for tensors larger than one resident grid holds in registers (Reduction::streaming).
+// Each thread reads its rows kStreamRows at a time and sums them, the whole grid meets as in
+// Reduction::grid, and the second pass reads the rows again, last row first: what the first pass
+// read last is the likeliest to be still in L2 (50 MB on an H200, beside 34 MB for a 16.8M-element
+// fp16 tensor).
+constexpr int kStreamRows = 4;
+// Launch bounds of 2 blocks an SM (up to 128 registers): at 3 (80 registers) nvcc 13.0 spills
+// 44-52 bytes a thread in the backward. 512 threads an SM, each with kStreamRows 16-byte loads of
+// every input in flight, still cover HBM's latency.
+constexpr int kStreamBlocksPerSm = 2;
+
+/// How many rows of the tensor each thread covers in a streaming kernel.
+__device__ inline int streamed_rows_of(const Place& place, const BatchNormShape& shape) {
+  const int64_t rows_per_step = static_cast<int64_t>(gridDim.x) * place.lanes;
+  return static_cast<int>((shape.rows + rows_per_step - 1) / rows_per_step);
+}
+
+/// The first row of the last group of kStreamRows (where the second pass starts).
+__device__ inline int last_stream_step(int streamed_rows) {
+  return streamed_rows == 0 ? -1 : (streamed_rows - 1) / kStreamRows * kStreamRows;
+}
+
+/// 8 elements this kernel's own thread stored earlier (read through L2, not the non-coherent cache).
+template <typename T>
+__device__ inline uint4 load_stored(const void* base, int64_t offset) {
+  return __ldcg(reinterpret_cast<const uint4*>(static_cast<const T*>(base) + offset));
+}
+
+template <typename T, BatchNormActivation kActivation>
+__global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
+    streaming_forward_kernel(BatchNormShape shape, BatchNormForward a, Accumulators* accumulators) {
+  const Place place = place_of(shape.channels);
+  const int streamed_rows = streamed_rows_of(place, shape);
+  float shift[kVector];  // as in forward_kernel: sums around each channel's first value
+  unpack<T>(load_raw<T>(a.x, place.first_channel), shift);
+  float sum[kVector] = {}, sum_of_squares[kVector] = {};
+  for (int step = 0; step < streamed_rows; step += kStreamRows) {
+    uint4 x_rows[kStreamRows];
+#pragma unroll
+    for (int j = 0; j < kStreamRows; ++j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at >= 0) x_rows[j] = load_raw<T>(a.x, at);
+    }
+#pragma unroll
+    for (int j = 0; j < kStreamRows; ++j)
+      if (element_of(place, step + j, shape) >= 0) add_shifted_row<T>(x_rows[j], shift, sum, sum_of_squares);
+  }
+  float scale[kVector], offset[kVector];
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    scale[k] = a.weight[place.first_channel + k];
+    offset[k] = a.bias[place.first_channel + k];
+  }
+  sum_over_rows<Reduction::grid>(sum, sum_of_squares, place, shape.channels, accumulators);
+  normalize_statistics(sum, sum_of_squares, shift, place, shape, a, scale, offset);
+  for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
+    uint4 x_rows[kStreamRows], residual_rows[kStreamRows];
+#pragma unroll
+    for (int j = kStreamRows - 1; j >= 0; --j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at < 0) continue;
+      x_rows[j] = load_raw<T>(a.x, at);
+      if (kActivation == BatchNormActivation::add_relu) residual_rows[j] = load_raw<T>(a.residual, at);
+    }
+#pragma unroll
+    for (int j = kStreamRows - 1; j >= 0; --j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at >= 0) store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[j], residual_rows[j], scale, offset));
+    }
+  }
+}
+
+// The first pass stores g where the second pass reads it back: in grad_residual after add_relu (its
+// value), in grad_x after relu (overwritten by the second pass); without an activation g is grad_y.
+template <typename T, BatchNormActivation kActivation, bool kSecondGradient>
+__global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
+    streaming_backward_kernel(BatchNormShape shape, BatchNormBackward a, Accumulators* accumulators) {
+  const Place place = place_of(shape.channels);
+  const int streamed_rows = streamed_rows_of(place, shape);
+  void* const kept_gradient = kActivation == BatchNormActivation::add_relu ? a.grad_residual : a.grad_x;
+  float mean[kVector];
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) mean[k] = a.saved_mean[place.first_channel + k];
+  float sum[kVector] = {}, sum_times_centered[kVector] = {};
+  for (int step = 0; step < streamed_rows; step += kStreamRows) {
+    uint4 gradient_rows[kStreamRows], x_rows[kStreamRows];
+#pragma unroll
+    for (int j = 0; j < kStreamRows; ++j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at < 0) continue;
+      gradient_rows[j] = incoming_gradient<T, kSecondGradient>(a, at);
+      x_rows[j] = load_raw<T>(a.x, at);
+      if (kActivation != BatchNormActivation::none) mask_by_relu<T>(gradient_rows[j], load_raw<T>(a.y, at));
+    }
+#pragma unroll
+    for (int j = 0; j < kStreamRows; ++j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at < 0) continue;
+      if (kActivation != BatchNormActivation::none) store_raw<T>(kept_gradient, at, gradient_rows[j]);
+      add_gradient_row<T>(gradient_rows[j], x_rows[j], mean, sum, sum_times_centered);
+    }
+  }
+  float inv_std[kVector], weight[kVector];
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    inv_std[k] = a.saved_inv_std[place.first_channel + k];
+    weight[k] = a.weight[place.first_channel + k];
+  }
+  sum_over_rows<Reduction::grid>(sum, sum_times_centered, place, shape.channels, accumulators);
+  float gain[kVector], slope[kVector], constant[kVector];
+  input_gradient_coefficients(sum, sum_times_centered, inv_std, weight, place, shape, a, gain, slope, constant);
+  for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
+    uint4 gradient_rows[kStreamRows], x_rows[kStreamRows];
+#pragma unroll
+    for (int j = kStreamRows - 1; j >= 0; --j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at < 0) continue;
+      gradient_rows[j] = kActivation == BatchNormActivation::none ? load_raw<T>(a.grad_y, at)
+                                                                   : load_stored<T>(kept_gradient, at);
+      x_rows[j] = load_raw<T>(a.x, at);
+    }
+#pragma unroll
+    for (int j = kStreamRows - 1; j >= 0; --j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at >= 0)
+        store_raw<T>(a.grad_x, at, input_gradient_row<T>(gradient_rows[j], x_rows[j], mean, gain, slope, constant));
+    }
+  }
 }
 
 /// The kernels of one element type, activation and reduction: forward, backward, and for add_relu
@@ -389,7 +571,7 @@ struct KernelSet {
 };
 
 template <typename T, BatchNormActivation kActivation, Reduction kReduction>
-KernelSet kernels_of() {
+KernelSet register_kernels_of() {
   KernelSet kernels{reinterpret_cast<const void*>(&forward_kernel<T, kActivation, kReduction>),
                      reinterpret_cast<const void*>(&backward_kernel<T, kActivation, kReduction, false>)};
   if constexpr (kActivation == BatchNormActivation::add_relu)
@@ -397,12 +579,27 @@ KernelSet kernels_of() {
   return kernels;
 }
 
+template <typename T, BatchNormActivation kActivation>
+KernelSet streaming_kernels_of() {
+  KernelSet kernels{reinterpret_cast<const void*>(&streaming_forward_kernel<T, kActivation>),
+                    reinterpret_cast<const void*>(&streaming_backward_kernel<T, kActivation, false>)};
+  if constexpr (kActivation == BatchNormActivation::add_relu)
+    kernels.backward_second = reinterpret_cast<const void*>(&streaming_backward_kernel<T, kActivation, true>);
+  return kernels;
+}
+
+template <typename T, BatchNormActivation kActivation, Reduction kReduction>
+KernelSet kernels_of_reduction() {
+  if constexpr (kReduction == Reduction::streaming) return streaming_kernels_of<T, kActivation>();
+  else return register_kernels_of<T, kActivation, kReduction>();
+}
+
 template <typename T, Reduction kReduction>
 KernelSet kernels_of(BatchNormActivation activation) {
   switch (activation) {
-    case BatchNormActivation::none: return kernels_of<T, BatchNormActivation::none, kReduction>();
-    case BatchNormActivation::relu: return kernels_of<T, BatchNormActivation::relu, kReduction>();
-    case BatchNormActivation::add_relu: return kernels_of<T, BatchNormActivation::add_relu, kReduction>();
+    case BatchNormActivation::none: return kernels_of_reduction<T, BatchNormActivation::none, kReduction>();
+    case BatchNormActivation::relu: return kernels_of_reduction<T, BatchNormActivation::relu, kReduction>();
+    case BatchNormActivation::add_relu: return kernels_of_reduction<T, BatchNormActivation::add_relu, kReduction>();
   }
   return {};
 }
@@ -417,6 +614,7 @@ KernelSet kernels_of(ElementType type, BatchNormActivation activation) {
 KernelSet kernels_of(ElementType type, BatchNormActivation activation, Reduction reduction) {
   if (reduction == Reduction::cluster) return kernels_of<Reduction::cluster>(type, activation);
   if (reduction == Reduction::grid) return kernels_of<Reduction::grid>(type, activation);
+  if (reduction == Reduction::streaming) return kernels_of<Reduction::streaming>(type, activation);
   return {};
 }
 
@@ -507,7 +705,8 @@ int fewest_over(const KernelSet& kernels, Measure measure) {
 
 /// Clusters where each channel group's rows fit in one (no device-wide barrier, no atomics) and
 /// every cluster fits on the device at once, with about kClusterRowsPerThread rows a thread.
-/// Otherwise one cooperative grid, all of it resident, if it fits.
+/// Otherwise one cooperative grid, all of it resident, holding the rows in registers if it can,
+/// streaming them if not.
 LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const BatchNormShape& shape) {
   const int64_t group_channels = group_channels_of(shape.channels);
   const int64_t channel_groups = shape.channels / group_channels;
@@ -527,6 +726,11 @@ LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const Batc
   const KernelSet grid = kernels_of(type, activation, Reduction::grid);
   if (grid.forward == nullptr) return {};
   if (fewest * channel_groups <= fewest_over(grid, resident_blocks)) return {Reduction::grid, grid, fewest};
+  // Streaming: as many row groups as fit on the device at once, none idle.
+  const KernelSet streaming = kernels_of(type, activation, Reduction::streaming);
+  const int64_t row_groups =
+      std::min<int64_t>(fewest_over(streaming, resident_blocks) / channel_groups, ceil_div(shape.rows, lanes));
+  if (row_groups >= 1) return {Reduction::streaming, streaming, row_groups};
   return {};
 }
 
@@ -573,14 +777,15 @@ template <typename Arguments>
 cudaError_t launch(const void* kernel, Reduction reduction, const BatchNormShape& shape, int64_t row_groups,
                    const Arguments& arguments, cudaStream_t stream) {
   if (kernel == nullptr || row_groups == 0) return cudaErrorNotSupported;
-  Accumulators* accumulators = reduction == Reduction::grid ? accumulators_for(stream) : nullptr;
-  if (reduction == Reduction::grid && accumulators == nullptr) return cudaErrorNotSupported;
+  const bool cooperative = reduction != Reduction::cluster;
+  Accumulators* accumulators = cooperative ? accumulators_for(stream) : nullptr;
+  if (cooperative && accumulators == nullptr) return cudaErrorNotSupported;
   BatchNormShape shape_argument = shape;
   Arguments kernel_arguments = arguments;
   void* parameters[] = {&shape_argument, &kernel_arguments, &accumulators};
   const dim3 grid(static_cast<unsigned>(row_groups),
                   static_cast<unsigned>(shape.channels / group_channels_of(shape.channels)));
-  if (reduction == Reduction::grid) return cudaLaunchCooperativeKernel(kernel, grid, dim3(kThreads), parameters, 0, stream);
+  if (cooperative) return cudaLaunchCooperativeKernel(kernel, grid, dim3(kThreads), parameters, 0, stream);
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = grid.x;  // a channel group's row groups are one cluster
@@ -605,7 +810,7 @@ BatchNormReduction batch_norm_nhwc_reduction(ElementType type, BatchNormActivati
 bool batch_norm_nhwc_supported(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                cudaStream_t stream) {
   const Reduction reduction = batch_norm_nhwc_reduction(type, activation, shape);
-  return reduction == Reduction::cluster || (reduction == Reduction::grid && accumulators_for(stream) != nullptr);
+  return reduction == Reduction::cluster || (reduction != Reduction::none && accumulators_for(stream) != nullptr);
 }
 
 cudaError_t batch_norm_nhwc_forward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,

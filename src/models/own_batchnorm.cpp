@@ -174,6 +174,7 @@ std::string own_batchnorm_reduction(const torch::Tensor& x, bool relu, bool resi
   switch (kernels::batch_norm_nhwc_reduction(element_type(x), activation_of(relu, residual), shape_of(x))) {
     case kernels::BatchNormReduction::cluster: return "cluster";
     case kernels::BatchNormReduction::grid: return "grid";
+    case kernels::BatchNormReduction::streaming: return "streaming";
     case kernels::BatchNormReduction::none: break;
   }
   return {};

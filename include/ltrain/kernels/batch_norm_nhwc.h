@@ -7,15 +7,18 @@
 // direction is one launch that needs no zeroed memory: every thread loads its rows (at most 8)
 // into registers and sums them, the blocks that share channels combine their sums, and each
 // thread writes its rows' results from its registers. The blocks combine their sums in one of
-// two ways (BatchNormReduction):
+// three ways (BatchNormReduction):
 // - cluster: where a channel group's rows fit in one thread-block cluster of up to 4 blocks (sm_90
 //   and later; ResNet-50's layer3 and layer4 at batch 256), through distributed shared memory, in
 //   a fixed order: no device-wide barrier or atomics.
 // - grid: otherwise, one cooperative launch whose blocks add their sums atomically into
 //   per-channel accumulators and meet at one grid-wide barrier. Each launch zeroes the other of
 //   two sets of accumulators for the launch after it. The sums' order varies with the blocks'
-//   timing (float atomics): not bitwise deterministic. Tensors too large for one resident grid at
-//   8 rows a thread (about 4M elements on an H200) are left to cuDNN.
+//   timing (float atomics): not bitwise deterministic.
+// - streaming: tensors too large for one resident grid at 8 rows a thread (about 4M elements on an
+//   H200) are read twice instead of held: the grid's reduction between a first pass that sums and a
+//   second, last row first (the likeliest in L2), that writes. The backward stores g (the gradient
+//   after the activation) in the first pass and reads it back in the second.
 //
 // Plain CUDA (no LibTorch headers); models/own_batchnorm.cpp wraps them as an autograd function.
 #pragma once
@@ -38,17 +41,18 @@ struct BatchNormShape {
 };
 
 /// How a launch's blocks combine their per-channel sums (see above).
-enum class BatchNormReduction { none, cluster, grid };
+enum class BatchNormReduction { none, cluster, grid, streaming };
 
 /// The reduction the kernels use for this element type, activation and shape on the current
 /// device; none where they do not take it: fp16 or bf16, channels a power of two from 8 to 2048, at
 /// least 2 rows, and either a cluster (sm_90 and later) that holds the rows or a cooperative grid
-/// that fits on the device at once.
+/// that fits on the device at once (streaming the rows where registers cannot hold them).
 BatchNormReduction batch_norm_nhwc_reduction(ElementType type, BatchNormActivation activation,
                                              const BatchNormShape& shape);
 
 /// Whether the kernels take this on the current device and `stream`: a reduction other than none,
-/// and for grid the device's accumulators made (on first use, which a capturing stream cannot do).
+/// and for grid and streaming the device's accumulators made (on first use, which a capturing stream
+/// cannot do).
 /// Pointers must also be 16-byte aligned (the caller checks its tensors).
 bool batch_norm_nhwc_supported(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                cudaStream_t stream);
