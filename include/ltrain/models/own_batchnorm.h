@@ -19,8 +19,8 @@ bool own_batchnorm_built();
 /// batch_norm(x) with batch statistics, then relu(... + residual) when `relu` is set (residual:
 /// undefined for no add; without `relu` it must be undefined), updating the running statistics in
 /// place, differentiable in x, residual, weight and bias. Takes x [B,C,H,W] fp16/bf16 on CUDA,
-/// channels_last contiguous, C a power of two from 8 to 2048, a shape own_batchnorm_reduction
-/// names (at most about 4M elements on an H200), residual of x's shape, dtype and layout.
+/// channels_last contiguous, C a power of two from 8 to 2048, at least 2 values a channel (a
+/// shape own_batchnorm_reduction names), residual of x's shape, dtype and layout.
 /// Returns an undefined tensor, having changed nothing, for anything else, and while
 /// deterministic algorithms or deterministic cuDNN are asked for.
 /// With `second_output` and a residual, where it returns y it also sets *second_output to a
@@ -33,7 +33,8 @@ torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& res
 
 /// How the kernels would combine their blocks' sums for an x of this shape and dtype on its
 /// device, with a ReLU and a residual or not: "cluster" (within one thread-block cluster, in a
-/// fixed order), "grid" (atomics and a device-wide barrier), or "" where they do not take its
+/// fixed order), "grid" (atomics and a device-wide barrier), "streaming" (the same, reading the
+/// rows twice instead of holding them in registers), or "" where they do not take its
 /// shape and dtype (or in a CPU build). For tests and benchmarks.
 std::string own_batchnorm_reduction(const torch::Tensor& x, bool relu, bool residual);
 
