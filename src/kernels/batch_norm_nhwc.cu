@@ -213,6 +213,12 @@ __device__ void finish_sums() {
 
 // Per-row and per-channel steps that the register kernels and the streaming kernels share.
 
+/// The thread's 8 channels of a per-channel float32 vector (weight, bias, saved statistics).
+__device__ __forceinline__ void load_channels(const float* values, const Place& place, float (&out)[kVector]) {
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) out[k] = values[place.first_channel + k];
+}
+
 /// Adds one row's 8 channels, as d = x - shift, into the sums of d and d^2.
 template <typename T>
 __device__ __forceinline__ void add_shifted_row(const uint4& x_raw, const float (&shift)[kVector], float (&sum)[kVector],
@@ -298,12 +304,10 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape sha
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i)
     if (element_of(place, i, shape) >= 0) add_shifted_row<T>(x_rows[i], shift, sum, sum_of_squares);
-  float scale[kVector], offset[kVector];  // y = x * scale + offset before the activation
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) {
-    scale[k] = a.weight[place.first_channel + k];  // loaded before the barrier, to overlap its wait
-    offset[k] = a.bias[place.first_channel + k];
-  }
+  // y = x * scale + offset before the activation; loaded before the barrier, to overlap its wait.
+  float scale[kVector], offset[kVector];
+  load_channels(a.weight, place, scale);
+  load_channels(a.bias, place, offset);
   sum_over_rows<kReduction>(sum, sum_of_squares, place, channels, accumulators);
 
   normalize_statistics(sum, sum_of_squares, shift, place, shape, a, scale, offset);
@@ -408,12 +412,9 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
     if (kActivation != BatchNormActivation::none) mask_by_relu<T>(gradient_rows[i], load_raw<T>(a.y, at));
   }
   float mean[kVector], inv_std[kVector], weight[kVector];
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) {
-    mean[k] = a.saved_mean[place.first_channel + k];
-    inv_std[k] = a.saved_inv_std[place.first_channel + k];
-    weight[k] = a.weight[place.first_channel + k];
-  }
+  load_channels(a.saved_mean, place, mean);
+  load_channels(a.saved_inv_std, place, inv_std);
+  load_channels(a.weight, place, weight);
   float sum[kVector] = {}, sum_times_centered[kVector] = {};
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i)
@@ -480,11 +481,8 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
       if (element_of(place, step + j, shape) >= 0) add_shifted_row<T>(x_rows[j], shift, sum, sum_of_squares);
   }
   float scale[kVector], offset[kVector];
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) {
-    scale[k] = a.weight[place.first_channel + k];
-    offset[k] = a.bias[place.first_channel + k];
-  }
+  load_channels(a.weight, place, scale);
+  load_channels(a.bias, place, offset);
   sum_over_rows<Reduction::grid>(sum, sum_of_squares, place, shape.channels, accumulators);
   normalize_statistics(sum, sum_of_squares, shift, place, shape, a, scale, offset);
   for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
@@ -513,8 +511,7 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
   const int streamed_rows = streamed_rows_of(place, shape);
   void* const kept_gradient = kActivation == BatchNormActivation::add_relu ? a.grad_residual : a.grad_x;
   float mean[kVector];
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) mean[k] = a.saved_mean[place.first_channel + k];
+  load_channels(a.saved_mean, place, mean);
   float sum[kVector] = {}, sum_times_centered[kVector] = {};
   for (int step = 0; step < streamed_rows; step += kStreamRows) {
     uint4 gradient_rows[kStreamRows], x_rows[kStreamRows];
@@ -535,11 +532,8 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
     }
   }
   float inv_std[kVector], weight[kVector];
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) {
-    inv_std[k] = a.saved_inv_std[place.first_channel + k];
-    weight[k] = a.weight[place.first_channel + k];
-  }
+  load_channels(a.saved_inv_std, place, inv_std);
+  load_channels(a.weight, place, weight);
   sum_over_rows<Reduction::grid>(sum, sum_times_centered, place, shape.channels, accumulators);
   float gain[kVector], slope[kVector], constant[kVector];
   input_gradient_coefficients(sum, sum_times_centered, inv_std, weight, place, shape, a, gain, slope, constant);
