@@ -23,10 +23,12 @@
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/dist/launch.h"
 #include "ltrain/engine/checkpoint.h"
+#include "ltrain/engine/device_report.h"
 #include "ltrain/engine/evaluator.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/trainer.h"
 #include "ltrain/io/tensor_file.h"
+#include "ltrain/kernels/device_fit.h"
 
 namespace {
 
@@ -306,34 +308,17 @@ int run_reproduce(int argc, char** argv) {
 
 int run_doctor(int argc, char** argv) {
   cxxopts::Options options("ltrain doctor",
-                           "What this machine and build offer: LibTorch, CUDA runtime and driver, cuDNN, NCCL, each "
-                           "GPU, and how ltrain was built; warns about mismatches.");
+                           "What this machine and build offer: LibTorch, CUDA runtime and driver, cuDNN, NCCL, how "
+                           "ltrain was built, and for each GPU the code its kernels load and which fast paths run "
+                           "there (and why not); warns about mismatches. LTRAIN_GPU_PROFILE="
+                           + ltrain::kernels::gpu_profile_names() + " plans the kernels for that card's limits.");
   options.add_options()("device", "also check that this device can be used (cpu, cuda, cuda:N)",
                         cxxopts::value<std::string>(), "D")("json", "print the report as JSON");
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
-  const ltrain::env::Environment environment = ltrain::env::probe();
-  if (args->count("json")) {
-    std::cout << ltrain::env::to_json(environment).dump(2) << "\n";
-  } else {
-    using ltrain::env::cuda_version_text;
-    std::cout << fmt::format("ltrain {} ({} build, {}, {}), LibTorch {}, data-parallel backends: {}\n",
-                             environment.ltrain_version, environment.cuda_build ? "CUDA" : "CPU-only",
-                             environment.compiler, environment.build_type, environment.torch_version,
-                             environment.c10d_backends.empty() ? std::string("none")
-                                                               : fmt::format("{}", fmt::join(environment.c10d_backends, ", ")));
-    std::cout << fmt::format("CUDA runtime {} | driver supports CUDA {} | cuDNN {} | NCCL {} | {} CPU threads\n",
-                             cuda_version_text(environment.cuda_runtime), cuda_version_text(environment.cuda_driver),
-                             ltrain::env::cudnn_version_text(environment.cudnn),
-                             ltrain::env::nccl_version_text(environment.nccl), environment.cpu_threads);
-    for (const auto& gpu : environment.gpus)
-      std::cout << fmt::format("GPU {}: {} | compute capability {}.{} | {} SMs | {:.1f} GiB | TF32 {} | bf16 {}\n",
-                               gpu.index, gpu.name, gpu.major, gpu.minor, gpu.multiprocessors,
-                               static_cast<double>(gpu.memory_bytes) / (1 << 30), gpu.tf32() ? "yes" : "no",
-                               gpu.bf16() ? "yes" : "no");
-    if (environment.gpus.empty()) std::cout << "no usable GPU\n";
-    for (const auto& warning : ltrain::env::warnings(environment)) std::cout << "warning: " << warning << "\n";
-  }
+  const ltrain::engine::DoctorReport report = ltrain::engine::doctor_report();
+  if (args->count("json")) std::cout << ltrain::engine::to_json(report).dump(2) << "\n";
+  else std::cout << ltrain::engine::to_text(report);
   if (args->count("device")) {
     const torch::Device device = device_option((*args)["device"].as<std::string>());
     if (!args->count("json")) std::cout << fmt::format("device {}: usable\n", device.str());
@@ -401,6 +386,8 @@ int dispatch(int argc, char** argv) {
               << (ltrain::compat::built_with_cuda() ? ", CUDA" : ", CPU only") << ")\n";
     return 0;
   }
+  // The doctor reports a bad LTRAIN_GPU_PROFILE among its warnings; the launcher's children check it.
+  if (command != "doctor" && command != "launch") ltrain::engine::check_gpu_profile_setting();
   if (command == "train") return run_train(argc - 1, argv + 1);
   if (command == "eval") return run_eval(argc - 1, argv + 1);
   if (command == "export") return run_export(argc - 1, argv + 1);

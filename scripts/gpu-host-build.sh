@@ -31,7 +31,7 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() {
   cat <<EOF
 Usage: scripts/gpu-host-build.sh [--build-dir DIR] [--prefix DIR] [--debs DIR] [--torch-prefix DIR]
-                                 [--cuda-arch LIST] [--jobs N] [--no-werror] [--no-tests]
+                                 [--cuda-arch LIST] [--jobs N] [--werror|--no-werror] [--no-tests]
                                  [--configure-only] [--help] [-- EXTRA_CMAKE_ARGS...]
 
 Run from the repo root of ltrain on the GPU host.
@@ -40,9 +40,11 @@ Run from the repo root of ltrain on the GPU host.
   --debs DIR          where the .deb files are (default: .carry/debs)
   --torch-prefix DIR  CMake prefix of LibTorch (default: \$TORCH_PREFIX, else
                       python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
-  --cuda-arch LIST    CMAKE_CUDA_ARCHITECTURES (default: 90, H100/H200)
+  --cuda-arch LIST    CMAKE_CUDA_ARCHITECTURES for ltrain's kernels, e.g. "89-real" or "native" (default:
+                      TORCH_CUDA_ARCH_LIST if set, else sm_80, 86, 89, 90, 100, 120 + PTX)
   --jobs N            parallel build jobs (default: all cores)
-  --no-werror         -DLTRAIN_WERROR=OFF (warnings stay errors by default)
+  --werror            warnings are errors (-DLTRAIN_WERROR=ON; default: \$LTRAIN_WERROR, else OFF)
+  --no-werror         warnings stay warnings
   --no-tests          -DLTRAIN_BUILD_TESTS=OFF
   --configure-only    stop after CMake configure
 Exit codes: 0 ok, 2 usage, 3 missing bundle/torch, 4 configure failed, 5 build failed.
@@ -113,7 +115,7 @@ check_runtime_libs() {
 main() {
   local build_dir="$REPO_ROOT/build-gpu" prefix="$REPO_ROOT/.carry/prefix" debs="$REPO_ROOT/.carry/debs"
   local torch_prefix=""
-  local cuda_arch="90" jobs="" werror=ON tests=ON configure_only=0 extra=()
+  local cuda_arch="" jobs="" werror="${LTRAIN_WERROR:-OFF}" tests=ON configure_only=0 extra=()
   while (( $# )); do
     case "$1" in
       --help|-h) usage; exit 0 ;;
@@ -124,6 +126,7 @@ main() {
           --torch-prefix) torch_prefix="$2" ;; --cuda-arch) cuda_arch="$2" ;; --jobs) jobs="$2" ;;
         esac
         shift 2 ;;
+      --werror) werror=ON; shift ;;
       --no-werror) werror=OFF; shift ;;
       --no-tests) tests=OFF; shift ;;
       --configure-only) configure_only=1; shift ;;
@@ -154,15 +157,12 @@ main() {
   if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
     export PATH="/usr/local/cuda/bin:$PATH"
   fi
-  # torch's CMake files take the architectures from TORCH_CUDA_ARCH_LIST ("9.0"); they warn that
-  # they ignore CMAKE_CUDA_ARCHITECTURES, which is passed too for CMake's own CUDA language setup.
-  export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-$(sed -E 's/([0-9]+)([0-9][a-z]?)/\1.\2/g; s/;/ /g' <<<"$cuda_arch")}"
-
   local args=(-S "$REPO_ROOT" -B "$build_dir" -G Ninja
               -DCMAKE_BUILD_TYPE=Release
               "-DCMAKE_PREFIX_PATH=$torch_prefix;$usr;$usr/lib/$MULTIARCH/cmake;$usr/lib/cmake"
-              "-DCMAKE_CUDA_ARCHITECTURES=$cuda_arch"
               "-DLTRAIN_WERROR=$werror" "-DLTRAIN_BUILD_TESTS=$tests")
+  # ltrain's CMakeLists chooses the kernels' architectures (cmake/CudaArchitectures.cmake).
+  [[ -n "$cuda_arch" ]] && args+=("-DCMAKE_CUDA_ARCHITECTURES=$cuda_arch")
   local pkg sub
   while read -r pkg sub; do
     [[ -d "$usr/$sub" ]] || die 3 "$pkg's CMake files are missing in the prefix ($usr/$sub): make the bundle again"

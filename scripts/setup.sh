@@ -1,43 +1,182 @@
 #!/usr/bin/env bash
-# Sets up ltrain on a fresh Debian/Ubuntu machine: apt packages, CIFAR-10, and the build.
-# Idempotent: a second run only rebuilds what changed.
+# Sets up ltrain on a fresh Debian/Ubuntu machine: packages, CIFAR-10, and the build in build/.
+# Where a CUDA LibTorch is at hand it builds the CUDA build against it; otherwise the CPU build
+# against Debian's libtorch-dev. Idempotent: a second run only rebuilds what changed.
 #
 #   bash scripts/setup.sh            # packages + full CIFAR-10 + build
 #   bash scripts/setup.sh --no-data  # packages + build (+ the small test subset when available)
+#   bash scripts/setup.sh --cpu      # the CPU build, even where a CUDA LibTorch is at hand
+#
+# A CUDA LibTorch, first found of: LIBTORCH=DIR (the official LibTorch archive, unpacked), the
+# python3 on the PATH with a CUDA torch (pip install torch), a Torch in CMAKE_PREFIX_PATH. It
+# needs the CUDA toolkit's nvcc of the same major version as the torch's CUDA.
+# Environment: CMAKE_CUDA_ARCHITECTURES or TORCH_CUDA_ARCH_LIST choose the GPUs the kernels are
+# built for (default sm_80, 86, 89, 90, 100, 120 + PTX); LTRAIN_WERROR=ON makes warnings errors.
+# Packages come from apt, or on a machine without it (an offline GPU host) from the bundle in
+# .carry/debs/ that scripts/make-gpu-bundle.sh makes where apt works.
+#
+# Exit codes: 0 ok, 2 usage, 3 a prerequisite missing or unusable (the message says what to do),
+# 4 configure failed, 5 build failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-want_data=1
+die() { local code="$1"; shift; echo "setup: $*" >&2; exit "$code"; }
+info() { echo "setup: $*"; }
+
+want_data=1 force_cpu=0
 for arg in "$@"; do
   case "$arg" in
     --no-data) want_data=0 ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
-    *) echo "setup.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
+    --cpu) force_cpu=1 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) die 2 "unknown option $arg (see --help)" ;;
   esac
 done
 
-packages=(build-essential cmake ninja-build libtorch-dev libgloo-dev nlohmann-json3-dev libspdlog-dev libcxxopts-dev
-          libgtest-dev xz-utils curl ca-certificates python3 python3-matplotlib)
+readonly COMMON_PACKAGES=(build-essential cmake ninja-build nlohmann-json3-dev libspdlog-dev libfmt-dev libcxxopts-dev
+                          libgtest-dev xz-utils curl ca-certificates python3 python3-matplotlib)
+readonly CPU_PACKAGES=(libtorch-dev libgloo-dev)
+# Debian 12's cxxopts (header-only), for distributions whose own is older than 3.0 (Ubuntu 22.04).
+readonly CXXOPTS_DEB_URL="https://deb.debian.org/debian/pool/main/c/cxxopts/libcxxopts-dev_3.1.1-1_all.deb"
+readonly CXXOPTS_DEB_SHA256="f630f681cf07f5c8438241983ddd27e97fce36a1ef3c7d8b954a88e8de3d8417"
+
+# ---- Which LibTorch -----------------------------------------------------------------------------
+# Sets torch_prefix (CMake prefix; "" for Debian's), torch_from, torch_version, torch_cuda ("" for a
+# CPU LibTorch), torch_abi (1: the C++11 string ABI).
+torch_prefix="" torch_from="Debian's libtorch-dev" torch_version="" torch_cuda="" torch_abi=1
+
+find_libtorch_archive() {
+  local dir="$LIBTORCH"
+  [[ -f "$dir/share/cmake/Torch/TorchConfig.cmake" ]] \
+    || die 3 "LIBTORCH=$dir holds no LibTorch (share/cmake/Torch/TorchConfig.cmake is missing): unpack the archive from pytorch.org and point LIBTORCH at its libtorch/ folder"
+  torch_prefix="$dir" torch_from="LIBTORCH=$dir"
+  local build_version=""
+  [[ -f "$dir/build-version" ]] && build_version="$(cat "$dir/build-version")"  # e.g. 2.9.1+cu128
+  torch_version="${build_version%%+*}"
+  if [[ -f "$dir/lib/libtorch_cuda.so" ]]; then
+    [[ "$build_version" =~ \+cu([0-9]+)([0-9])$ ]] && torch_cuda="${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
+    [[ -n "$torch_cuda" ]] || torch_cuda="unknown"
+  fi
+  if grep -q "_GLIBCXX_USE_CXX11_ABI=0" "$dir/share/cmake/Torch/TorchConfig.cmake"; then torch_abi=0; fi
+}
+
+find_python_torch() {
+  command -v python3 >/dev/null || return 1
+  local line
+  line="$(python3 -c 'import torch; print(torch.__version__.split("+")[0], torch.version.cuda or "-", int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.utils.cmake_prefix_path)' 2>/dev/null)" || return 1
+  local version cuda abi prefix
+  read -r version cuda abi prefix <<<"$line"
+  [[ "$cuda" != "-" ]] || return 1  # a CPU torch: Debian's LibTorch serves the CPU build as well
+  torch_prefix="$prefix" torch_from="$(command -v python3)'s torch" torch_version="$version" torch_cuda="$cuda"
+  torch_abi="$abi"
+}
+
+if ((!force_cpu)); then
+  if [[ -n "${LIBTORCH:-}" ]]; then
+    find_libtorch_archive
+  elif ! find_python_torch && [[ -n "${CMAKE_PREFIX_PATH:-}" ]]; then
+    torch_from="CMAKE_PREFIX_PATH"
+  fi
+fi
+
+# ---- What a CUDA build needs before it can configure ---------------------------------------------
+if [[ -n "$torch_cuda" ]]; then
+  info "CUDA LibTorch $torch_version (CUDA $torch_cuda) from $torch_from"
+  [[ "${torch_version%%.*}" =~ ^[0-9]+$ ]] && ((${torch_version%%.*} >= 2)) \
+    || die 3 "ltrain's CUDA build needs torch 2.0 or later; $torch_from is $torch_version: pip install -U torch"
+  ((torch_abi == 1)) \
+    || die 3 "$torch_from $torch_version was built with the pre-C++11 ABI, which cannot link with the system's C++ libraries: install torch 2.7 or later (pip install -U torch) or the cxx11-abi LibTorch archive"
+  if ! command -v nvcc >/dev/null; then
+    for dir in "${CUDA_HOME:-}" /usr/local/cuda; do
+      if [[ -n "$dir" && -x "$dir/bin/nvcc" ]]; then export PATH="$dir/bin:$PATH"; break; fi
+    done
+  fi
+  command -v nvcc >/dev/null \
+    || die 3 "a CUDA LibTorch (CUDA $torch_cuda) needs the CUDA toolkit's nvcc $torch_cuda to build ltrain's kernels: install the CUDA toolkit ${torch_cuda%%.*}.x (NVIDIA's apt repository: cuda-toolkit-${torch_cuda/./-}) and put its bin/ on the PATH, or build for the CPU with --cpu"
+  nvcc_version="$(nvcc --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')"
+  if [[ "$torch_cuda" != unknown && "${nvcc_version%%.*}" != "${torch_cuda%%.*}" ]]; then
+    die 3 "nvcc $nvcc_version ($(command -v nvcc)) and $torch_from (CUDA $torch_cuda) differ in CUDA's major version: install the CUDA toolkit ${torch_cuda%%.*}.x or the torch built for CUDA ${nvcc_version%%.*} (pip install torch --index-url https://download.pytorch.org/whl/cu${nvcc_version/./})"
+  fi
+  info "nvcc $nvcc_version ($(command -v nvcc))"
+fi
+
+# ---- Packages -------------------------------------------------------------------------------------
+debian_torch=0  # the CPU build against Debian's libtorch-dev
+[[ -z "$torch_prefix" && "$torch_from" != CMAKE_PREFIX_PATH ]] && debian_torch=1
+packages=("${COMMON_PACKAGES[@]}")
+((debian_torch)) && packages+=("${CPU_PACKAGES[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+get_data() {
+  if ((want_data)); then bash scripts/get-cifar10.sh; fi
+  # The small real subset for tests, when this checkout sits beside the shared data.
+  if [ -d ../shared/data/cifar10-mini ] && [ ! -f data/cifar10-mini/test_batch.bin ]; then
+    bash scripts/get-cifar10.sh --mini
+  fi
+}
+
+bundle_debs=(.carry/debs/*.deb)
+if ((${#missing[@]})) && [[ -n "$torch_cuda" && -f "${bundle_debs[0]}" ]]; then
+  # An offline GPU host: the carried Debian packages, unpacked into a private prefix.
+  info "packages ${missing[*]} are not installed: building from the bundle in .carry/debs"
+  get_data
+  args=(--build-dir build)
+  [[ -n "$torch_prefix" ]] && args+=(--torch-prefix "$torch_prefix")
+  [[ "${LTRAIN_WERROR:-OFF}" == ON ]] || args+=(--no-werror)
+  exec bash scripts/gpu-host-build.sh "${args[@]}"
+fi
 if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
+  info "installing ${missing[*]}"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  { $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; } \
+    || die 3 "apt-get could not install ${missing[*]}: install them, or on a machine without apt access make the bundle elsewhere (bash scripts/make-gpu-bundle.sh) and carry .carry/debs here"
 fi
 
-if ((want_data)); then
-  bash scripts/get-cifar10.sh
-fi
-# The small real subset for tests, when this checkout sits beside the shared data.
-if [ -d ../shared/data/cifar10-mini ] && [ ! -f data/cifar10-mini/test_batch.bin ]; then
-  bash scripts/get-cifar10.sh --mini
+# cxxopts before 3.0 (Ubuntu 22.04 ships 2.2) lacks the API ltrain uses: Debian 12's header-only
+# package, checked by its SHA-256, into a private prefix.
+cmake_args=(-S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "-DLTRAIN_WERROR=${LTRAIN_WERROR:-OFF}")
+cxxopts_major="$(sed -n 's/^#define CXXOPTS__VERSION_MAJOR \([0-9]*\).*/\1/p' /usr/include/cxxopts.hpp 2>/dev/null | head -n1)"
+if [[ -n "$cxxopts_major" ]] && ((cxxopts_major < 3)); then
+  prefix=.carry/cxxopts
+  if [[ ! -f "$prefix/usr/include/cxxopts.hpp" ]]; then
+    info "the system's cxxopts is $cxxopts_major.x; fetching Debian's cxxopts 3.1.1 into $prefix"
+    mkdir -p .carry
+    curl -fsSL -o .carry/libcxxopts-dev.deb "$CXXOPTS_DEB_URL" || die 3 "cannot download $CXXOPTS_DEB_URL"
+    echo "$CXXOPTS_DEB_SHA256  .carry/libcxxopts-dev.deb" | sha256sum -c --quiet \
+      || die 3 "$CXXOPTS_DEB_URL does not match its SHA-256"
+    dpkg -x .carry/libcxxopts-dev.deb "$prefix"
+  fi
+  cmake_args+=("-Dcxxopts_DIR=$PWD/$prefix/usr/lib/cmake/cxxopts")
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build
-echo "setup: done; build/ltrain --help"
+get_data
+
+# ---- Configure and build --------------------------------------------------------------------------
+torch_dir=""
+if [[ -n "$torch_prefix" ]]; then
+  torch_dir="$(dirname "$(find "$torch_prefix" -maxdepth 4 -name TorchConfig.cmake | head -n1)")"
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$torch_prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}")
+elif ((debian_torch)); then
+  torch_dir="/usr/lib/$(gcc -print-multiarch)/cmake/Torch"
+fi
+[[ -n "$torch_dir" ]] && cmake_args+=("-DTorch_DIR=$torch_dir")
+[[ -n "${CMAKE_CUDA_ARCHITECTURES:-}" ]] && cmake_args+=("-DCMAKE_CUDA_ARCHITECTURES=$CMAKE_CUDA_ARCHITECTURES")
+# A build folder configured against another LibTorch starts over: its cache holds that one's paths.
+if [[ -n "$torch_dir" && -f build/CMakeCache.txt ]] && ! grep -qxF "Torch_DIR:PATH=$torch_dir" build/CMakeCache.txt; then
+  info "build/ was configured against another LibTorch: configuring it afresh"
+  rm -rf build/CMakeCache.txt build/CMakeFiles
+fi
+mkdir -p build
+if ! cmake "${cmake_args[@]}" >build/configure.log 2>&1; then
+  tail -n 40 build/configure.log
+  die 4 "CMake configure failed (above; the whole log is build/configure.log)"
+fi
+# What a user should see of the configure step: what ltrain found, and its warnings.
+grep -E "^-- ltrain: " build/configure.log | sed 's/^-- /setup: /'
+grep -E -A4 "^CMake Warning" build/configure.log || true
+cmake --build build || die 5 "build failed (see above)"
+info "done: build/ltrain --help; build/ltrain doctor shows what this machine and build offer"

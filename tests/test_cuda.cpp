@@ -23,6 +23,15 @@
 #include "ltrain/optim/gradient_kernels.h"
 #include "support.h"
 
+// Skips a test of ltrain's own kernels where they do not run (a build without an image for this GPU),
+// saying why: the model and the optimizer then take LibTorch's paths, which other tests cover.
+#define LTRAIN_REQUIRE_KERNELS(fit_expression)                                              \
+  do {                                                                                      \
+    LTRAIN_REQUIRE_CUDA();                                                                  \
+    const ::ltrain::kernels::KernelFit fit_here = (fit_expression);                         \
+    if (!fit_here.runs) GTEST_SKIP() << "the kernels do not run here: " << fit_here.reason; \
+  } while (false)
+
 namespace ltrain {
 namespace {
 
@@ -127,8 +136,7 @@ TEST(MixedPrecision, FusedAndPortableOptimizersAgree_CUDA) {
 }
 
 TEST(MixedPrecision, SgdKernelReadsLowPrecisionGradientsAsTheirFloat32Values_CUDA) {
-  LTRAIN_REQUIRE_CUDA();
-  if (!optim::gradient_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels";
+  LTRAIN_REQUIRE_KERNELS(optim::gradient_kernels_fit(torch::kCUDA));
   // Steps from fp16 and bf16 gradients must equal, bit for bit, steps from the same values
   // widened to float32 first: the kernel converts each element exactly and does the rest alike.
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
@@ -160,8 +168,7 @@ TEST(MixedPrecision, SgdKernelReadsLowPrecisionGradientsAsTheirFloat32Values_CUD
 }
 
 TEST(MixedPrecision, SgdKernelPairsGradientAndParameterElementsWhateverTheirLayouts_CUDA) {
-  LTRAIN_REQUIRE_CUDA();
-  if (!optim::gradient_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels";
+  LTRAIN_REQUIRE_KERNELS(optim::gradient_kernels_fit(torch::kCUDA));
   // channels_last parameters: a 3x3 convolution's weight, whose contiguous gradient is in another
   // order, and a 1x1 convolution's, whose contiguous gradient has other strides but the same
   // order. Either way a step equals the step from the gradient in the parameter's own layout.
@@ -185,8 +192,7 @@ TEST(MixedPrecision, SgdKernelPairsGradientAndParameterElementsWhateverTheirLayo
 }
 
 TEST(MixedPrecision, SgdKernelWritesEachParametersLowPrecisionCopyUnlessTheStepIsSkipped_CUDA) {
-  LTRAIN_REQUIRE_CUDA();
-  if (!optim::gradient_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels";
+  LTRAIN_REQUIRE_KERNELS(optim::gradient_kernels_fit(torch::kCUDA));
   // The copies (fp16, bf16, one parameter without) must hold exactly the cast of the updated
   // parameters, as amp::LowPrecisionWeights' cast would make them; a skipped step writes none.
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
@@ -221,8 +227,7 @@ TEST(MixedPrecision, SgdKernelWritesEachParametersLowPrecisionCopyUnlessTheStepI
 }
 
 TEST(MixedPrecision, InfCheckReadsEveryDtypeAndChangesNoGradient_CUDA) {
-  LTRAIN_REQUIRE_CUDA();
-  if (!optim::gradient_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels";
+  LTRAIN_REQUIRE_KERNELS(optim::gradient_kernels_fit(torch::kCUDA));
   // Float32, fp16 and bf16 gradients in one list, more of them than one launch takes (128).
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   torch::manual_seed(6);
@@ -422,8 +427,7 @@ TEST(FusedBatchNorm, MatchesFloat32OperatorsInValuesGradientsAndRunningStatistic
 }
 
 TEST(OwnBatchNorm, MatchesFloat32OperatorsForEachActivationAndShape_CUDA) {
-  LTRAIN_REQUIRE_CUDA();
-  if (!models::own_batchnorm_built()) GTEST_SKIP() << "a CPU build";
+  LTRAIN_REQUIRE_KERNELS(models::own_batchnorm_fit(torch::kCUDA));
   // ResNet-50 shapes at 32x32 input (layer1, layer4 at batch 4: 4 rows of 2048 channels), rows
   // that no block evenly divides, the narrowest channel count the kernels take, rows too many
   // for one cluster (8320 rows of 64 channels, 32.5 blocks' worth: the grid-wide reduction), and
@@ -451,17 +455,18 @@ TEST(OwnBatchNorm, MatchesFloat32OperatorsForEachActivationAndShape_CUDA) {
       }
     }
   }
-  // Every way of combining the blocks' sums was checked (clusters need an sm_90 device).
-  if (compat::cuda_capability(0).first >= 9) {
+  // Every way of combining the blocks' sums was checked (clusters need sm_90 code on a GPU with them).
+  if (models::own_batchnorm_cluster_fit(torch::kCUDA).runs) {
     EXPECT_TRUE(reductions.count("cluster"));
+  } else {
+    EXPECT_FALSE(reductions.count("cluster"));
   }
   EXPECT_TRUE(reductions.count("grid"));
   EXPECT_TRUE(reductions.count("streaming"));
 }
 
 TEST(OwnBatchNorm, AddsTheSecondOutputsGradientAsAutogradWouldHaveAddedIt_CUDA) {
-  LTRAIN_REQUIRE_CUDA();
-  if (!models::own_batchnorm_built()) GTEST_SKIP() << "a CPU build";
+  LTRAIN_REQUIRE_KERNELS(models::own_batchnorm_fit(torch::kCUDA));
   // A residual block's output reaches the loss twice, through the second output or through y
   // itself: the kernel's sum of the two gradients must be the sum autograd makes, bit for bit
   // with a cluster reduction ({16,64,8,8}), to float rounding with the grid's atomics (in
@@ -516,8 +521,7 @@ TEST(OwnBatchNorm, AddsTheSecondOutputsGradientAsAutogradWouldHaveAddedIt_CUDA) 
 }
 
 TEST(OwnBatchNorm, KeepsTheSpreadOfOffsetChannelsAndLeavesNothingForTheNextCall_CUDA) {
-  LTRAIN_REQUIRE_CUDA();
-  if (!models::own_batchnorm_built()) GTEST_SKIP() << "a CPU build";
+  LTRAIN_REQUIRE_KERNELS(models::own_batchnorm_fit(torch::kCUDA));
   // Channels centred at 64 with unit spread: sums of squares taken around 0 would lose the
   // variance to float32 cancellation; the kernels sum around each channel's first value. One
   // shape for each reduction (1024 rows: one cluster; 8192: the grid; 66560: streamed).
@@ -547,8 +551,7 @@ TEST(OwnBatchNorm, KeepsTheSpreadOfOffsetChannelsAndLeavesNothingForTheNextCall_
 }
 
 TEST(OwnBatchNorm, DeclinesWhatTheKernelsDoNotTake_CUDA) {
-  LTRAIN_REQUIRE_CUDA();
-  if (!models::own_batchnorm_built()) GTEST_SKIP() << "a CPU build";
+  LTRAIN_REQUIRE_KERNELS(models::own_batchnorm_fit(torch::kCUDA));
   const DeterministicCudnn repeatable_off(false);
   auto declined = [](const std::vector<int64_t>& shape, torch::ScalarType dtype, bool channels_last) {
     models::BatchNorm2d norm = gpu_batchnorm(shape[1]);
@@ -615,7 +618,8 @@ TEST(FusedBatchNorm, ResNetGradientsAreAsCloseToFloat32AsTheUnfusedModels_CUDA) 
       const torch::Tensor stem = model->forward_stem(images);
       const std::string stem_node = stem.grad_fn()->name();
       if (precision == "fp16") {
-        EXPECT_EQ(stem_node.find("OwnBatchNorm") != std::string::npos, norm == Norm::own) << stem_node;
+        const bool own_runs = models::own_batchnorm_fit(torch::kCUDA).runs;
+        EXPECT_EQ(stem_node.find("OwnBatchNorm") != std::string::npos, norm == Norm::own && own_runs) << stem_node;
         EXPECT_EQ(stem_node.find("FusedBatchNormRelu") != std::string::npos, norm == Norm::cudnn) << stem_node;
       }
       engine::classification_loss(model->forward(images), batch.labels, 0.0).backward();
@@ -642,8 +646,7 @@ TEST(FusedBatchNorm, ResNetGradientsAreAsCloseToFloat32AsTheUnfusedModels_CUDA) 
 }
 
 TEST(MaxPool, OwnKernelsMatchAtenInValuesAndGradients_CUDA) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  if (!models::own_max_pool_built()) GTEST_SKIP() << "a CPU build";
+  LTRAIN_REQUIRE_KERNELS(models::own_max_pool_fit(torch::kCUDA));
   struct Window {
     int64_t kernel, stride, padding;
   };
@@ -687,7 +690,7 @@ TEST(MaxPool, AtenTakesInputsTheKernelsDoNotFit_CUDA) {
   const torch::Tensor nchw = torch::randn({2, 64, 8, 8}, torch::kCUDA);
   const torch::Tensor nhwc = nchw.contiguous(torch::MemoryFormat::ChannelsLast);
   EXPECT_FALSE(models::takes_own_max_pool(nchw, 3, 2, 1));
-  EXPECT_EQ(models::takes_own_max_pool(nhwc, 3, 2, 1), models::own_max_pool_built());
+  EXPECT_EQ(models::takes_own_max_pool(nhwc, 3, 2, 1), models::own_max_pool_fit(torch::kCUDA).runs);
   EXPECT_FALSE(models::takes_own_max_pool(torch::randn({2, 6, 8, 8}, torch::kCUDA).contiguous(
                                               torch::MemoryFormat::ChannelsLast),
                                           3, 2, 1));  // 6 channels fill no 16-byte vector

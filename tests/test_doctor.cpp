@@ -32,7 +32,7 @@ TEST(Doctor, WarnsAboutMismatchesAndMissingPieces) {
   EXPECT_TRUE(env::warnings(cpu_build).empty());
   cpu_build.nvidia_device_node = true;
   ASSERT_EQ(env::warnings(cpu_build).size(), 1u);
-  EXPECT_NE(env::warnings(cpu_build)[0].find("scripts/gpu-host-build.sh"), std::string::npos);
+  EXPECT_NE(env::warnings(cpu_build)[0].find("bash scripts/setup.sh"), std::string::npos);
 
   env::Environment gpu_build;
   gpu_build.cuda_build = true;

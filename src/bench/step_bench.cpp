@@ -26,6 +26,7 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
     compat::stop_profiler(profile_trace);
   }
   engine::apply_runtime_settings(config);
+  engine::limit_gpu_memory(config, device);
   const data::TrainTestSets sets = engine::load_data(config, device);
   data::TrainLoader loader = engine::make_train_loader(loaded, sets.train);
   models::ResNet model = engine::build_model(loaded, device);

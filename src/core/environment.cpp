@@ -93,8 +93,9 @@ std::vector<std::string> warnings(const Environment& e) {
   std::vector<std::string> out;
   if (!e.cuda_build) {
     if (e.nvidia_device_node)
-      out.push_back("this ltrain was built against a CPU-only LibTorch, but the machine has an NVIDIA GPU: build it "
-                    "on this machine with scripts/gpu-host-build.sh");
+      out.push_back("this ltrain was built against a CPU-only LibTorch, but the machine has an NVIDIA GPU: install "
+                    "a CUDA torch (pip install torch) or unpack the LibTorch archive (LIBTORCH=DIR), then build again "
+                    "with bash scripts/setup.sh");
     return out;
   }
   if (e.cuda_driver == 0)

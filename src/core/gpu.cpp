@@ -110,7 +110,7 @@ bool cuda_graphs_available() { return false; }
 
 namespace {
 [[noreturn]] void no_cuda() {
-  throw RunError("CUDA graphs need a CUDA build of ltrain: build it on a GPU host with scripts/gpu-host-build.sh");
+  throw RunError("CUDA graphs need a CUDA build of ltrain: build it on a GPU machine with bash scripts/setup.sh");
 }
 }  // namespace
 

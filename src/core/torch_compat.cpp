@@ -1,6 +1,9 @@
 #include "ltrain/core/torch_compat.h"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
@@ -17,8 +20,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #endif
-
 
 namespace ltrain::compat {
 
@@ -161,13 +164,51 @@ std::pair<int, int> cuda_capability(int index) {
 #endif
 }
 
-int64_t device_memory_bytes(const torch::Device& device) {
 #if LTRAIN_WITH_CUDA
-  if (device.is_cuda()) return static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+namespace {
+/// The limits limit_device_memory set, per device index.
+std::mutex memory_limits_mutex;
+std::map<int, int64_t> memory_limits;
+
+c10::DeviceIndex index_of(const torch::Device& device) {
+  return device.has_index() ? device.index() : c10::cuda::current_device();
+}
+}  // namespace
+#endif
+
+int64_t device_total_memory_bytes(const torch::Device& device) {
+#if LTRAIN_WITH_CUDA
+  if (device.is_cuda()) return static_cast<int64_t>(at::cuda::getDeviceProperties(index_of(device))->totalGlobalMem);
 #else
   (void)device;
 #endif
   return -1;
+}
+
+int64_t device_memory_bytes(const torch::Device& device) {
+#if LTRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    const std::lock_guard<std::mutex> lock(memory_limits_mutex);
+    const auto limit = memory_limits.find(index_of(device));
+    if (limit != memory_limits.end()) return limit->second;
+  }
+#endif
+  return device_total_memory_bytes(device);
+}
+
+void limit_device_memory(const torch::Device& device, int64_t bytes) {
+#if LTRAIN_WITH_CUDA
+  if (!device.is_cuda()) return;
+  const int64_t total = device_total_memory_bytes(device);
+  const int64_t limit = std::clamp<int64_t>(bytes, 1, total);
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(limit) / static_cast<double>(total),
+                                                     index_of(device));
+  const std::lock_guard<std::mutex> lock(memory_limits_mutex);
+  memory_limits[index_of(device)] = limit;
+#else
+  (void)device;
+  (void)bytes;
+#endif
 }
 
 void reset_peak_memory(const torch::Device& device) {

@@ -1,15 +1,19 @@
 #include "ltrain/engine/setup.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "ltrain/amp/precision.h"
+#include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/io/tensor_file.h"
+#include "ltrain/kernels/device_fit.h"
 
 namespace ltrain::engine {
 
@@ -58,8 +62,8 @@ torch::Device resolve_device(const config::LoadedConfig& loaded) {
   } else if (name != "cpu") {
     if (!compat::built_with_cuda())
       throw config::config_error(loaded, "run.device",
-                                 "this ltrain was built against a CPU-only LibTorch; use \"cpu\", or build it on a GPU "
-                                 "host with scripts/gpu-host-build.sh");
+                                 "this ltrain was built against a CPU-only LibTorch; use \"cpu\", or build it with "
+                                 "a CUDA LibTorch on a GPU machine (bash scripts/setup.sh)");
     const int index = name == "cuda" ? 0 : std::stoi(name.substr(5));
     if (index >= gpus)
       throw config::config_error(loaded, "run.device",
@@ -84,6 +88,42 @@ void apply_runtime_settings(const config::RunConfig& config) {
   compat::set_cudnn(config.precision.cudnn_benchmark, config.precision.deterministic,
                     static_cast<int>(config.precision.cudnn_benchmark_limit));
   compat::set_deterministic(config.precision.deterministic);
+}
+
+int64_t limit_gpu_memory(const config::RunConfig& config, const torch::Device& device) {
+  if (!device.is_cuda()) return -1;
+  const auto total = static_cast<double>(compat::device_total_memory_bytes(device));
+  int64_t limit = static_cast<int64_t>(config.run.gpu_memory_fraction * total);
+  if (const kernels::GpuProfile* profile = kernels::active_gpu_profile())
+    limit = std::min(limit, profile->limits.memory_bytes);
+  compat::limit_device_memory(device, limit);
+  return compat::device_memory_bytes(device);
+}
+
+std::string describe_gpu_limits(const torch::Device& device, int64_t memory_limit) {
+  if (!device.is_cuda()) return "";
+  const kernels::GpuProfile* profile = kernels::active_gpu_profile();
+  const int64_t total = compat::device_total_memory_bytes(device);
+  if (profile == nullptr && memory_limit >= total) return "";
+  constexpr double kGiB = 1 << 30;
+  std::string text;
+  if (profile != nullptr) {
+    const kernels::DeviceLimits& card = profile->limits;
+    text = fmt::format("{}={} ({}): ltrain's kernels plan for at most {} multiprocessors with {} KiB of shared memory "
+                       "each, {} thread-block clusters; ",
+                       kernels::kGpuProfileVariable, profile->name, profile->card, card.multiprocessors,
+                       card.shared_memory_per_multiprocessor / 1024, card.cluster_launch ? "with" : "no");
+  }
+  return text + fmt::format("this process may hold {:.1f} GiB of {}'s {:.1f} GiB", memory_limit / kGiB, device.str(),
+                            total / kGiB);
+}
+
+void check_gpu_profile_setting() {
+  const char* value = std::getenv(kernels::kGpuProfileVariable);
+  if (value == nullptr || *value == '\0' || std::string_view(value) == "none") return;
+  if (kernels::find_gpu_profile(value) == nullptr)
+    throw ConfigError(fmt::format("{}=\"{}\" names no GPU profile: use one of {}, or unset it",
+                                  kernels::kGpuProfileVariable, value, kernels::gpu_profile_names()));
 }
 
 torch::MemoryFormat memory_format(const config::RunConfig& config) {

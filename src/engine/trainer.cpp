@@ -225,6 +225,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   const int64_t rank = group ? group->rank() : 0;
   StartPoint start = choose_start(loaded);
   apply_runtime_settings(config);
+  const int64_t gpu_memory_limit = limit_gpu_memory(config, device);
   const data::TrainTestSets sets = load_data(config, device);
   data::TrainLoader train_loader = make_train_loader(loaded, sets.train, {rank, ranks});
   const data::EvalLoader eval_loader(shard_of(sets.test, rank, ranks), config.data);
@@ -304,6 +305,8 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads", LTRAIN_VERSION, compat::torch_version(),
                device.str(), torch::get_num_threads());
   spdlog::info("run directory {}", run_dir.string());
+  if (const std::string limits = describe_gpu_limits(device, gpu_memory_limit); !limits.empty())
+    spdlog::info("GPU limits: {}", limits);
   if (start.resume) {
     spdlog::info("resuming from {}: step {}, epoch {} ({} of its {} steps done)", start.resume->file.string(), step,
                  first_epoch, first_index, steps_per_epoch);

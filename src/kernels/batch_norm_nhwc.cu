@@ -7,8 +7,10 @@
 #include <mutex>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "element_access.cuh"
+#include "ltrain/kernels/device_limits.h"
 
 namespace ltrain::kernels {
 namespace {
@@ -636,30 +638,30 @@ Value cached_per_device(const Key& key, Query query) {
 }
 
 /// How many blocks of `kernel` fit on the current device at once, for a cooperative launch (which
-/// may not ask for more); 0 without cooperative launch.
+/// may not ask for more), within the active GPU profile's limits; 0 without cooperative launch.
 int resident_blocks(const void* kernel) {
-  return cached_per_device<int>(kernel, [kernel](int device) {
-    int per_sm = 0, sms = 0, cooperative = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
+  return cached_per_device<int>(kernel, [kernel](int) {
+    const DeviceLimits limits = current_device_limits();
+    if (!limits.cooperative_launch) return 0;
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
-    return cooperative ? std::min(per_sm, kMaxBlocksPerSm) * sms : 0;
+    // The driver's figure is for the GPU at hand; a profile's smaller card may hold fewer.
+    per_sm = std::min({per_sm, resident_blocks_per_multiprocessor(facts_of(kernel), kThreads, limits), kMaxBlocksPerSm});
+    return per_sm * limits.multiprocessors;
   });
 }
 
 /// How many clusters of `cluster_blocks` blocks of `kernel` the current device runs at once; 0
-/// where it has no clusters (before sm_90) or cannot form one that size.
+/// where it has no clusters (before sm_90, or a profile's card without them), where the kernel's
+/// code was compiled without cluster instructions, or where it cannot form one that size.
 int clusters_at_once(const void* kernel, int cluster_blocks) {
   return cached_per_device<int>(std::make_pair(kernel, cluster_blocks), [kernel, cluster_blocks](int device) {
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    if (major < 9) return 0;
+    const DeviceLimits limits = current_device_limits();
+    const KernelFacts facts = facts_of(kernel);
+    if (!takes_clusters(facts, limits)) return 0;
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
     attribute.val.clusterDim.x = static_cast<unsigned>(cluster_blocks);
@@ -670,12 +672,19 @@ int clusters_at_once(const void* kernel, int cluster_blocks) {
     config.blockDim = dim3(kThreads);
     config.attrs = &attribute;
     config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    int clusters = 0, multiprocessors = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess ||
+        cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        multiprocessors == 0) {
       cudaGetLastError();
       return 0;
     }
-    return clusters;
+    // Within a profile's smaller card: its share of the multiprocessors, and no more blocks than
+    // its limits hold.
+    const int64_t scaled = int64_t{clusters} * limits.multiprocessors / multiprocessors;
+    const int64_t by_limits =
+        int64_t{resident_blocks_per_multiprocessor(facts, kThreads, limits)} * limits.multiprocessors / cluster_blocks;
+    return static_cast<int>(std::min(scaled, by_limits));
   });
 }
 
@@ -795,6 +804,20 @@ cudaError_t launch(const void* kernel, Reduction reduction, const BatchNormShape
 }
 
 }  // namespace
+
+KernelFit batch_norm_nhwc_fit() {
+  std::vector<const void*> kernels;
+  for (const Reduction reduction : {Reduction::cluster, Reduction::grid, Reduction::streaming}) {
+    const KernelSet set = kernels_of(ElementType::float16, BatchNormActivation::add_relu, reduction);
+    kernels.insert(kernels.end(), {set.forward, set.backward, set.backward_second});
+  }
+  return fit_on_current_device(kernels, kThreads, Cooperation::grid_or_cluster);
+}
+
+KernelFit batch_norm_nhwc_cluster_fit() {
+  const KernelSet cluster = kernels_of(ElementType::float16, BatchNormActivation::add_relu, Reduction::cluster);
+  return cluster_fit(facts_of(cluster.forward), current_device_limits());
+}
 
 BatchNormReduction batch_norm_nhwc_reduction(ElementType type, BatchNormActivation activation,
                                              const BatchNormShape& shape) {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "element_access.cuh"
+#include "ltrain/kernels/device_limits.h"
 
 namespace ltrain::kernels {
 namespace {
@@ -192,6 +193,12 @@ cudaError_t launch_backward(const void* grad_output, const uint8_t* argmax, void
 }  // namespace
 
 int64_t max_pool_vector_width(ElementType type) { return type == ElementType::float32 ? 4 : 8; }
+
+KernelFit max_pool_nhwc_fit() {
+  return fit_on_current_device({reinterpret_cast<const void*>(&forward_kernel<__half, int32_t>),
+                                reinterpret_cast<const void*>(&backward_kernel<__half, int32_t>)},
+                               kThreads, Cooperation::none);
+}
 
 cudaError_t max_pool_nhwc_forward(ElementType type, const void* input, void* output, uint8_t* argmax,
                                   const PoolGeometry& geometry, cudaStream_t stream) {

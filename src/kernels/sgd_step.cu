@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "element_access.cuh"
+#include "ltrain/kernels/device_limits.h"
 
 namespace ltrain::kernels {
 namespace {
@@ -180,6 +181,12 @@ cudaError_t launch_in_batches(const Entry* entries, int64_t count, int64_t chunk
 }
 
 }  // namespace
+
+KernelFit gradient_kernels_fit() {
+  return fit_on_current_device({reinterpret_cast<const void*>(&find_non_finite_kernel),
+                                reinterpret_cast<const void*>(&sgd_kernel)},
+                               kThreads, Cooperation::none);
+}
 
 cudaError_t find_non_finite(const GradientView* gradients, int64_t count, float* found_non_finite,
                             cudaStream_t stream) {

@@ -11,7 +11,7 @@ namespace ltrain::models {
 
 #if !LTRAIN_WITH_CUDA
 
-bool own_max_pool_built() { return false; }
+kernels::KernelFit own_max_pool_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
 
 bool takes_own_max_pool(const torch::Tensor&, int64_t, int64_t, int64_t) { return false; }
 
@@ -89,7 +89,9 @@ struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
 
 }  // namespace
 
-bool own_max_pool_built() { return true; }
+kernels::KernelFit own_max_pool_fit(const torch::Device& device) {
+  return kernels::fit_on(device, kernels::max_pool_nhwc_fit);
+}
 
 bool takes_own_max_pool(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding) {
   kernels::ElementType type{};
@@ -99,7 +101,8 @@ bool takes_own_max_pool(const torch::Tensor& input, int64_t kernel, int64_t stri
   if (input.size(1) % kernels::max_pool_vector_width(type) != 0) return false;
   // The arg-max byte holds kh * kernel + kw; ATen's own limits on padding and output size.
   if (kernel < 1 || kernel * kernel > 256 || stride < 1 || padding < 0 || 2 * padding > kernel) return false;
-  return input.size(2) + 2 * padding >= kernel && input.size(3) + 2 * padding >= kernel && input.numel() > 0;
+  if (input.size(2) + 2 * padding < kernel || input.size(3) + 2 * padding < kernel || input.numel() == 0) return false;
+  return kernels::runs_on(input.device(), kernels::max_pool_nhwc_fit, "max pooling", "ATen's max pooling kernels");
 }
 
 #endif  // LTRAIN_WITH_CUDA

@@ -14,7 +14,9 @@ namespace ltrain::models {
 
 #if !LTRAIN_WITH_CUDA
 
-bool own_batchnorm_built() { return false; }
+kernels::KernelFit own_batchnorm_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
+
+kernels::KernelFit own_batchnorm_cluster_fit(const torch::Device& device) { return own_batchnorm_fit(device); }
 
 torch::Tensor try_own_batchnorm(const torch::Tensor&, const torch::Tensor&, bool, const BatchNormParameters&,
                                 torch::Tensor*) {
@@ -144,7 +146,13 @@ class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
 
 }  // namespace
 
-bool own_batchnorm_built() { return true; }
+kernels::KernelFit own_batchnorm_fit(const torch::Device& device) {
+  return kernels::fit_on(device, kernels::batch_norm_nhwc_fit);
+}
+
+kernels::KernelFit own_batchnorm_cluster_fit(const torch::Device& device) {
+  return kernels::fit_on(device, kernels::batch_norm_nhwc_cluster_fit);
+}
 
 torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
                                 const BatchNormParameters& parameters, torch::Tensor* second_output) {
@@ -154,6 +162,7 @@ torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& res
   // The kernels add float sums atomically, in no fixed order: runs asked to repeat bit for bit
   // (precision.deterministic sets cuDNN's flag) get cuDNN's kernels or ATen's.
   if (at::globalContext().deterministicAlgorithms() || at::globalContext().deterministicCuDNN()) return {};
+  if (!kernels::runs_on(x.device(), kernels::batch_norm_nhwc_fit, "BatchNorm", "cuDNN's or ATen's BatchNorm kernels")) return {};
   const c10::cuda::CUDAGuard device_guard(x.device());
   const BatchNormActivation activation = activation_of(relu, residual.defined());
   if (!kernels::batch_norm_nhwc_supported(element_type(x), activation, shape_of(x), kernels::current_stream_of(x)))

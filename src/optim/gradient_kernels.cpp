@@ -12,7 +12,9 @@ namespace ltrain::optim {
 
 #if !LTRAIN_WITH_CUDA
 
-bool gradient_kernels_built() { return false; }
+kernels::KernelFit gradient_kernels_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
+
+bool gradient_kernels_run_on(const torch::Device&) { return false; }
 
 bool takes_gradient_kernels(const std::vector<torch::Tensor>&) { return false; }
 
@@ -54,7 +56,14 @@ const float* device_float(const torch::Tensor& tensor) {
 
 }  // namespace
 
-bool gradient_kernels_built() { return true; }
+kernels::KernelFit gradient_kernels_fit(const torch::Device& device) {
+  return kernels::fit_on(device, kernels::gradient_kernels_fit);
+}
+
+bool gradient_kernels_run_on(const torch::Device& device) {
+  return kernels::runs_on(device, kernels::gradient_kernels_fit, "SGD and inf/NaN check",
+                          "the portable SGD step and ATen's check");
+}
 
 bool takes_gradient_kernels(const std::vector<torch::Tensor>& gradients) {
   kernels::ElementType type{};
@@ -62,7 +71,7 @@ bool takes_gradient_kernels(const std::vector<torch::Tensor>& gradients) {
     if (!gradient.defined() || !gradient.is_cuda() || !gradient.is_non_overlapping_and_dense()) return false;
     if (!kernels::element_type_of(gradient.scalar_type(), type)) return false;
   }
-  return true;
+  return gradients.empty() || gradient_kernels_run_on(gradients.front().device());
 }
 
 void find_non_finite(const std::vector<torch::Tensor>& gradients, const torch::Tensor& found_inf) {

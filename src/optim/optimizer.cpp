@@ -246,7 +246,7 @@ std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, c
   auto groups = make_param_groups(named_parameters, options.weight_decay, options.no_decay_norm_and_bias);
   switch (options.name) {
     case config::OptimizerKind::sgd:
-      return std::make_unique<Sgd>(std::move(groups), options, device, fused && gradient_kernels_built());
+      return std::make_unique<Sgd>(std::move(groups), options, device, fused && gradient_kernels_run_on(device));
     case config::OptimizerKind::adamw:
       return std::make_unique<AdamW>(std::move(groups), options, device, fused && compat::has_fused_optimizers());
   }

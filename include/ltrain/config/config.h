@@ -123,6 +123,9 @@ struct RunSection {
   int64_t log_every_steps = 50;
   /// CPU threads for LibTorch's intra-op parallelism (0: one per CPU core the OS reports).
   int64_t threads = 0;
+  /// Share of the GPU's memory this process may hold (PyTorch's set_per_process_memory_fraction):
+  /// past it, allocations fail as out of memory, as on a card with that much memory; 1: all.
+  double gpu_memory_fraction = 1.0;
 
   template <class V>
   void visit(V& v) {
@@ -135,6 +138,7 @@ struct RunSection {
     v("eval_every_epochs", eval_every_epochs, at_least(0));
     v("log_every_steps", log_every_steps, at_least(1));
     v("threads", threads, at_least(0));
+    v("gpu_memory_fraction", gpu_memory_fraction, Range{0, 1, true});
   }
 };
 

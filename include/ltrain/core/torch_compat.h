@@ -91,8 +91,16 @@ void set_cuda_rng_state(int index, const torch::Tensor& state);
 /// Compute capability (major, minor) of CUDA device `index`; (0, 0) on a CPU build.
 std::pair<int, int> cuda_capability(int index);
 
-/// Total memory of CUDA device `device` in bytes; -1 for the CPU.
+/// Memory of CUDA device `device` in bytes; -1 for the CPU.
+int64_t device_total_memory_bytes(const torch::Device& device);
+
+/// Memory of CUDA device `device` this process may use, in bytes: its total, or the limit the
+/// last limit_device_memory set; -1 for the CPU.
 int64_t device_memory_bytes(const torch::Device& device);
+
+/// Lets LibTorch's caching allocator hold at most `bytes` of CUDA device `device` (its total or
+/// more: no limit); beyond that, allocations fail as out of memory. No-op on the CPU.
+void limit_device_memory(const torch::Device& device, int64_t bytes);
 
 /// Releases cached device blocks nothing uses and resets the peaks below (no-op on the CPU).
 void reset_peak_memory(const torch::Device& device);

@@ -18,6 +18,18 @@ torch::Device resolve_device(const config::LoadedConfig& loaded);
 /// deterministic-algorithm switches.
 void apply_runtime_settings(const config::RunConfig& config);
 
+/// Lets this process hold at most run.gpu_memory_fraction of CUDA `device`'s memory, and no more
+/// than the memory of LTRAIN_GPU_PROFILE's card: past it, allocations fail as out of memory, as on
+/// a smaller GPU. Returns the limit in bytes (-1 on the CPU, where it does nothing).
+int64_t limit_gpu_memory(const config::RunConfig& config, const torch::Device& device);
+
+/// What limit_gpu_memory and LTRAIN_GPU_PROFILE impose on `device`, as one log line; "" where
+/// nothing does (the CPU, no profile, the whole memory).
+std::string describe_gpu_limits(const torch::Device& device, int64_t memory_limit);
+
+/// ConfigError when LTRAIN_GPU_PROFILE names no GPU profile (unset, "" and "none" are no profile).
+void check_gpu_profile_setting();
+
 /// A freshly initialized model (seeded from run.seed) on `device`, NHWC with model.channels_last,
 /// with the weights of model.init_from when set. ConfigError when model.checkpoint_segments exceeds
 /// the model's residual blocks or model.init_from is no file; DataError naming the file and the

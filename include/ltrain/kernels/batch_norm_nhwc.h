@@ -27,6 +27,7 @@
 
 #include <cstdint>
 
+#include "ltrain/kernels/device_fit.h"
 #include "ltrain/kernels/element_type.h"
 
 namespace ltrain::kernels {
@@ -42,6 +43,14 @@ struct BatchNormShape {
 
 /// How a launch's blocks combine their per-channel sums (see above).
 enum class BatchNormReduction { none, cluster, grid, streaming };
+
+/// Whether the kernels run on the current device at all (an image for it in this build, blocks that
+/// fit, cooperative launches or clusters), and if not, why.
+KernelFit batch_norm_nhwc_fit();
+
+/// Whether the cluster reduction can run on the current device (see kernels/device_fit.h's
+/// cluster_fit), and if not, why.
+KernelFit batch_norm_nhwc_cluster_fit();
 
 /// The reduction the kernels use for this element type, activation and shape on the current
 /// device; none where they do not take it: fp16 or bf16, channels a power of two from 8 to 2048, at

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "ltrain/kernels/device_fit.h"
 #include "ltrain/kernels/element_type.h"
 
 namespace ltrain::kernels {
@@ -20,6 +21,9 @@ struct PoolGeometry {
   int64_t out_height = 0, out_width = 0;
   int64_t kernel = 0, stride = 0, padding = 0;
 };
+
+/// Whether the kernels run on the current device (an image for it in this build), and if not, why.
+KernelFit max_pool_nhwc_fit();
 
 /// Elements per 16-byte vector, the unit each thread moves: channels must be a multiple of it and
 /// every pointer 16-byte aligned.

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "ltrain/kernels/device_fit.h"
 #include "ltrain/kernels/element_type.h"
 
 namespace ltrain::kernels {
@@ -49,6 +50,10 @@ struct SgdSettings {
   const float* gradient_scale = nullptr;    // [1] or null: the gradients are divided by it first
   const float* found_non_finite = nullptr;  // [1] or null: non-zero skips the whole step
 };
+
+/// Whether both kernels (the check and the step) run on the current device (an image for it in this
+/// build), and if not, why.
+KernelFit gradient_kernels_fit();
 
 /// Sets *found_non_finite to 1 when any element of any gradient is inf or NaN; otherwise leaves
 /// it as it is (the caller zeroes it). Enqueued on `stream`; returns the first launch error.

@@ -1,14 +1,22 @@
 #pragma once
 // What the LibTorch-side wrappers of ltrain's kernels share: torch dtypes as ElementType, the
-// current stream, and kernel launch errors as exceptions. CUDA builds only.
+// current stream, kernel launch errors as exceptions, and whether a family of kernels runs on a
+// device. CUDA builds only.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
+#include "ltrain/kernels/device_limits.h"
 #include "ltrain/kernels/element_type.h"
 
 namespace ltrain::kernels {
@@ -35,6 +43,50 @@ inline bool vector_aligned(const torch::Tensor& tensor) {
 
 inline void throw_on_error(cudaError_t status, const std::string& what) {
   if (status != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(status));
+}
+
+/// The index of CUDA `device` ("cuda" alone: the current device).
+inline c10::DeviceIndex index_of(const torch::Device& device) {
+  return device.has_index() ? device.index() : c10::cuda::current_device();
+}
+
+/// `fit` (a kernel family's *_fit function) for CUDA `device`, asked once per function and device,
+/// with that device current.
+inline KernelFit fit_on(const torch::Device& device, KernelFit (*fit)()) {
+  static std::mutex mutex;
+  static std::map<std::pair<KernelFit (*)(), int>, KernelFit> known;
+  const c10::DeviceIndex index = index_of(device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(fit, static_cast<int>(index));
+  const auto found = known.find(key);
+  if (found != known.end()) return found->second;
+  const c10::cuda::CUDAGuard device_guard(index);
+  return known.emplace(key, fit()).first->second;
+}
+
+/// fit_on(device, fit).runs; where it is false, one warning line, once per `fit` and device, names
+/// the kernels, the GPU, why, and what runs `instead`.
+inline bool warn_unless_fit(const torch::Device& device, KernelFit (*fit)(), const char* kernels, const char* instead) {
+  const KernelFit verdict = fit_on(device, fit);
+  if (verdict.runs) return true;
+  static std::mutex mutex;
+  static std::map<std::pair<KernelFit (*)(), int>, bool> warned;
+  const c10::DeviceIndex index = index_of(device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (warned.emplace(std::make_pair(fit, static_cast<int>(index)), true).second) {
+    const cudaDeviceProp* gpu = at::cuda::getDeviceProperties(index);
+    spdlog::warn("ltrain's {} kernels do not run on cuda:{} ({}, compute capability {}.{}): {}; {} run instead",
+                 kernels, index, gpu->name, gpu->major, gpu->minor, verdict.reason, instead);
+  }
+  return false;
+}
+
+/// Whether the kernels `fit` describes run on CUDA `device`: first whether the build carries code
+/// for the GPU at all (one warning for every family where it does not), then `fit` (one warning
+/// for this family).
+inline bool runs_on(const torch::Device& device, KernelFit (*fit)(), const char* kernels, const char* instead) {
+  return warn_unless_fit(device, kernel_image_fit, "own CUDA", "LibTorch's and cuDNN's kernels") &&
+         warn_unless_fit(device, fit, kernels, instead);
 }
 
 }  // namespace ltrain::kernels

@@ -9,20 +9,26 @@
 
 #include <string>
 
+#include "ltrain/kernels/device_fit.h"
 #include "ltrain/models/fused_batchnorm.h"
 
 namespace ltrain::models {
 
-/// Whether this build has the kernels (a CUDA build).
-bool own_batchnorm_built();
+/// Whether the kernels run on CUDA `device` (a CUDA build with an image for it, blocks that fit,
+/// cooperative launches or clusters), and if not, why.
+kernels::KernelFit own_batchnorm_fit(const torch::Device& device);
+
+/// Whether their cluster reduction runs there (sm_90 code on a GPU with clusters), and if not, why.
+kernels::KernelFit own_batchnorm_cluster_fit(const torch::Device& device);
 
 /// batch_norm(x) with batch statistics, then relu(... + residual) when `relu` is set (residual:
 /// undefined for no add; without `relu` it must be undefined), updating the running statistics in
 /// place, differentiable in x, residual, weight and bias. Takes x [B,C,H,W] fp16/bf16 on CUDA,
 /// channels_last contiguous, C a power of two from 8 to 2048, at least 2 values a channel (a
 /// shape own_batchnorm_reduction names), residual of x's shape, dtype and layout.
-/// Returns an undefined tensor, having changed nothing, for anything else, and while
-/// deterministic algorithms or deterministic cuDNN are asked for.
+/// Returns an undefined tensor, having changed nothing, for anything else, while deterministic
+/// algorithms or deterministic cuDNN are asked for, and on a GPU the kernels do not run on (after
+/// one warning line, the first time).
 /// With `second_output` and a residual, where it returns y it also sets *second_output to a
 /// second autograd output holding the same values in the same memory: a tensor that two consumers
 /// read gets one gradient from each, and the backward kernel adds them as it loads them, where

@@ -6,15 +6,20 @@
 
 #include <torch/torch.h>
 
+#include "ltrain/kernels/device_fit.h"
 #include "ltrain/optim/optimizer.h"
 
 namespace ltrain::optim {
 
-/// True in a CUDA build, where the kernels exist.
-bool gradient_kernels_built();
+/// Whether the kernels run on CUDA `device` (a CUDA build with an image for it), and if not, why.
+kernels::KernelFit gradient_kernels_fit(const torch::Device& device);
 
-/// True when the kernels can read every one of `gradients`: defined, on the GPU, float32, fp16
-/// or bf16, and dense (no gaps, no overlaps).
+/// gradient_kernels_fit(device).runs; where it is false, one warning line (the first time) says so,
+/// why, and that the portable step and ATen's check run instead.
+bool gradient_kernels_run_on(const torch::Device& device);
+
+/// True when the kernels can read every one of `gradients`: defined, on a GPU they run on,
+/// float32, fp16 or bf16, and dense (no gaps, no overlaps).
 bool takes_gradient_kernels(const std::vector<torch::Tensor>& gradients);
 
 /// found_inf ([1] float32 on the GPU) becomes 1 when any element of `gradients` is inf or NaN

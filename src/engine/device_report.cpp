@@ -1,0 +1,166 @@
+#include "ltrain/engine/device_report.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ltrain/kernels/device_fit.h"
+#include "ltrain/models/fused_batchnorm.h"
+#include "ltrain/models/max_pool.h"
+#include "ltrain/models/own_batchnorm.h"
+#include "ltrain/optim/gradient_kernels.h"
+
+#if LTRAIN_WITH_CUDA
+#include "ltrain/kernels/torch_bridge.h"
+#endif
+
+namespace ltrain::engine {
+namespace {
+
+constexpr double kGiB = 1 << 30;
+
+FastPath path_of(std::string name, const kernels::KernelFit& fit) { return {std::move(name), fit.runs, fit.reason}; }
+
+/// Whether the driver finds code for ltrain's kernels on GPU `index`.
+kernels::KernelFit image_fit(int index) {
+#if LTRAIN_WITH_CUDA
+  return kernels::fit_on(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index)), kernels::kernel_image_fit);
+#else
+  (void)index;
+  return {false, "a CPU build has no CUDA kernels"};
+#endif
+}
+
+GpuReport report_gpu(const env::Gpu& gpu, const env::Environment& environment) {
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu.index));
+  const kernels::ComputeCapability capability{gpu.major, gpu.minor};
+  const std::vector<kernels::CompiledArchitecture> built = kernels::parse_architectures(kernels::built_architectures());
+  GpuReport report;
+  report.index = gpu.index;
+  report.kernel_code = built.empty() ? kernels::built_architectures()
+                                     : kernels::describe_image(kernels::image_for(capability, built));
+  report.kernels_load = image_fit(gpu.index).runs;
+  report.memory_limit_bytes = gpu.memory_bytes;
+  if (const kernels::GpuProfile* profile = kernels::active_gpu_profile())
+    report.memory_limit_bytes = std::min(report.memory_limit_bytes, profile->limits.memory_bytes);
+
+  report.fast_paths.push_back(path_of("own BatchNorm kernels", models::own_batchnorm_fit(device)));
+  report.fast_paths.push_back(path_of("thread-block clusters in them", models::own_batchnorm_cluster_fit(device)));
+  report.fast_paths.push_back(
+      models::fused_batchnorm_built()
+          ? FastPath{"cuDNN fused BatchNorm", environment.cudnn != 0,
+                     environment.cudnn != 0 ? "" : "cuDNN is not loaded"}
+          : FastPath{"cuDNN fused BatchNorm", false, "not in this build: cudnn.h was not found when it was built"});
+  report.fast_paths.push_back(path_of("own max pooling kernels", models::own_max_pool_fit(device)));
+  report.fast_paths.push_back(path_of("own SGD and inf/NaN check kernels", optim::gradient_kernels_fit(device)));
+  const bool nccl_built = std::find(environment.c10d_backends.begin(), environment.c10d_backends.end(), "nccl") !=
+                          environment.c10d_backends.end();
+  report.fast_paths.push_back({"NCCL for several GPUs", nccl_built && environment.nccl != 0,
+                               !nccl_built ? "not in this build: nccl.h was not found when it was built"
+                               : environment.nccl == 0 ? "NCCL is not loaded"
+                                                       : ""});
+  return report;
+}
+
+std::string yes_or_why(const FastPath& path) {
+  if (path.active) return path.note.empty() ? "yes" : fmt::format("yes ({})", path.note);
+  return fmt::format("no: {}", path.note);
+}
+
+}  // namespace
+
+DoctorReport doctor_report() {
+  DoctorReport report;
+  report.environment = env::probe();
+  report.cuda_architectures = kernels::built_architectures();
+  const char* profile = std::getenv(kernels::kGpuProfileVariable);
+  report.gpu_profile = profile == nullptr ? "" : profile;
+  for (const env::Gpu& gpu : report.environment.gpus) report.gpus.push_back(report_gpu(gpu, report.environment));
+  report.warnings = env::warnings(report.environment);
+  for (std::string& warning : fast_path_warnings(report)) report.warnings.push_back(std::move(warning));
+  return report;
+}
+
+std::vector<std::string> fast_path_warnings(const DoctorReport& report) {
+  std::vector<std::string> out;
+  if (!report.gpu_profile.empty() && report.gpu_profile != "none" &&
+      kernels::find_gpu_profile(report.gpu_profile) == nullptr)
+    out.push_back(fmt::format("{}=\"{}\" names no GPU profile: use one of {}, or unset it", kernels::kGpuProfileVariable,
+                              report.gpu_profile, kernels::gpu_profile_names()));
+  if (!report.environment.cuda_build) return out;
+  const std::string carried =
+      kernels::describe_architectures(kernels::parse_architectures(report.cuda_architectures));
+  for (size_t i = 0; i < report.gpus.size() && i < report.environment.gpus.size(); ++i) {
+    const env::Gpu& gpu = report.environment.gpus[i];
+    if (!report.gpus[i].kernels_load)
+      out.push_back(fmt::format("GPU {} ({}, compute capability {}.{}): this build carries no code for it ({}), so "
+                                "ltrain's own kernels give way to LibTorch's and cuDNN's: build on this machine with "
+                                "bash scripts/setup.sh, or add {}{} to CMAKE_CUDA_ARCHITECTURES",
+                                gpu.index, gpu.name, gpu.major, gpu.minor, carried, gpu.major, gpu.minor));
+  }
+  if (!models::fused_batchnorm_built())
+    out.push_back("this build has no cuDNN fused BatchNorm (cudnn.h was not found when it was built): install the "
+                  "nvidia-cudnn wheel beside torch, or cuDNN's headers, and build again");
+  return out;
+}
+
+std::string to_text(const DoctorReport& report) {
+  const env::Environment& e = report.environment;
+  std::string text = fmt::format(
+      "ltrain {} ({} build, {}, {}), LibTorch {}, data-parallel backends: {}\n", e.ltrain_version,
+      e.cuda_build ? "CUDA" : "CPU-only", e.compiler, e.build_type, e.torch_version,
+      e.c10d_backends.empty() ? std::string("none") : fmt::format("{}", fmt::join(e.c10d_backends, ", ")));
+  if (e.cuda_build)
+    text += fmt::format("CUDA kernels built for {}\n",
+                        kernels::describe_architectures(kernels::parse_architectures(report.cuda_architectures)));
+  text += fmt::format("CUDA runtime {} | driver supports CUDA {} | cuDNN {} | NCCL {} | {} CPU threads\n",
+                      env::cuda_version_text(e.cuda_runtime), env::cuda_version_text(e.cuda_driver),
+                      env::cudnn_version_text(e.cudnn), env::nccl_version_text(e.nccl), e.cpu_threads);
+  if (const kernels::GpuProfile* profile = kernels::find_gpu_profile(report.gpu_profile)) {
+    const kernels::DeviceLimits& card = profile->limits;
+    text += fmt::format("{}={}: kernels plan for an {} ({} multiprocessors, {} KiB of shared memory each, {} "
+                        "thread-block clusters, {:.0f} GiB)\n",
+                        kernels::kGpuProfileVariable, profile->name, profile->card, card.multiprocessors,
+                        card.shared_memory_per_multiprocessor / 1024, card.cluster_launch ? "with" : "no",
+                        card.memory_bytes / kGiB);
+  }
+  for (size_t i = 0; i < e.gpus.size(); ++i) {
+    const env::Gpu& gpu = e.gpus[i];
+    text += fmt::format("GPU {}: {} | compute capability {}.{} | {} SMs | {:.1f} GiB | TF32 {} | bf16 {}\n", gpu.index,
+                        gpu.name, gpu.major, gpu.minor, gpu.multiprocessors, gpu.memory_bytes / kGiB,
+                        gpu.tf32() ? "yes" : "no", gpu.bf16() ? "yes" : "no");
+    if (i >= report.gpus.size()) continue;
+    const GpuReport& gpu_report = report.gpus[i];
+    if (gpu_report.memory_limit_bytes < gpu.memory_bytes)
+      text += fmt::format("  memory ltrain may use: {:.1f} GiB\n", gpu_report.memory_limit_bytes / kGiB);
+    text += fmt::format("  kernel code: {} (loads: {})\n", gpu_report.kernel_code,
+                        gpu_report.kernels_load ? "yes" : "no");
+    for (const FastPath& path : gpu_report.fast_paths) text += fmt::format("  {}: {}\n", path.name, yes_or_why(path));
+  }
+  if (e.gpus.empty()) text += "no usable GPU\n";
+  for (const std::string& warning : report.warnings) text += "warning: " + warning + "\n";
+  return text;
+}
+
+nlohmann::json to_json(const DoctorReport& report) {
+  nlohmann::json json = env::to_json(report.environment);
+  json["build"]["cuda_architectures"] = report.cuda_architectures;
+  json["gpu_profile"] = report.gpu_profile;
+  for (size_t i = 0; i < report.gpus.size() && i < json["gpus"].size(); ++i) {
+    const GpuReport& gpu = report.gpus[i];
+    nlohmann::json paths = nlohmann::json::array();
+    for (const FastPath& path : gpu.fast_paths)
+      paths.push_back({{"name", path.name}, {"active", path.active}, {"note", path.note}});
+    json["gpus"][i]["kernel_code"] = gpu.kernel_code;
+    json["gpus"][i]["kernels_load"] = gpu.kernels_load;
+    json["gpus"][i]["memory_limit_bytes"] = gpu.memory_limit_bytes;
+    json["gpus"][i]["fast_paths"] = paths;
+  }
+  json["warnings"] = report.warnings;
+  return json;
+}
+
+}  // namespace ltrain::engine
