@@ -199,6 +199,8 @@ int64_t device_memory_bytes(const torch::Device& device) {
 void limit_device_memory(const torch::Device& device, int64_t bytes) {
 #if LTRAIN_WITH_CUDA
   if (!device.is_cuda()) return;
+  // LibTorch sets up its allocator for a device with the first tensor there.
+  (void)torch::empty({1}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
   const int64_t total = device_total_memory_bytes(device);
   const int64_t limit = std::clamp<int64_t>(bytes, 1, total);
   c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(limit) / static_cast<double>(total),
