@@ -12,6 +12,7 @@
 #   scripts/gpu-portability.sh OUT build-noimage   # ... an sm_89-only build, and a graphed fp16 training run
 #   scripts/gpu-portability.sh OUT bench [ROUNDS]  # img/s of each mode at batch 256 and 512, fp16 graphed, rounds alternated
 #   scripts/gpu-portability.sh OUT batch-search    # the batch-size search within an RTX 4090's 24 GiB
+#   scripts/gpu-portability.sh OUT recipes         # each accuracy recipe's step and memory within a 4090's and a 5090's limits
 # Everything is logged under OUT; OUT/results.tar.gz holds it all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -128,6 +129,25 @@ EOF
     LTRAIN_GPU_PROFILE=rtx4090 "$modes_dir/ltrain-default" sweep --config configs/sweeps/batch-resnet50-fp16.json \
       --out "$out/batch-search-rtx4090" >"$out/batch-search.log" 2>&1 || status=1
     cat "$out/batch-search-rtx4090/results.md" 2>/dev/null || tail -20 "$out/batch-search.log" ;;
+  recipes)
+    step "the accuracy recipes' steps within consumer cards' limits (synthetic data of the same shapes)"
+    for profile in rtx4090 rtx5090; do
+      for recipe in configs/accuracy/resnet18-cifar.json configs/accuracy/resnet50-cifar.json; do
+        LTRAIN_GPU_PROFILE=$profile "$modes_dir/ltrain-default" bench step --config "$recipe" --warmup 20 --steps 50 \
+          --set data.source=synthetic --json 2>>"$out/recipes.log" \
+          | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); r["profile"]=sys.argv[1]; r["recipe"]=sys.argv[2]; print(json.dumps(r))' \
+            "$profile" "$recipe" >>"$out/recipes.jsonl" || { echo "$recipe under $profile failed"; status=1; }
+      done
+    done
+    python3 - "$out/recipes.jsonl" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print("{} {}: batch {}, {:,.0f} img/s, peak {:.1f} GiB allocated, {:.1f} GiB reserved".format(
+        r["profile"], r["recipe"], r["batch_size"], r["images_per_second"], r["peak_memory_bytes"] / 2**30,
+        r["peak_reserved_bytes"] / 2**30))
+EOF
+    ;;
   *) echo "gpu-portability: unknown phase $phase" >&2; exit 2 ;;
 esac
 

@@ -90,6 +90,14 @@ c10::optional<torch::Tensor> optional_tensor(const torch::Tensor& tensor) {
 }
 }  // namespace
 
+void fused_sgd(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+               const std::vector<torch::Tensor>& momentum_buffers, double weight_decay, double momentum,
+               const torch::Tensor& lr, bool nesterov, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+  // The buffers start at zero, so the "first step" branch (copy the gradient) is not needed.
+  at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum, lr, /*dampening=*/0.0, nesterov,
+                  /*maximize=*/false, /*is_first_step=*/false, optional_tensor(grad_scale), optional_tensor(found_inf));
+}
+
 void fused_adamw(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
                  const std::vector<torch::Tensor>& exp_avgs, const std::vector<torch::Tensor>& exp_avg_sqs,
                  const std::vector<torch::Tensor>& steps, const torch::Tensor& lr, double beta1, double beta2,
@@ -98,6 +106,10 @@ void fused_adamw(const std::vector<torch::Tensor>& params, const std::vector<tor
                     eps, /*amsgrad=*/false, /*maximize=*/false, optional_tensor(grad_scale), optional_tensor(found_inf));
 }
 #else
+void fused_sgd(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
+               double, double, const torch::Tensor&, bool, const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("fused_sgd: this LibTorch has no fused optimizer kernels");
+}
 void fused_adamw(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
                  const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&, const torch::Tensor&, double,
                  double, double, double, const torch::Tensor&, const torch::Tensor&) {

@@ -62,7 +62,7 @@ kernels::KernelFit gradient_kernels_fit(const torch::Device& device) {
 
 bool gradient_kernels_run_on(const torch::Device& device) {
   return kernels::runs_on(device, kernels::gradient_kernels_fit, "SGD and inf/NaN check",
-                          "the portable SGD step and ATen's check");
+                          "LibTorch's fused SGD and inf/NaN check");
 }
 
 bool takes_gradient_kernels(const std::vector<torch::Tensor>& gradients) {

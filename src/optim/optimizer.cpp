@@ -27,12 +27,21 @@ torch::Tensor skip_mask(const ScalerState& scaler) {
   return scaler.found_inf.defined() ? scaler.found_inf > 0 : torch::Tensor();
 }
 
+/// What runs an SGD step: ltrain's kernel (any float gradient dtype, writes the fp16/bf16
+/// copies), LibTorch's fused kernel (where ltrain's does not run on the GPU), or one operator chain
+/// per parameter (the CPU, or optim.fused false).
+enum class SgdKernel { own, libtorch, portable };
+
 /// torch.optim.SGD (dampening 0, not maximizing). The momentum buffer starts at zero, which
 /// equals PyTorch's "first step copies the gradient": momentum * 0 + g == g exactly.
 class Sgd final : public Optimizer {
  public:
-  Sgd(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device, bool fused)
-      : Optimizer(std::move(groups), device, fused), momentum_(options.momentum), nesterov_(options.nesterov) {
+  Sgd(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device,
+      SgdKernel kernel)
+      : Optimizer(std::move(groups), device, kernel != SgdKernel::portable),
+        momentum_(options.momentum),
+        nesterov_(options.nesterov),
+        kernel_(kernel) {
     for (const auto& group : groups_) {
       for (size_t i = 0; i < group.params.size(); ++i) {
         params_.push_back(group.params[i]);
@@ -47,9 +56,25 @@ class Sgd final : public Optimizer {
   void step(const ScalerState& scaler, const std::vector<torch::Tensor>& given) override {
     torch::NoGradGuard no_grad;
     const std::vector<torch::Tensor> grads = given.empty() ? gradients() : given;
-    if (fused_) {
+    if (kernel_ == SgdKernel::own) {
       // One kernel for all.
       sgd_step(params_, grads, buffers_, weight_decays_, momentum_, nesterov_, lr_, scaler, low_precision_copies_);
+      return;
+    }
+    if (kernel_ == SgdKernel::libtorch) {
+      // One kernel per group (LibTorch's takes one weight decay).
+      size_t first = 0;
+      for (const auto& group : groups_) {
+        const auto count = static_cast<std::ptrdiff_t>(group.params.size());
+        const auto part = [&](const std::vector<torch::Tensor>& all) {
+          return all.empty() ? all
+                             : std::vector<torch::Tensor>(all.begin() + static_cast<std::ptrdiff_t>(first),
+                                                          all.begin() + static_cast<std::ptrdiff_t>(first) + count);
+        };
+        compat::fused_sgd(group.params, part(grads), part(buffers_), group.weight_decay, momentum_, lr_, nesterov_,
+                          scaler.grad_scale, scaler.found_inf);
+        first += group.params.size();
+      }
       return;
     }
     const torch::Tensor skip = skip_mask(scaler);
@@ -68,10 +93,17 @@ class Sgd final : public Optimizer {
     }
   }
 
-  const char* step_kernel() const override { return fused_ ? "fused (ltrain's SGD kernel)" : "portable"; }
-  bool takes_low_precision_gradients() const override { return fused_; }
+  const char* step_kernel() const override {
+    switch (kernel_) {
+      case SgdKernel::own: return "fused (ltrain's SGD kernel)";
+      case SgdKernel::libtorch: return "fused (LibTorch's SGD kernel)";
+      case SgdKernel::portable: break;
+    }
+    return "portable";
+  }
+  bool takes_low_precision_gradients() const override { return kernel_ == SgdKernel::own; }
   bool write_low_precision_copies(std::vector<torch::Tensor> copies) override {
-    if (!fused_) return false;
+    if (kernel_ != SgdKernel::own) return false;
     if (copies.size() != params_.size())
       throw std::logic_error("write_low_precision_copies: needs one entry per parameter");
     low_precision_copies_ = std::move(copies);
@@ -88,6 +120,7 @@ class Sgd final : public Optimizer {
   NamedTensors momentum_buffers_;       // one per parameter, in group order (none without momentum)
   std::vector<torch::Tensor> buffers_;  // the same tensors, as the kernel takes them
   std::vector<torch::Tensor> low_precision_copies_;  // empty, or one per parameter (write_low_precision_copies)
+  SgdKernel kernel_;
 };
 
 /// torch.optim.AdamW (amsgrad off). The step count lives on the device so that bias
@@ -245,8 +278,12 @@ std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, c
   const bool fused = options.fused && device.is_cuda();
   auto groups = make_param_groups(named_parameters, options.weight_decay, options.no_decay_norm_and_bias);
   switch (options.name) {
-    case config::OptimizerKind::sgd:
-      return std::make_unique<Sgd>(std::move(groups), options, device, fused && gradient_kernels_run_on(device));
+    case config::OptimizerKind::sgd: {
+      SgdKernel kernel = SgdKernel::portable;
+      if (fused && gradient_kernels_run_on(device)) kernel = SgdKernel::own;
+      else if (fused && compat::has_fused_optimizers()) kernel = SgdKernel::libtorch;
+      return std::make_unique<Sgd>(std::move(groups), options, device, kernel);
+    }
     case config::OptimizerKind::adamw:
       return std::make_unique<AdamW>(std::move(groups), options, device, fused && compat::has_fused_optimizers());
   }

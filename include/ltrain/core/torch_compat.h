@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-// _fused_adamw_ with a tensor learning rate arrived in LibTorch 2.2.
+// _fused_sgd_ / _fused_adamw_ with a tensor learning rate arrived in LibTorch 2.2.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
 #define LTRAIN_TORCH_HAS_FUSED_OPTIMIZERS 1
 #else
@@ -63,8 +63,15 @@ bool autocast_cache_enabled();
 void set_autocast_cache_enabled(bool enabled);
 
 // ---- Fused multi-tensor optimizer kernels (LibTorch 2.x, CUDA tensors) ----
-/// True when this LibTorch has _fused_adamw_ with a tensor learning rate.
+/// True when this LibTorch has _fused_sgd_ and _fused_adamw_ with a tensor learning rate.
 constexpr bool has_fused_optimizers() { return LTRAIN_TORCH_HAS_FUSED_OPTIMIZERS; }
+
+/// torch.optim.SGD(fused=True)'s kernel over one parameter group (float32 parameters, gradients
+/// and buffers, momentum buffers started at zero; `momentum_buffers` empty when momentum is 0).
+/// `grad_scale` / `found_inf` may be undefined.
+void fused_sgd(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+               const std::vector<torch::Tensor>& momentum_buffers, double weight_decay, double momentum,
+               const torch::Tensor& lr, bool nesterov, const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
 
 /// torch.optim.AdamW(fused=True)'s kernel over one parameter group; `steps` already incremented.
 void fused_adamw(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,

@@ -15,7 +15,7 @@ namespace ltrain::optim {
 kernels::KernelFit gradient_kernels_fit(const torch::Device& device);
 
 /// gradient_kernels_fit(device).runs; where it is false, one warning line (the first time) says so,
-/// why, and that the portable step and ATen's check run instead.
+/// why, and that LibTorch's fused SGD and inf/NaN check run instead.
 bool gradient_kernels_run_on(const torch::Device& device);
 
 /// True when the kernels can read every one of `gradients`: defined, on a GPU they run on,
