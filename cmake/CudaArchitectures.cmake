@@ -77,8 +77,8 @@ function(ltrain_choose_cuda_architectures out source requested torch_list suppor
     ltrain_cuda_architectures_of_gpus(result "${gpus}")
     if(NOT result)
       set(${out} "" PARENT_SCOPE)
-      set(${source} "error: CMAKE_CUDA_ARCHITECTURES=native, but nvidia-smi reports no GPU; name the architectures (e.g. 89 for an RTX 4090)"
-          PARENT_SCOPE)
+      set(${source} "error: CMAKE_CUDA_ARCHITECTURES=native, but nvidia-smi reports no GPU; name the architectures \
+(e.g. 89 for an RTX 4090)" PARENT_SCOPE)
       return()
     endif()
     set(${out} "${result}" PARENT_SCOPE)

@@ -6,6 +6,7 @@
 #   bash scripts/setup.sh            # packages + full CIFAR-10 + build
 #   bash scripts/setup.sh --no-data  # packages + build (+ the small test subset when available)
 #   bash scripts/setup.sh --cpu      # the CPU build, even where a CUDA LibTorch is at hand
+#   bash scripts/setup.sh --check    # which build it would make, and whether its prerequisites hold
 #
 # A CUDA LibTorch, first found of: LIBTORCH=DIR (the official LibTorch archive, unpacked), the
 # python3 on the PATH with a CUDA torch (pip install torch), a Torch in CMAKE_PREFIX_PATH. It
@@ -23,12 +24,13 @@ cd "$(dirname "$0")/.."
 die() { local code="$1"; shift; echo "setup: $*" >&2; exit "$code"; }
 info() { echo "setup: $*"; }
 
-want_data=1 force_cpu=0
+want_data=1 force_cpu=0 check_only=0
 for arg in "$@"; do
   case "$arg" in
     --no-data) want_data=0 ;;
     --cpu) force_cpu=1 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --check) check_only=1 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) die 2 "unknown option $arg (see --help)" ;;
   esac
 done
@@ -98,6 +100,12 @@ if [[ -n "$torch_cuda" ]]; then
     die 3 "nvcc $nvcc_version ($(command -v nvcc)) and $torch_from (CUDA $torch_cuda) differ in CUDA's major version: install the CUDA toolkit ${torch_cuda%%.*}.x or the torch built for CUDA ${nvcc_version%%.*} (pip install torch --index-url https://download.pytorch.org/whl/cu${nvcc_version/./})"
   fi
   info "nvcc $nvcc_version ($(command -v nvcc))"
+fi
+if ((check_only)); then
+  if [[ -n "$torch_cuda" ]]; then info "would make the CUDA build against $torch_from"
+  elif [[ "$torch_from" == CMAKE_PREFIX_PATH ]]; then info "would build against the LibTorch in CMAKE_PREFIX_PATH"
+  else info "would make the CPU build against $torch_from"; fi
+  exit 0
 fi
 
 # ---- Packages -------------------------------------------------------------------------------------

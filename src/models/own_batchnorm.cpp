@@ -162,7 +162,8 @@ torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& res
   // The kernels add float sums atomically, in no fixed order: runs asked to repeat bit for bit
   // (precision.deterministic sets cuDNN's flag) get cuDNN's kernels or ATen's.
   if (at::globalContext().deterministicAlgorithms() || at::globalContext().deterministicCuDNN()) return {};
-  if (!kernels::runs_on(x.device(), kernels::batch_norm_nhwc_fit, "BatchNorm", "cuDNN's or ATen's BatchNorm kernels")) return {};
+  if (!kernels::runs_on(x.device(), kernels::batch_norm_nhwc_fit, "BatchNorm", "cuDNN's or ATen's BatchNorm kernels"))
+    return {};
   const c10::cuda::CUDAGuard device_guard(x.device());
   const BatchNormActivation activation = activation_of(relu, residual.defined());
   if (!kernels::batch_norm_nhwc_supported(element_type(x), activation, shape_of(x), kernels::current_stream_of(x)))
