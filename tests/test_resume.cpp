@@ -2,6 +2,7 @@
 // files, keep_last and best, weights in (model.init_from).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -26,8 +28,10 @@ namespace ltrain::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using ltrain::testing::LtrainProcess;
 using ltrain::testing::read_file;
 using ltrain::testing::TempDir;
+using ltrain::testing::wait_until;
 
 /// 256 synthetic images in steps of 32: 8 steps per epoch, 24 in all; deterministic algorithms,
 /// momentum, a one-cycle schedule (its LR depends on the step), checkpoints every 3 steps.
@@ -72,6 +76,23 @@ void expect_same_end(const fs::path& a, const fs::path& b, int64_t last_step) {
   const nlohmann::json sb = nlohmann::json::parse(read_file(b / "summary.json"));
   for (const char* key : {"epochs", "steps", "final_test_accuracy", "final_test_loss", "best_epoch"})
     EXPECT_EQ(sa[key], sb[key]) << key;
+}
+
+/// `loaded` as a config file for the ltrain executable.
+fs::path write_config_file(const config::LoadedConfig& loaded, const fs::path& file) {
+  testing::write_file(file, config::to_json(loaded.config).dump(2));
+  return file;
+}
+
+/// Files below `root` whose names hold ".tmp" (unfinished atomic writes).
+std::vector<fs::path> temporary_files(const fs::path& root) {
+  std::vector<fs::path> found;
+  for (const fs::path& folder : {root, root / "checkpoints"}) {
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(folder, error))
+      if (entry.path().filename().string().find(".tmp") != std::string::npos) found.push_back(entry.path());
+  }
+  return found;
 }
 
 /// Trains `loaded`, sending this process SIGTERM right after step `stop_step`; expects the run
@@ -286,6 +307,51 @@ TEST(Resume, SigtermToATrainingProcessLeavesAResumableCheckpoint) {
       << read_file(log);
   const nlohmann::json summary = nlohmann::json::parse(read_file(dir.path() / "run" / "summary.json"));
   EXPECT_EQ(summary["steps"], 2 * 32);
+}
+
+/// In the child before exec: a write past RLIMIT_FSIZE fails (EFBIG) instead of killing it.
+void ignore_file_size_signal() { ::signal(SIGXFSZ, SIG_IGN); }
+
+TEST(Resume, AFileThatCannotBeWrittenStopsTheRunAtOnceAndKeepsItsCheckpoints) {
+  TempDir dir;
+  const fs::path config = write_config_file(
+      resumable_run(dir.path(), "run", {"run.epochs=100", "run.log_every_steps=1", "checkpoint.every_steps=1"}),
+      dir.path() / "c.json");
+  const fs::path run_dir = dir.path() / "run";
+  // Output through a pipe: the limit applies to every file the process writes.
+  LtrainProcess run({"train", "--config", config.string()}, LtrainProcess::Output::pipe, ignore_file_size_signal);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(run_dir / "checkpoints" / checkpoint_file_name(3)); }, 120))
+      << run.output();
+  // From now on every file stops growing at 1 byte, as a full disk would: the next write fails,
+  // whichever it is (a metrics row, a log line, a checkpoint).
+  rlimit limit{};
+  ASSERT_EQ(::prlimit(run.pid(), RLIMIT_FSIZE, nullptr, &limit), 0);
+  limit.rlim_cur = 1;
+  ASSERT_EQ(::prlimit(run.pid(), RLIMIT_FSIZE, &limit, nullptr), 0);
+  EXPECT_EQ(run.wait(120), 4) << run.output();
+  const std::string output = run.output();
+  std::smatch failure;
+  ASSERT_TRUE(std::regex_search(output, failure,
+                                std::regex("error (\\S+): cannot write \\(File too large\\): raise the file-size limit "
+                                           "\\(ulimit -f\\) or write elsewhere; the checkpoints already in (\\S+) are "
+                                           "intact: once it is fixed, the same command with --set "
+                                           "checkpoint.resume=auto continues the run\\n")))
+      << output;
+  EXPECT_EQ(failure[1].str().rfind(run_dir.string() + "/", 0), 0u) << "not a file of the run: " << failure[1];
+  EXPECT_EQ(failure[2].str(), (run_dir / "checkpoints").string());
+  // Every checkpoint written reads and verifies; the run stopped long before its end.
+  int64_t last_step = 0;
+  for (const fs::path& file : testing::files_below(run_dir / "checkpoints", ".ltc"))
+    last_step = std::max(last_step, read_checkpoint(file).meta.step);
+  EXPECT_GE(last_step, 3);
+  EXPECT_LT(last_step, 100);
+  EXPECT_TRUE(temporary_files(run_dir).empty());
+  // Fixed, the same command continues.
+  EXPECT_EQ(testing::run_ltrain("train --config " + config.string() + " --set checkpoint.resume=auto --set "
+                                "run.max_steps=" + std::to_string(last_step + 2),
+                                dir.path() / "resume.log"),
+            0)
+      << read_file(dir.path() / "resume.log");
 }
 
 TEST(InitFrom, StartsFromSafetensorsAndNamesWhatDoesNotFit) {

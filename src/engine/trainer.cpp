@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ltrain/amp/precision.h"
+#include "ltrain/core/files.h"
 #include "ltrain/core/interrupt.h"
 #include "ltrain/core/log.h"
 #include "ltrain/core/progress.h"
@@ -299,7 +300,9 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   if (group && main_process) group->all_gather_text("run_dir", run_dir.string());
   const fs::path checkpoint_dir = run_dir / "checkpoints";
   if (main_process) {
-    fs::create_directories(checkpoint_dir);
+    std::error_code error;
+    fs::create_directories(checkpoint_dir, error);
+    if (error) throw files::write_error(checkpoint_dir, "create the folder", error.value());
     log::add_file(run_dir / "train.log");
   }
   spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads", LTRAIN_VERSION, compat::torch_version(),
@@ -340,6 +343,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
                    ? fmt::format(" | CUDA graph of the training step after {} eager steps", config.cuda_graph.warmup_steps)
                    : "",
                config.cuda_graph.eval ? " | CUDA graph of evaluation" : "");
+  log::throw_if_file_failed();
 
   std::optional<io::MetricsLog> metrics;
   if (main_process) metrics.emplace(run_dir);
@@ -433,6 +437,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
           if (main_process) prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
           if (stop) stop_for_signal(file);
         }
+        log::throw_if_file_failed();
       }
       progress.clear();
       sums.train_seconds += sums.epoch_seconds;
@@ -501,11 +506,16 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
         if (main_process) prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
       }
       if (new_best) write_checkpoint(checkpoint_dir / kBestCheckpointName, epoch, 0, epoch_values);
+      log::throw_if_file_failed();
       if (stop && !last_epoch) stop_for_signal(file);
     }
   } catch (const c10::Error& error) {
     if (compat::is_out_of_memory(error)) throw out_of_memory_error(config, error);
     throw;
+  } catch (const files::WriteError& error) {
+    throw files::WriteError(fmt::format("{}; the checkpoints already in {} are intact: once it is fixed, the same "
+                                        "command with --set checkpoint.resume=auto continues the run",
+                                        error.what(), checkpoint_dir.string()));
   }
 
   // ---- Summary ----
@@ -526,6 +536,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
                100.0 * result.best_test_accuracy, result.best_epoch, result.images_per_second);
   if (main_process) {
     io::write_text_file(run_dir / "summary.json", result_json(result).dump(2) + "\n");
+    log::throw_if_file_failed();
     log::remove_file();
   }
   // Their CUDA graphs hold all-reduces captured on the group's NCCL communicators; with the graphs

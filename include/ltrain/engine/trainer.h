@@ -28,7 +28,8 @@ struct TrainHooks {
 
 /// Trains as `loaded` says, writing logs, metrics, checkpoints and summary.json into a new run
 /// directory, or continuing one (checkpoint.resume). SIGINT/SIGTERM finish the step, write a
-/// checkpoint and throw Interrupted. Throws ConfigError, DataError or RunError for the user to act on.
+/// checkpoint and throw Interrupted. Throws ConfigError, DataError or RunError for the user to act on;
+/// a file that cannot be written (files::WriteError) stops the run at once.
 TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks = {});
 
 }  // namespace ltrain::engine
