@@ -1,9 +1,11 @@
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -208,6 +210,27 @@ TEST(Files, AFileSizeLimitStopsAnAtomicWriteAndKeepsThePreviousFile) {
   EXPECT_EQ(read_file(file), "first\n");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1)
       << "the temporary file was left behind";
+}
+
+TEST(Files, StaleTemporariesOfGoneProcessesAreRemovedAndThoseOfLivingOnesKept) {
+  TempDir dir;
+  // A process that has ended: its PID is free.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const std::string dead = std::to_string(gone), alive = std::to_string(::getpid());
+  for (const std::string& name : std::vector<std::string>{"step-00000007.ltc.tmp-" + dead, "config.json.tmp-" + dead,
+                                                          "step-00000008.ltc.tmp-" + alive, "step-00000006.ltc",
+                                                          "notes.tmp-x", "notes.tmp-"})
+    write_file(dir.path() / name, "x");
+  const std::vector<fs::path> removed = files::remove_stale_temporaries(dir.path());
+  EXPECT_EQ(std::set<fs::path>(removed.begin(), removed.end()),
+            (std::set<fs::path>{dir.path() / ("step-00000007.ltc.tmp-" + dead), dir.path() / ("config.json.tmp-" + dead)}));
+  std::set<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir.path())) left.insert(entry.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"step-00000008.ltc.tmp-" + alive, "step-00000006.ltc", "notes.tmp-x",
+                                         "notes.tmp-"}));
 }
 
 TEST(RunFiles, AMetricsRowThatCannotBeWrittenNamesItsFile) {

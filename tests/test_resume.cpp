@@ -84,6 +84,17 @@ fs::path write_config_file(const config::LoadedConfig& loaded, const fs::path& f
   return file;
 }
 
+/// The step of the last whole row in RUN_DIR/metrics.jsonl (0 when there is none).
+int64_t last_logged_step(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "metrics.jsonl");
+  int64_t step = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_object()) step = row.value("step", step);
+  }
+  return step;
+}
+
 /// Files below `root` whose names hold ".tmp" (unfinished atomic writes).
 std::vector<fs::path> temporary_files(const fs::path& root) {
   std::vector<fs::path> found;
@@ -307,6 +318,44 @@ TEST(Resume, SigtermToATrainingProcessLeavesAResumableCheckpoint) {
       << read_file(log);
   const nlohmann::json summary = nlohmann::json::parse(read_file(dir.path() / "run" / "summary.json"));
   EXPECT_EQ(summary["steps"], 2 * 32);
+}
+
+TEST(Resume, KilledAgainAndAgainItLosesNoStepAndLeavesNoTemporaryFile) {
+  TempDir dir;
+  // A checkpoint after every step; the same config uninterrupted is the reference.
+  const auto loaded = resumable_run(dir.path(), "killed", {"run.epochs=6", "run.log_every_steps=1", "checkpoint.every_steps=1"});
+  const fs::path config = write_config_file(loaded, dir.path() / "c.json");
+  ASSERT_EQ(testing::run_ltrain("train --config " + config.string() + " --set run.name=whole", dir.path() / "whole.log"), 0)
+      << read_file(dir.path() / "whole.log");
+  const fs::path run_dir = dir.path() / "killed";
+  const std::vector<std::string> resume{"train", "--config", config.string(), "--set", "checkpoint.resume=auto"};
+  for (int kill = 0; kill < 5; ++kill) {
+    LtrainProcess run(resume);
+    const int64_t target = 4 + 8 * kill;  // 48 steps in all
+    ASSERT_TRUE(wait_until([&] { return last_logged_step(run_dir) >= target; }, 120)) << run.output();
+    std::this_thread::sleep_for(std::chrono::milliseconds(7 * kill));  // land elsewhere in a step each time
+    ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+    ASSERT_EQ(run.wait(60), 128 + SIGKILL) << run.output();
+    // At most the step in progress is lost: a step's row is written just before its checkpoint.
+    const auto found = newest_valid_checkpoint(run_dir / "checkpoints");
+    ASSERT_TRUE(found.has_value());
+    EXPECT_GE(found->checkpoint.meta.step, last_logged_step(run_dir) - 1) << "kill " << kill;
+  }
+  // Two more temporaries: a process that is gone left one, this test process (alive) the other.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const fs::path stale = run_dir / "checkpoints" / (checkpoint_file_name(99) + ".tmp-" + std::to_string(gone));
+  const fs::path living = run_dir / "checkpoints" / (checkpoint_file_name(98) + ".tmp-" + std::to_string(::getpid()));
+  testing::write_file(stale, "x");
+  testing::write_file(living, "x");
+
+  LtrainProcess last(resume);
+  ASSERT_EQ(last.wait(300), 0) << last.output();
+  EXPECT_EQ(temporary_files(run_dir), std::vector<fs::path>{living});
+  fs::remove(living);
+  // Every step's row once, and the weights, optimizer state and summary of the uninterrupted run.
+  expect_same_end(dir.path() / "whole", run_dir, 48);
 }
 
 /// In the child before exec: a write past RLIMIT_FSIZE fails (EFBIG) instead of killing it.

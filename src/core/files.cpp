@@ -1,6 +1,7 @@
 #include "ltrain/core/files.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -49,6 +50,17 @@ bool write_all(int descriptor, const void* data, size_t size) {
   return true;
 }
 
+/// The PID in "NAME.tmp-PID", or 0 when `name` is not such a name.
+pid_t temporary_owner(const std::string& name) {
+  const size_t marker = name.rfind(kTemporaryMarker);
+  if (marker == std::string::npos) return 0;
+  const std::string digits = name.substr(marker + std::strlen(kTemporaryMarker));
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return static_cast<pid_t>(std::stol(digits));
+}
+
+bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
+
 }  // namespace
 
 WriteError write_error(const fs::path& file, const std::string& action, int error_number) {
@@ -87,6 +99,18 @@ void write_atomically(const fs::path& file, const Pieces& pieces) {
   descriptor = -1;
   if (closed != 0) fail("close");
   if (std::rename(temporary.c_str(), file.c_str()) != 0) fail("rename its temporary file into place");
+}
+
+std::vector<fs::path> remove_stale_temporaries(const fs::path& folder) {
+  std::vector<fs::path> removed;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    const pid_t owner = temporary_owner(entry.path().filename().string());
+    if (owner <= 0 || process_exists(owner)) continue;
+    std::error_code ignored;
+    if (fs::remove(entry.path(), ignored)) removed.push_back(entry.path());
+  }
+  return removed;
 }
 
 }  // namespace ltrain::files

@@ -304,6 +304,10 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
     fs::create_directories(checkpoint_dir, error);
     if (error) throw files::write_error(checkpoint_dir, "create the folder", error.value());
     log::add_file(run_dir / "train.log");
+    // Unfinished writes of a run that was killed (SIGKILL, a power cut): never of a living process.
+    for (const fs::path& folder : {run_dir, checkpoint_dir})
+      for (const fs::path& file : files::remove_stale_temporaries(folder))
+        spdlog::info("removed {}: an unfinished write of a process that no longer runs", file.string());
   }
   spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads", LTRAIN_VERSION, compat::torch_version(),
                device.str(), torch::get_num_threads());

@@ -50,4 +50,9 @@ using Pieces = std::vector<std::pair<const void*, size_t>>;
 /// anything fails; the temporary is then removed and an earlier `file` is untouched.
 void write_atomically(const std::filesystem::path& file, const Pieces& pieces);
 
+/// Removes the temporaries write_atomically leaves behind when its process is killed
+/// (NAME.tmp-PID in `folder`, PID no longer a process of this host); those of a living process
+/// are kept. Returns the removed files.
+std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& folder);
+
 }  // namespace ltrain::files
