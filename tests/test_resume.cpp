@@ -106,6 +106,13 @@ std::vector<fs::path> temporary_files(const fs::path& root) {
   return found;
 }
 
+/// How often `text` holds `part`.
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t count = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
+}
+
 /// Trains `loaded`, sending this process SIGTERM right after step `stop_step`; expects the run
 /// to stop there with Interrupted (exit code 130) after writing its checkpoint.
 void train_until_signal(const config::LoadedConfig& loaded, int64_t stop_step) {
@@ -318,6 +325,80 @@ TEST(Resume, SigtermToATrainingProcessLeavesAResumableCheckpoint) {
       << read_file(log);
   const nlohmann::json summary = nlohmann::json::parse(read_file(dir.path() / "run" / "summary.json"));
   EXPECT_EQ(summary["steps"], 2 * 32);
+}
+
+TEST(Signals, DuringSetUpTheRunStopsBeforeAnythingIsWritten) {
+  TempDir dir;
+  TrainHooks hooks;
+  hooks.after_setup = [] { std::raise(SIGTERM); };
+  try {
+    train(resumable_run(dir.path(), "run"), hooks);
+    FAIL() << "the run did not stop on SIGTERM during set-up";
+  } catch (const Interrupted& stopped) {
+    EXPECT_EQ(std::string(stopped.what()),
+              "stopped by signal 15 during set-up, before step 1; nothing was written: run the same command again");
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "run"));
+  // A resumed run: its checkpoint and metrics stay as they were.
+  train_until_signal(resumable_run(dir.path(), "run"), 10);
+  const std::string metrics = read_file(dir.path() / "run" / "metrics.jsonl");
+  hooks.after_setup = [] { std::raise(SIGINT); };
+  EXPECT_THROW(train(resumable_run(dir.path(), "run", {"checkpoint.resume=auto"}), hooks), Interrupted);
+  EXPECT_EQ(read_file(dir.path() / "run" / "metrics.jsonl"), metrics);
+  EXPECT_EQ(newest_valid_checkpoint(dir.path() / "run" / "checkpoints")->checkpoint.meta.step, 10);
+}
+
+TEST(Signals, ASecondSignalWithinTheGracePeriodIsTheSameRequest) {
+  TempDir dir;
+  const TrainResult whole = train(resumable_run(dir.path(), "whole"));
+  // SIGTERM, then SIGINT and SIGTERM again at once (a terminal's Ctrl-C and a launcher's copy,
+  // torchrun's SIGINT then SIGTERM): still one stop after step 10, with its checkpoint.
+  TrainHooks hooks;
+  hooks.after_step = [](int64_t step) {
+    if (step != 10) return;
+    std::raise(SIGTERM);
+    std::raise(SIGINT);
+    std::raise(SIGTERM);
+  };
+  EXPECT_THROW(train(resumable_run(dir.path(), "split"), hooks), Interrupted);
+  EXPECT_EQ(newest_valid_checkpoint(dir.path() / "split" / "checkpoints")->checkpoint.meta.step, 10);
+  train(resumable_run(dir.path(), "split", {"checkpoint.resume=auto"}));
+  expect_same_end(whole.run_dir, dir.path() / "split", 24);
+}
+
+TEST(Signals, SigtermAtAnyMomentEndsWithOneLineAndExitCode130) {
+  TempDir dir;
+  const fs::path config = write_config_file(resumable_run(dir.path(), "run", {"run.epochs=100"}), dir.path() / "c.json");
+  // From main's first line on (its handler is installed): while the config loads, during set-up,
+  // and in training. Never the default action's silent 143.
+  for (const double delay : {0.0, 0.05, 0.3, 1.0, 2.5}) {
+    LtrainProcess run({"train", "--config", config.string()});
+    ASSERT_TRUE(wait_until([&] { return run.catches_sigterm(); }, 60)) << run.output();
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+    EXPECT_EQ(run.wait(120), 130) << "delay " << delay << " s:\n" << run.output();
+    EXPECT_EQ(count_of(run.output(), "stopped by signal 15"), 1u) << "delay " << delay << " s:\n" << run.output();
+  }
+}
+
+TEST(Signals, TwoSigtermsMillisecondsApartStillCheckpoint) {
+  TempDir dir;
+  const fs::path config = write_config_file(resumable_run(dir.path(), "run", {"run.epochs=100"}), dir.path() / "c.json");
+  for (const int gap_ms : {5, 20, 50}) {
+    const std::string name = "gap-" + std::to_string(gap_ms);
+    LtrainProcess run({"train", "--config", config.string(), "--set", "run.name=" + name});
+    ASSERT_TRUE(wait_until([&] { return last_logged_step(dir.path() / name) >= 2; }, 120)) << run.output();
+    ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
+    ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+    EXPECT_EQ(run.wait(120), 130) << run.output();
+    EXPECT_NE(run.output().find("written: run the same command with --set checkpoint.resume=auto"), std::string::npos)
+        << run.output();
+    EXPECT_EQ(run.output().find("second signal"), std::string::npos) << run.output();
+    const auto found = newest_valid_checkpoint(dir.path() / name / "checkpoints");
+    ASSERT_TRUE(found.has_value());
+    EXPECT_GE(found->checkpoint.meta.step, last_logged_step(dir.path() / name));
+  }
 }
 
 TEST(Resume, KilledAgainAndAgainItLosesNoStepAndLeavesNoTemporaryFile) {

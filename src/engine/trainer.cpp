@@ -206,6 +206,19 @@ bool any_rank(dist::Group& group, bool value, const torch::Device& device) {
   return flag.item<int32_t>() > 0;
 }
 
+/// True on every rank when a stop was requested on any (with a group: a collective, every rank
+/// calls it at the same point).
+bool stop_requested_anywhere(dist::Group* group, const torch::Device& device) {
+  return group ? any_rank(*group, interrupt::stop_requested(), device) : interrupt::stop_requested();
+}
+
+/// What stopped this process: "signal 15", or "a signal to another process" on a rank that stops
+/// with the others.
+std::string stop_cause() {
+  const int signal_number = interrupt::stop_signal();
+  return signal_number != 0 ? fmt::format("signal {}", signal_number) : "a signal to another process";
+}
+
 /// The model's parameters and buffers, in module order.
 std::vector<torch::Tensor> model_state(const torch::nn::Module& model) {
   std::vector<torch::Tensor> tensors = model.parameters();
@@ -217,6 +230,8 @@ std::vector<torch::Tensor> model_state(const torch::nn::Module& model) {
 
 TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   const config::RunConfig& config = loaded.config;
+  // From here SIGINT/SIGTERM are requests polled below: before anything is written, after each step.
+  const interrupt::StopRequests stop_requests;
 
   // ---- Set-up: everything that can fail on bad input fails before the run directory exists ----
   torch::Device device = resolve_device(loaded);
@@ -279,6 +294,12 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   // Optional only to be destroyed before the group closes (see the end).
   std::optional<TrainStep> train_step(std::in_place, model, *optimizer, scaler, config, group.get());
   std::optional<Evaluator> evaluator(std::in_place, model, eval_loader, config, group.get());
+  // A stop asked for during set-up ends the run here, before anything is written.
+  if (hooks.after_setup) hooks.after_setup();
+  if (stop_requested_anywhere(group.get(), device))
+    throw Interrupted(fmt::format("stopped by {} during set-up, before step {}; nothing was written: run the same "
+                                  "command again",
+                                  stop_cause(), step + 1));
 
   // Only rank 0 writes: the run directory, logs, metrics and checkpoints; the others log warnings
   // and errors only.
@@ -352,7 +373,6 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   std::optional<io::MetricsLog> metrics;
   if (main_process) metrics.emplace(run_dir);
   Progress progress(main_process && stderr_is_terminal());
-  const InterruptHandler interrupt;
   TrainResult result;
   result.run_dir = run_dir;
   result.epochs = std::min(first_epoch - 1, epochs);
@@ -374,9 +394,9 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
     spdlog::info("checkpoint {}", file.string());
   };
   auto stop_for_signal = [&](const fs::path& file) {
-    throw Interrupted(fmt::format("stopped by signal {} after step {}; checkpoint {} written: run the same command with "
+    throw Interrupted(fmt::format("stopped by {} after step {}; checkpoint {} written: run the same command with "
                                   "--set checkpoint.resume=auto (or ={}) to continue",
-                                  InterruptHandler::signal_number(), step, file.string(), file.string()));
+                                  stop_cause(), step, file.string(), file.string()));
   };
 
   try {
@@ -399,7 +419,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
         if (hooks.after_step) hooks.after_step(step);
         const bool last_of_epoch = index + 1 == epoch_steps;
         // Several processes act on a signal together, at the next log interval, where they agree.
-        bool stop = !group && InterruptHandler::requested();
+        bool stop = !group && interrupt::stop_requested();
         // Steps checkpoints inside the epoch; one at its last step waits for the evaluation.
         const bool periodic_checkpoint =
             config.checkpoint.every_steps > 0 && step % config.checkpoint.every_steps == 0 && !last_of_epoch;
@@ -407,7 +427,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
 
         // ---- Log interval: the loop's only host sync ----
         const StepTotals totals = train_step->take_totals();
-        if (group) stop = any_rank(*group, InterruptHandler::requested(), device);
+        if (group) stop = stop_requested_anywhere(group.get(), device);
         const bool checkpoint_now = stop || periodic_checkpoint;
         const double interval_seconds = seconds_since(interval_start);
         interval_start = Clock::now();
@@ -500,7 +520,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
       if (metrics) metrics->write({"epoch", epoch, step, epoch_values});
 
       // ---- Checkpoints: the state after this epoch ----
-      const bool stop = group ? any_rank(*group, InterruptHandler::requested(), device) : InterruptHandler::requested();
+      const bool stop = stop_requested_anywhere(group.get(), device);
       sums.epoch = StepTotals();
       sums.epoch_seconds = 0.0;
       const fs::path file = checkpoint_dir / checkpoint_file_name(step);
