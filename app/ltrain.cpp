@@ -19,6 +19,7 @@
 #include "ltrain/config/load.h"
 #include "ltrain/core/environment.h"
 #include "ltrain/core/errors.h"
+#include "ltrain/core/interrupt.h"
 #include "ltrain/core/log.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/dist/launch.h"
@@ -402,6 +403,10 @@ int dispatch(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: from here on SIGINT/SIGTERM end ltrain with one line and exit code 130 (a training run
+  // checkpoints first), never with the default action's silent 143.
+  ltrain::interrupt::install_stop_handlers();
+  ltrain::interrupt::unblock_stop_signals();
   ltrain::log::init_console(false);
   try {
     return dispatch(argc, argv);

@@ -1,16 +1,22 @@
 #include "support.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 
+#include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
 
 namespace ltrain::testing {
 
@@ -104,6 +110,131 @@ int run_ltrain(const std::string& args, const std::filesystem::path& log) {
   const int status = std::system(command.c_str());
   if (status == -1 || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
+}
+
+LtrainProcess::LtrainProcess(const std::vector<std::string>& args, Output output, void (*before_exec)()) {
+  std::vector<std::string> words{"ltrain"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+
+  int child_side = -1;
+  std::string terminal_name;
+  if (output == Output::terminal) {
+    reader_ = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (reader_ < 0 || ::grantpt(reader_) != 0 || ::unlockpt(reader_) != 0)
+      throw std::runtime_error("LtrainProcess: no pseudo-terminal");
+    terminal_name = ::ptsname(reader_);
+  } else {
+    int ends[2];
+    if (::pipe2(ends, O_CLOEXEC) != 0) throw std::runtime_error("LtrainProcess: pipe failed");
+    reader_ = ends[0];
+    child_side = ends[1];
+  }
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("LtrainProcess: fork failed");
+  if (pid_ == 0) {
+    // Async-signal-safe calls only: the test process has threads.
+    if (output == Output::terminal) {
+      ::setsid();  // a new session whose controlling terminal is the one opened next
+      child_side = ::open(terminal_name.c_str(), O_RDWR);
+      if (child_side < 0) ::_exit(126);
+      ::dup2(child_side, STDIN_FILENO);
+    } else {
+      const int nothing = ::open("/dev/null", O_RDONLY);
+      ::dup2(nothing, STDIN_FILENO);
+    }
+    ::dup2(child_side, STDOUT_FILENO);
+    ::dup2(child_side, STDERR_FILENO);
+    // The test process may have blocked or ignored these; a shell would not have.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    if (before_exec) before_exec();
+    ::execv(LTRAIN_EXECUTABLE, argv.data());
+    ::_exit(127);
+  }
+  if (child_side >= 0) ::close(child_side);
+  collector_ = std::thread([this] { collect(); });
+}
+
+LtrainProcess::~LtrainProcess() {
+  if (!status_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::kill(-pid_, SIGKILL);  // its own process group, if it made one (a terminal session)
+    wait(30);
+  }
+  stop_reading_ = true;
+  if (collector_.joinable()) collector_.join();
+  if (reader_ >= 0) ::close(reader_);
+}
+
+void LtrainProcess::collect() {
+  char buffer[4096];
+  while (!stop_reading_) {
+    pollfd ready{reader_, POLLIN, 0};
+    if (::poll(&ready, 1, 50) <= 0) continue;
+    const ssize_t count = ::read(reader_, buffer, sizeof buffer);
+    if (count > 0) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      output_.append(buffer, static_cast<size_t>(count));
+    } else if (count == 0 || errno != EINTR) {
+      // The end of the pipe, or a terminal that nobody holds (EIO): all read once the child is gone.
+      if (exited_) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  drained_ = true;
+}
+
+std::string LtrainProcess::output() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return output_;
+}
+
+void LtrainProcess::type(const std::string& text) {
+  if (::write(reader_, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    throw std::runtime_error("LtrainProcess: cannot write to the terminal");
+}
+
+bool LtrainProcess::catches_sigterm() const {
+  // Before exec the child is a copy of this process, whose handlers say nothing about ltrain's.
+  std::error_code error;
+  const std::filesystem::path image = std::filesystem::read_symlink("/proc/" + std::to_string(pid_) + "/exe", error);
+  if (error || image != std::filesystem::canonical(LTRAIN_EXECUTABLE)) return false;
+  std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (SIGTERM - 1)) & 1;
+  return false;
+}
+
+int LtrainProcess::wait(double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!status_) {
+    int status = 0;
+    const pid_t done = ::waitpid(pid_, &status, WNOHANG);
+    if (done == pid_) {
+      status_ = status;
+      exited_ = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  wait_until([this] { return drained_.load(); }, 5);  // what is still in the pipe or terminal
+  return WIFEXITED(*status_) ? WEXITSTATUS(*status_) : 128 + WTERMSIG(*status_);
+}
+
+bool wait_until(const std::function<bool()>& condition, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return condition();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 }  // namespace ltrain::testing

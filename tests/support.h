@@ -1,8 +1,14 @@
 #pragma once
 // Helpers shared by the test suites.
+#include <sys/types.h>
+
+#include <atomic>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -50,6 +56,47 @@ int run_plot_script(const std::string& python, const std::string& name, const st
 
 /// Reads a whole file.
 std::string read_file(const std::filesystem::path& path);
+
+/// The ltrain executable running as a child process, its stdout and stderr collected through a
+/// pipe or through a pseudo-terminal that is its controlling terminal (as in an interactive shell:
+/// Ctrl-C typed there goes to the terminal's foreground process group). Killed (SIGKILL, its
+/// process group too) and reaped when the object dies.
+class LtrainProcess {
+ public:
+  enum class Output { pipe, terminal };
+  /// Starts `ltrain ARGS...`; `before_exec`, if given, runs in the child before exec (it may only
+  /// make async-signal-safe calls).
+  explicit LtrainProcess(const std::vector<std::string>& args, Output output = Output::pipe,
+                         void (*before_exec)() = nullptr);
+  ~LtrainProcess();
+  LtrainProcess(const LtrainProcess&) = delete;
+  LtrainProcess& operator=(const LtrainProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  /// Everything it wrote so far.
+  std::string output() const;
+  /// Writes `text` to the terminal, as typed (Output::terminal only): "\x03" is Ctrl-C.
+  void type(const std::string& text);
+  /// True once its SIGTERM handler is installed (from /proc/PID/status), i.e. main() has begun.
+  bool catches_sigterm() const;
+  /// Waits up to `seconds` for it to end: its exit code, 128 + N after signal N, -1 on a timeout.
+  int wait(double seconds);
+
+ private:
+  void collect();
+  pid_t pid_ = -1;
+  int reader_ = -1;  // the pipe's read end or the terminal's master side
+  std::optional<int> status_;  // waitpid's status once it ended
+  std::atomic<bool> exited_{false};
+  mutable std::mutex mutex_;
+  std::string output_;
+  std::atomic<bool> stop_reading_{false};
+  std::atomic<bool> drained_{false};  // the collector has read everything and stopped
+  std::thread collector_;
+};
+
+/// Waits up to `seconds` for `condition()` to hold, checking every 20 ms; its last value.
+bool wait_until(const std::function<bool()>& condition, double seconds);
 
 }  // namespace ltrain::testing
 

@@ -2,15 +2,22 @@
 // their augmentation, checked against straightforward per-sample references.
 #include <cstdint>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "ltrain/core/errors.h"
+#include "ltrain/core/sha256.h"
 #include "ltrain/data/cifar10.h"
 #include "ltrain/data/loader.h"
 #include "support.h"
@@ -294,6 +301,130 @@ TEST(CifarMini, RecordsEqualTheRawFileBytes) {
   // The 1001st train image is the first record of data_batch_2.bin.
   check(sets.train.images[1000], sets.train.labels[1000].item<int64_t>(),
         read_bytes(root / "data_batch_2.bin", 0, 3073), "first record of data_batch_2");
+}
+
+// ---- published files: SHA-256 and record counts ---------------------------------------------------
+
+/// The warning lines (message only) that `action` logs.
+template <class Action>
+std::vector<std::string> warnings_of(Action action) {
+  std::ostringstream text;
+  auto capture = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
+  capture->set_pattern("%v");
+  capture->set_level(spdlog::level::warn);
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.push_back(capture);
+  action();
+  sinks.pop_back();
+  std::vector<std::string> lines;
+  std::istringstream in(text.str());
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+/// name -> SHA-256 from `sha256sum`-style lines ("<64 hex>  name.bin") in `text`.
+std::map<std::string, std::string> listed_sums(const std::string& text) {
+  std::map<std::string, std::string> sums;
+  const std::regex line("([0-9a-f]{64})  (\\S+\\.bin)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it)
+    sums[(*it)[2]] = (*it)[1];
+  return sums;
+}
+
+std::map<std::string, std::string> known_sums(std::string_view release) {
+  std::map<std::string, std::string> sums;
+  for (const auto& file : ltrain::data::known_cifar10_files())
+    if (file.release == release) sums[std::string(file.name)] = std::string(file.sha256);
+  return sums;
+}
+
+TEST(Sha256, StandardTestVectors) {
+  EXPECT_EQ(ltrain::sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(ltrain::sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";  // padding spills over
+  EXPECT_EQ(ltrain::sha256_hex(two_blocks.data(), two_blocks.size()),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::string million(1000000, 'a');
+  EXPECT_EQ(ltrain::sha256_hex(million.data(), million.size()),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(CifarPublished, KnownSumsAreTheDownloadScriptsAndCifarMinis) {
+  const std::map<std::string, std::string> script = listed_sums(ltrain::testing::read_file(LTRAIN_SOURCE_DIR "/scripts/get-cifar10.sh"));
+  EXPECT_EQ(script.size(), 6u);
+  EXPECT_EQ(known_sums("CIFAR-10"), script);
+  for (const auto& file : ltrain::data::known_cifar10_files())
+    EXPECT_EQ(file.records, file.release == "CIFAR-10" ? ltrain::data::kOfficialRecords : 1000) << file.name;
+  LTRAIN_REQUIRE_CIFAR_MINI(root);
+  EXPECT_EQ(known_sums("cifar10-mini"), listed_sums(ltrain::testing::read_file(root / "SHA256SUMS")));
+}
+
+TEST(CifarPublished, AFileOfTheOfficialSizeWithOtherContentIsDamaged) {
+  TempDir dir;
+  const auto file = dir.path() / "data_batch_3.bin";
+  const std::string zeros(static_cast<size_t>(ltrain::data::kOfficialRecords * ltrain::data::kRecordBytes), '\0');
+  write_file(file, zeros);
+  EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar10_file(file); }),
+            file.string() + ": the size of CIFAR-10's data_batch_3.bin but not its content (SHA-256 " +
+                ltrain::sha256_hex(zeros.data(), zeros.size()) +
+                ", published bbe8596564c0f86427f876058170b84dac6670ddf06d79402899d93ceea26f67): the file is damaged; "
+                "fetch it again with scripts/get-cifar10.sh");
+  // The same bytes under a name CIFAR-10 does not use: not checked.
+  fs::rename(file, dir.path() / "mine.bin");
+  EXPECT_TRUE(warnings_of([&] { EXPECT_EQ(ltrain::data::read_cifar10_file(dir.path() / "mine.bin").size(), 10000); })
+                  .empty());
+}
+
+TEST(CifarPublished, AFileCutAtARecordBoundaryIsReadWithOneWarning) {
+  TempDir dir;
+  const auto file = dir.path() / "test_batch.bin";
+  write_file(file, make_records({1, 2, 3, 4, 5, 6, 7}));
+  int64_t records = 0;
+  EXPECT_EQ(warnings_of([&] { records = ltrain::data::read_cifar10_file(file).size(); }),
+            std::vector<std::string>{file.string() + ": 7 records where CIFAR-10's test_batch.bin has 10000: training on "
+                                     "part of the data set (a cut download?); get the full files with "
+                                     "scripts/get-cifar10.sh"});
+  EXPECT_EQ(records, 7);
+  // A file cut from cifar10-mini's: 500 of its 1000 records.
+  LTRAIN_REQUIRE_CIFAR_MINI(root);
+  const auto cut = dir.path() / "data_batch_2.bin";
+  write_file(cut, read_bytes(root / "data_batch_2.bin", 0, 500 * ltrain::data::kRecordBytes));
+  const std::vector<std::string> warnings = warnings_of([&] { ltrain::data::read_cifar10_file(cut); });
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].rfind(cut.string() + ": 500 records where CIFAR-10's data_batch_2.bin has 10000", 0), 0u)
+      << warnings[0];
+}
+
+TEST(CifarPublished, CifarMiniIsRecognisedAndLoadsWithoutWarnings) {
+  LTRAIN_REQUIRE_CIFAR_MINI(root);
+  EXPECT_TRUE(warnings_of([&] { EXPECT_EQ(ltrain::data::read_cifar10(root).train.size(), 5000); }).empty());
+  // 1000 records of other content: someone's own subset, read with the warning, not refused.
+  TempDir dir;
+  const auto file = dir.path() / "data_batch_1.bin";
+  std::string records = read_bytes(root / "data_batch_1.bin", 0, 1000 * ltrain::data::kRecordBytes);
+  records[1] = static_cast<char>(records[1] ^ 1);
+  write_file(file, records);
+  EXPECT_EQ(warnings_of([&] { ltrain::data::read_cifar10_file(file); }).size(), 1u);
+}
+
+TEST(CifarPublished, ADamagedFileStopsTrainingWithExitCode3AndOneLine) {
+  TempDir dir;
+  const fs::path data = dir.path() / "data";
+  write_file(data / "data_batch_1.bin",
+             std::string(static_cast<size_t>(ltrain::data::kOfficialRecords * ltrain::data::kRecordBytes), '\0'));
+  for (int part = 2; part <= 5; ++part) write_file(data / ("data_batch_" + std::to_string(part) + ".bin"), make_records({part}));
+  write_file(data / "test_batch.bin", make_records({0, 1}));
+  write_file(dir.path() / "c.json", R"({"run": {"device": "cpu", "out_dir": ")" + (dir.path() / "runs").string() +
+                                        R"("}, "data": {"source": "cifar10", "root": ")" + data.string() + R"("}})");
+  const fs::path log = dir.path() / "log";
+  EXPECT_EQ(ltrain::testing::run_ltrain("train --config " + (dir.path() / "c.json").string(), log), 3);
+  const std::string text = ltrain::testing::read_file(log);
+  EXPECT_NE(text.find("error " + (data / "data_batch_1.bin").string() +
+                      ": the size of CIFAR-10's data_batch_1.bin but not its content"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("the file is damaged; fetch it again with scripts/get-cifar10.sh\n"), std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(dir.path() / "runs"));  // stopped before anything was written
 }
 
 // ---- synthetic source ---------------------------------------------------------------------------------

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+
 #include <chrono>
 #include <cstdlib>
+#include <regex>
 #include <thread>
 
 #include "ltrain/dist/grad_reducer.h"
@@ -289,6 +292,54 @@ TEST(Distributed, SigtermToTheLauncherCheckpointsEveryRankAndTheRunResumes) {
   ASSERT_EQ(run_ltrain(resume, dir.path() / "resume.log"), 0) << read_file(dir.path() / "resume.log");
   EXPECT_NE(read_file(dir.path() / "resume.log").find("resuming from"), std::string::npos);
   EXPECT_EQ(summary(dir.path() / "runs" / "run")["steps"], stopped_at + 4) << read_file(dir.path() / "resume.log");
+}
+
+/// The number of metrics rows rank 0 has written to RUN_DIR/metrics.jsonl.
+int64_t metrics_rows(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "metrics.jsonl");
+  int64_t rows = 0;
+  for (std::string line; std::getline(in, line);) ++rows;
+  return rows;
+}
+
+TEST(Distributed, CtrlCInATerminalStopsEveryRankAtTheSameStepAndTheRunResumesExactly) {
+  SKIP_WITHOUT_GLOO();
+  TempDir dir;
+  const std::string config = write_config(dir).string();
+  const std::vector<std::string> run{"launch", "-n", "2", "--", "train", "--config", config,
+                                     "--set",  "run.epochs=100000", "--set", "run.max_steps=60"};
+  // The launcher in a terminal, as a user starts it; Ctrl-C once rank 0 has logged steps. The
+  // terminal sends SIGINT to its foreground process group: the launcher, not the ranks.
+  testing::LtrainProcess launcher(run, testing::LtrainProcess::Output::terminal);
+  ASSERT_TRUE(testing::wait_until([&] { return metrics_rows(dir.path() / "runs" / "run") >= 2; }, 120))
+      << launcher.output();
+  launcher.type("\x03");
+  EXPECT_EQ(launcher.wait(120), 130) << launcher.output();
+  const std::string output = launcher.output();
+  EXPECT_EQ(output.find("second signal"), std::string::npos) << output;
+  EXPECT_EQ(output.find("stopping the other processes"), std::string::npos) << output;
+  // Each rank stopped once, after the same step, where rank 0 wrote its checkpoint.
+  const std::regex stopped("stopped by signal 2 after step (\\d+); checkpoint");
+  std::vector<int64_t> steps;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), stopped); it != std::sregex_iterator(); ++it)
+    steps.push_back(std::stoll((*it)[1]));
+  ASSERT_EQ(steps.size(), 2u) << output;
+  EXPECT_EQ(steps[0], steps[1]) << output;
+  const fs::path run_dir = dir.path() / "runs" / "run";
+  const auto found = engine::newest_valid_checkpoint(run_dir / "checkpoints");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->checkpoint.meta.step, steps[0]);
+  ASSERT_LT(steps[0], 60) << "the run ended before Ctrl-C";
+
+  // The same command with resume=auto ends where an uninterrupted run does, bit for bit.
+  std::string command;
+  for (const std::string& word : run) command += word + " ";
+  ASSERT_EQ(run_ltrain(command + "--set checkpoint.resume=auto", dir.path() / "resume.log"), 0)
+      << read_file(dir.path() / "resume.log");
+  ASSERT_EQ(run_ltrain(command + "--set run.name=whole", dir.path() / "whole.log"), 0)
+      << read_file(dir.path() / "whole.log");
+  EXPECT_EQ(summary(run_dir)["steps"], 60);
+  EXPECT_EQ(model_difference(last_checkpoint(run_dir), last_checkpoint(dir.path() / "runs" / "whole")), 0.0);
 }
 
 TEST(Distributed, AKilledRankStopsTheOtherWithinTheTimeout) {

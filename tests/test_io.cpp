@@ -1,9 +1,18 @@
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <fstream>
+#include <iterator>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "ltrain/core/errors.h"
+#include "ltrain/core/files.h"
+#include "ltrain/core/log.h"
 #include "ltrain/io/run_files.h"
 #include "ltrain/io/tensor_file.h"
 #include "support.h"
@@ -11,6 +20,7 @@
 namespace ltrain::io {
 namespace {
 
+namespace fs = std::filesystem;
 using ltrain::testing::read_file;
 using ltrain::testing::TempDir;
 using ltrain::testing::write_file;
@@ -151,6 +161,105 @@ TEST(RunFiles, MetricsCsvAndJsonLines) {
   EXPECT_EQ(read_file(dir.path() / "metrics.jsonl"),
             "{\"epoch\":1,\"kind\":\"step\",\"lr\":0.1,\"step\":50,\"train_loss\":2.5}\n"
             "{\"epoch\":1,\"kind\":\"epoch\",\"step\":97,\"test_acc\":0.25}\n");
+}
+
+/// The message of the files::WriteError that `action` throws ("" and a test failure if none).
+template <class Action>
+std::string write_error_of(Action action) {
+  try {
+    action();
+  } catch (const files::WriteError& error) {
+    EXPECT_EQ(error.code(), ExitCode::runtime);
+    return error.what();
+  }
+  ADD_FAILURE() << "no WriteError";
+  return "";
+}
+
+// /dev/full refuses every write with ENOSPC, as a full disk does.
+constexpr const char* kFullDisk = "/dev/full";
+
+TEST(Files, AWriteToAFullDiskNamesTheFileAndWhatToDo) {
+  files::AppendFile full(kFullDisk);
+  EXPECT_EQ(write_error_of([&] { full.append("one line\n"); }),
+            "/dev/full: cannot write (No space left on device): free some disk space or write to another disk");
+  TempDir dir;
+  EXPECT_EQ(write_error_of([&] { files::AppendFile(dir.path() / "no-such-folder" / "x.csv"); }),
+            (dir.path() / "no-such-folder" / "x.csv").string() +
+                ": cannot open it for writing (No such file or directory): check the disk, or write to another folder");
+}
+
+TEST(Files, AFileSizeLimitStopsAnAtomicWriteAndKeepsThePreviousFile) {
+  TempDir dir;
+  const auto file = dir.path() / "summary.json";
+  write_text_file(file, "first\n");
+  // The soft limit can go down and back up to the hard one without privileges; SIGXFSZ ignored,
+  // a write past it fails with EFBIG.
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = saved;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::string big(10000, 'x');
+  const std::string message = write_error_of([&] { write_text_file(file, big); });
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(message, file.string() + ": cannot write (File too large): raise the file-size limit (ulimit -f) or write "
+                                     "elsewhere");
+  EXPECT_EQ(read_file(file), "first\n");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1)
+      << "the temporary file was left behind";
+}
+
+TEST(Files, StaleTemporariesOfGoneProcessesAreRemovedAndThoseOfLivingOnesKept) {
+  TempDir dir;
+  // A process that has ended: its PID is free.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const std::string dead = std::to_string(gone), alive = std::to_string(::getpid());
+  for (const std::string& name : std::vector<std::string>{"step-00000007.ltc.tmp-" + dead, "config.json.tmp-" + dead,
+                                                          "step-00000008.ltc.tmp-" + alive, "step-00000006.ltc",
+                                                          "notes.tmp-x", "notes.tmp-"})
+    write_file(dir.path() / name, "x");
+  const std::vector<fs::path> removed = files::remove_stale_temporaries(dir.path());
+  EXPECT_EQ(std::set<fs::path>(removed.begin(), removed.end()),
+            (std::set<fs::path>{dir.path() / ("step-00000007.ltc.tmp-" + dead), dir.path() / ("config.json.tmp-" + dead)}));
+  std::set<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir.path())) left.insert(entry.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"step-00000008.ltc.tmp-" + alive, "step-00000006.ltc", "notes.tmp-x",
+                                         "notes.tmp-"}));
+}
+
+TEST(RunFiles, AMetricsRowThatCannotBeWrittenNamesItsFile) {
+  TempDir dir;
+  for (const char* name : {"metrics.csv", "metrics.jsonl"}) {
+    const fs::path run_dir = dir.path() / name;
+    fs::create_directory(run_dir);
+    fs::create_symlink(kFullDisk, run_dir / name);
+    MetricsLog metrics(run_dir);
+    EXPECT_EQ(write_error_of([&] { metrics.write({"step", 1, 50, {{"lr", 0.1}}}); }),
+              (run_dir / name).string() +
+                  ": cannot write (No space left on device): free some disk space or write to another disk");
+  }
+}
+
+TEST(LogFile, AMessageThatCannotBeWrittenIsReportedNamingTheFile) {
+  log::add_file(kFullDisk);
+  spdlog::info("a message for a full disk");
+  EXPECT_EQ(write_error_of([] { log::throw_if_file_failed(); }),
+            "/dev/full: cannot write (No space left on device): free some disk space or write to another disk");
+  log::remove_file();
+  EXPECT_NO_THROW(log::throw_if_file_failed());  // no log file, nothing to report
+
+  TempDir dir;
+  log::add_file(dir.path() / "train.log");
+  spdlog::info("written at once");
+  EXPECT_NE(read_file(dir.path() / "train.log").find("written at once"), std::string::npos);  // no buffer
+  EXPECT_NO_THROW(log::throw_if_file_failed());
+  log::remove_file();
 }
 
 }  // namespace

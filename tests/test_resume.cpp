@@ -2,6 +2,7 @@
 // files, keep_last and best, weights in (model.init_from).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -26,8 +28,10 @@ namespace ltrain::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using ltrain::testing::LtrainProcess;
 using ltrain::testing::read_file;
 using ltrain::testing::TempDir;
+using ltrain::testing::wait_until;
 
 /// 256 synthetic images in steps of 32: 8 steps per epoch, 24 in all; deterministic algorithms,
 /// momentum, a one-cycle schedule (its LR depends on the step), checkpoints every 3 steps.
@@ -72,6 +76,41 @@ void expect_same_end(const fs::path& a, const fs::path& b, int64_t last_step) {
   const nlohmann::json sb = nlohmann::json::parse(read_file(b / "summary.json"));
   for (const char* key : {"epochs", "steps", "final_test_accuracy", "final_test_loss", "best_epoch"})
     EXPECT_EQ(sa[key], sb[key]) << key;
+}
+
+/// `loaded` as a config file for the ltrain executable.
+fs::path write_config_file(const config::LoadedConfig& loaded, const fs::path& file) {
+  testing::write_file(file, config::to_json(loaded.config).dump(2));
+  return file;
+}
+
+/// The step of the last whole row in RUN_DIR/metrics.jsonl (0 when there is none).
+int64_t last_logged_step(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "metrics.jsonl");
+  int64_t step = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_object()) step = row.value("step", step);
+  }
+  return step;
+}
+
+/// Files below `root` whose names hold ".tmp" (unfinished atomic writes).
+std::vector<fs::path> temporary_files(const fs::path& root) {
+  std::vector<fs::path> found;
+  for (const fs::path& folder : {root, root / "checkpoints"}) {
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(folder, error))
+      if (entry.path().filename().string().find(".tmp") != std::string::npos) found.push_back(entry.path());
+  }
+  return found;
+}
+
+/// How often `text` holds `part`.
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t count = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
 }
 
 /// Trains `loaded`, sending this process SIGTERM right after step `stop_step`; expects the run
@@ -286,6 +325,163 @@ TEST(Resume, SigtermToATrainingProcessLeavesAResumableCheckpoint) {
       << read_file(log);
   const nlohmann::json summary = nlohmann::json::parse(read_file(dir.path() / "run" / "summary.json"));
   EXPECT_EQ(summary["steps"], 2 * 32);
+}
+
+TEST(Signals, DuringSetUpTheRunStopsBeforeAnythingIsWritten) {
+  TempDir dir;
+  TrainHooks hooks;
+  hooks.after_setup = [] { std::raise(SIGTERM); };
+  try {
+    train(resumable_run(dir.path(), "run"), hooks);
+    FAIL() << "the run did not stop on SIGTERM during set-up";
+  } catch (const Interrupted& stopped) {
+    EXPECT_EQ(std::string(stopped.what()),
+              "stopped by signal 15 during set-up, before step 1; nothing was written: run the same command again");
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "run"));
+  // A resumed run: its checkpoint and metrics stay as they were.
+  train_until_signal(resumable_run(dir.path(), "run"), 10);
+  const std::string metrics = read_file(dir.path() / "run" / "metrics.jsonl");
+  hooks.after_setup = [] { std::raise(SIGINT); };
+  EXPECT_THROW(train(resumable_run(dir.path(), "run", {"checkpoint.resume=auto"}), hooks), Interrupted);
+  EXPECT_EQ(read_file(dir.path() / "run" / "metrics.jsonl"), metrics);
+  EXPECT_EQ(newest_valid_checkpoint(dir.path() / "run" / "checkpoints")->checkpoint.meta.step, 10);
+}
+
+TEST(Signals, ASecondSignalWithinTheGracePeriodIsTheSameRequest) {
+  TempDir dir;
+  const TrainResult whole = train(resumable_run(dir.path(), "whole"));
+  // SIGTERM, then SIGINT and SIGTERM again at once (a terminal's Ctrl-C and a launcher's copy,
+  // torchrun's SIGINT then SIGTERM): still one stop after step 10, with its checkpoint.
+  TrainHooks hooks;
+  hooks.after_step = [](int64_t step) {
+    if (step != 10) return;
+    std::raise(SIGTERM);
+    std::raise(SIGINT);
+    std::raise(SIGTERM);
+  };
+  EXPECT_THROW(train(resumable_run(dir.path(), "split"), hooks), Interrupted);
+  EXPECT_EQ(newest_valid_checkpoint(dir.path() / "split" / "checkpoints")->checkpoint.meta.step, 10);
+  train(resumable_run(dir.path(), "split", {"checkpoint.resume=auto"}));
+  expect_same_end(whole.run_dir, dir.path() / "split", 24);
+}
+
+TEST(Signals, SigtermAtAnyMomentEndsWithOneLineAndExitCode130) {
+  TempDir dir;
+  const fs::path config = write_config_file(resumable_run(dir.path(), "run", {"run.epochs=100"}), dir.path() / "c.json");
+  // From main's first line on (its handler is installed): while the config loads, during set-up,
+  // and in training. Never the default action's silent 143.
+  for (const double delay : {0.0, 0.05, 0.3, 1.0, 2.5}) {
+    LtrainProcess run({"train", "--config", config.string()});
+    ASSERT_TRUE(wait_until([&] { return run.catches_sigterm(); }, 60)) << run.output();
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+    EXPECT_EQ(run.wait(120), 130) << "delay " << delay << " s:\n" << run.output();
+    EXPECT_EQ(count_of(run.output(), "stopped by signal 15"), 1u) << "delay " << delay << " s:\n" << run.output();
+  }
+}
+
+TEST(Signals, TwoSigtermsMillisecondsApartStillCheckpoint) {
+  TempDir dir;
+  const fs::path config = write_config_file(resumable_run(dir.path(), "run", {"run.epochs=100"}), dir.path() / "c.json");
+  for (const int gap_ms : {5, 20, 50}) {
+    const std::string name = "gap-" + std::to_string(gap_ms);
+    LtrainProcess run({"train", "--config", config.string(), "--set", "run.name=" + name});
+    ASSERT_TRUE(wait_until([&] { return last_logged_step(dir.path() / name) >= 2; }, 120)) << run.output();
+    ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
+    ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+    EXPECT_EQ(run.wait(120), 130) << run.output();
+    EXPECT_NE(run.output().find("written: run the same command with --set checkpoint.resume=auto"), std::string::npos)
+        << run.output();
+    EXPECT_EQ(run.output().find("second signal"), std::string::npos) << run.output();
+    const auto found = newest_valid_checkpoint(dir.path() / name / "checkpoints");
+    ASSERT_TRUE(found.has_value());
+    EXPECT_GE(found->checkpoint.meta.step, last_logged_step(dir.path() / name));
+  }
+}
+
+TEST(Resume, KilledAgainAndAgainItLosesNoStepAndLeavesNoTemporaryFile) {
+  TempDir dir;
+  // A checkpoint after every step; the same config uninterrupted is the reference.
+  const auto loaded = resumable_run(dir.path(), "killed", {"run.epochs=6", "run.log_every_steps=1", "checkpoint.every_steps=1"});
+  const fs::path config = write_config_file(loaded, dir.path() / "c.json");
+  ASSERT_EQ(testing::run_ltrain("train --config " + config.string() + " --set run.name=whole", dir.path() / "whole.log"), 0)
+      << read_file(dir.path() / "whole.log");
+  const fs::path run_dir = dir.path() / "killed";
+  const std::vector<std::string> resume{"train", "--config", config.string(), "--set", "checkpoint.resume=auto"};
+  for (int kill = 0; kill < 5; ++kill) {
+    LtrainProcess run(resume);
+    const int64_t target = 4 + 8 * kill;  // 48 steps in all
+    ASSERT_TRUE(wait_until([&] { return last_logged_step(run_dir) >= target; }, 120)) << run.output();
+    std::this_thread::sleep_for(std::chrono::milliseconds(7 * kill));  // land elsewhere in a step each time
+    ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+    ASSERT_EQ(run.wait(60), 128 + SIGKILL) << run.output();
+    // At most the step in progress is lost: a step's row is written just before its checkpoint.
+    const auto found = newest_valid_checkpoint(run_dir / "checkpoints");
+    ASSERT_TRUE(found.has_value());
+    EXPECT_GE(found->checkpoint.meta.step, last_logged_step(run_dir) - 1) << "kill " << kill;
+  }
+  // Two more temporaries: a process that is gone left one, this test process (alive) the other.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const fs::path stale = run_dir / "checkpoints" / (checkpoint_file_name(99) + ".tmp-" + std::to_string(gone));
+  const fs::path living = run_dir / "checkpoints" / (checkpoint_file_name(98) + ".tmp-" + std::to_string(::getpid()));
+  testing::write_file(stale, "x");
+  testing::write_file(living, "x");
+
+  LtrainProcess last(resume);
+  ASSERT_EQ(last.wait(300), 0) << last.output();
+  EXPECT_EQ(temporary_files(run_dir), std::vector<fs::path>{living});
+  fs::remove(living);
+  // Every step's row once, and the weights, optimizer state and summary of the uninterrupted run.
+  expect_same_end(dir.path() / "whole", run_dir, 48);
+}
+
+/// In the child before exec: a write past RLIMIT_FSIZE fails (EFBIG) instead of killing it.
+void ignore_file_size_signal() { ::signal(SIGXFSZ, SIG_IGN); }
+
+TEST(Resume, AFileThatCannotBeWrittenStopsTheRunAtOnceAndKeepsItsCheckpoints) {
+  TempDir dir;
+  const fs::path config = write_config_file(
+      resumable_run(dir.path(), "run", {"run.epochs=100", "run.log_every_steps=1", "checkpoint.every_steps=1"}),
+      dir.path() / "c.json");
+  const fs::path run_dir = dir.path() / "run";
+  // Output through a pipe: the limit applies to every file the process writes.
+  LtrainProcess run({"train", "--config", config.string()}, LtrainProcess::Output::pipe, ignore_file_size_signal);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(run_dir / "checkpoints" / checkpoint_file_name(3)); }, 120))
+      << run.output();
+  // From now on every file stops growing at 1 byte, as a full disk would: the next write fails,
+  // whichever it is (a metrics row, a log line, a checkpoint).
+  rlimit limit{};
+  ASSERT_EQ(::prlimit(run.pid(), RLIMIT_FSIZE, nullptr, &limit), 0);
+  limit.rlim_cur = 1;
+  ASSERT_EQ(::prlimit(run.pid(), RLIMIT_FSIZE, &limit, nullptr), 0);
+  EXPECT_EQ(run.wait(120), 4) << run.output();
+  const std::string output = run.output();
+  std::smatch failure;
+  ASSERT_TRUE(std::regex_search(output, failure,
+                                std::regex("error (\\S+): cannot write \\(File too large\\): raise the file-size limit "
+                                           "\\(ulimit -f\\) or write elsewhere; the checkpoints already in (\\S+) are "
+                                           "intact: once it is fixed, the same command with --set "
+                                           "checkpoint.resume=auto continues the run\\n")))
+      << output;
+  EXPECT_EQ(failure[1].str().rfind(run_dir.string() + "/", 0), 0u) << "not a file of the run: " << failure[1];
+  EXPECT_EQ(failure[2].str(), (run_dir / "checkpoints").string());
+  // Every checkpoint written reads and verifies; the run stopped long before its end.
+  int64_t last_step = 0;
+  for (const fs::path& file : testing::files_below(run_dir / "checkpoints", ".ltc"))
+    last_step = std::max(last_step, read_checkpoint(file).meta.step);
+  EXPECT_GE(last_step, 3);
+  EXPECT_LT(last_step, 100);
+  EXPECT_TRUE(temporary_files(run_dir).empty());
+  // Fixed, the same command continues.
+  EXPECT_EQ(testing::run_ltrain("train --config " + config.string() + " --set checkpoint.resume=auto --set "
+                                "run.max_steps=" + std::to_string(last_step + 2),
+                                dir.path() / "resume.log"),
+            0)
+      << read_file(dir.path() / "resume.log");
 }
 
 TEST(InitFrom, StartsFromSafetensorsAndNamesWhatDoesNotFit) {

@@ -2,10 +2,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -20,9 +22,15 @@ namespace ltrain::dist {
 
 namespace {
 
-volatile std::sig_atomic_t received_signal = 0;
+// What the launcher's handler saw: how many SIGINT/SIGTERM so far, and the last one.
+std::atomic<int> g_signals_received{0};
+std::atomic<int> g_last_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler may only touch lock-free atomics");
 
-extern "C" void remember_signal(int signal) { received_signal = signal; }
+extern "C" void remember_signal(int signal) {
+  g_last_signal.store(signal);
+  g_signals_received.fetch_add(1);
+}
 
 }  // namespace
 
@@ -70,6 +78,7 @@ int launch(const LaunchOptions& options) {
   for (std::string& argument : arguments) argv.push_back(argument.data());
   argv.push_back(nullptr);
 
+  g_signals_received.store(0);
   struct sigaction action {};
   action.sa_handler = remember_signal;
   sigemptyset(&action.sa_mask);
@@ -78,14 +87,24 @@ int launch(const LaunchOptions& options) {
   sigaction(SIGTERM, &action, &old_terminate);
 
   spdlog::info("launch: {} processes, rendezvous at 127.0.0.1:{}", options.processes, port);
+  const pid_t launcher = ::getpid();
   std::vector<Child> children(static_cast<size_t>(options.processes));
   for (int64_t rank = 0; rank < options.processes; ++rank) {
+    // A rank starts with SIGINT/SIGTERM blocked; ltrain's main unblocks them once its handlers are
+    // installed, so a signal that comes while the rank loads is delivered then, not lost or fatal.
+    sigset_t stop_signals, launcher_mask;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    sigprocmask(SIG_BLOCK, &stop_signals, &launcher_mask);
     const pid_t pid = ::fork();
-    if (pid < 0) {
-      signal_running(children, SIGKILL);
-      throw RunError(fmt::format("ltrain launch: cannot start process {} (fork failed)", rank));
-    }
     if (pid == 0) {
+      // Its own process group: a terminal's Ctrl-C reaches the launcher alone, which passes it on
+      // once (the rank would otherwise see two stop requests).
+      ::setpgid(0, 0);
+      // A launcher that dies (killed, its terminal closed) stops its ranks as SIGTERM does.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) std::_Exit(static_cast<int>(ExitCode::interrupted));
       ::setenv("RANK", std::to_string(rank).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(options.processes).c_str(), 1);
@@ -95,6 +114,12 @@ int launch(const LaunchOptions& options) {
       ::execv("/proc/self/exe", argv.data());
       std::_Exit(127);
     }
+    sigprocmask(SIG_SETMASK, &launcher_mask, nullptr);
+    if (pid < 0) {
+      signal_running(children, SIGKILL);
+      throw RunError(fmt::format("ltrain launch: cannot start process {} (fork failed)", rank));
+    }
+    ::setpgid(pid, pid);  // also here, so that no signal finds it in the launcher's group
     children[static_cast<size_t>(rank)] = Child{pid, true, 0};
   }
 
@@ -102,12 +127,14 @@ int launch(const LaunchOptions& options) {
   int first_failure = 0;
   bool killing = false;  // SIGTERM sent after a failure; SIGKILL at kill_at
   Clock::time_point kill_at = Clock::now();
-  int forwarded = 0;
+  int signals_forwarded = 0;
   size_t running = children.size();
   while (running > 0) {
-    if (received_signal != 0 && received_signal != forwarded) {
-      forwarded = received_signal;
-      signal_running(children, forwarded);  // each process finishes its step and checkpoints
+    // Each signal is passed on once: the first asks every process to finish its step and
+    // checkpoint, a later one (after the ranks' grace period) to exit at once.
+    if (const int received = g_signals_received.load(); received > signals_forwarded) {
+      signals_forwarded = received;
+      signal_running(children, g_last_signal.load());
     }
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -121,7 +148,7 @@ int launch(const LaunchOptions& options) {
         if (child.exit_code != 0 && first_failure == 0) {
           first_failure = child.exit_code;
           // After a forwarded signal the others are stopping already.
-          if (running > 0 && forwarded == 0) {
+          if (running > 0 && signals_forwarded == 0) {
             spdlog::error("launch: rank {} exited with code {}; stopping the other processes", rank, child.exit_code);
             signal_running(children, SIGTERM);
             killing = true;

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ltrain/amp/precision.h"
+#include "ltrain/core/files.h"
 #include "ltrain/core/interrupt.h"
 #include "ltrain/core/log.h"
 #include "ltrain/core/progress.h"
@@ -205,6 +206,19 @@ bool any_rank(dist::Group& group, bool value, const torch::Device& device) {
   return flag.item<int32_t>() > 0;
 }
 
+/// True on every rank when a stop was requested on any (with a group: a collective, every rank
+/// calls it at the same point).
+bool stop_requested_anywhere(dist::Group* group, const torch::Device& device) {
+  return group ? any_rank(*group, interrupt::stop_requested(), device) : interrupt::stop_requested();
+}
+
+/// What stopped this process: "signal 15", or "a signal to another process" on a rank that stops
+/// with the others.
+std::string stop_cause() {
+  const int signal_number = interrupt::stop_signal();
+  return signal_number != 0 ? fmt::format("signal {}", signal_number) : "a signal to another process";
+}
+
 /// The model's parameters and buffers, in module order.
 std::vector<torch::Tensor> model_state(const torch::nn::Module& model) {
   std::vector<torch::Tensor> tensors = model.parameters();
@@ -216,6 +230,8 @@ std::vector<torch::Tensor> model_state(const torch::nn::Module& model) {
 
 TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   const config::RunConfig& config = loaded.config;
+  // From here SIGINT/SIGTERM are requests polled below: before anything is written, after each step.
+  const interrupt::StopRequests stop_requests;
 
   // ---- Set-up: everything that can fail on bad input fails before the run directory exists ----
   torch::Device device = resolve_device(loaded);
@@ -278,6 +294,12 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   // Optional only to be destroyed before the group closes (see the end).
   std::optional<TrainStep> train_step(std::in_place, model, *optimizer, scaler, config, group.get());
   std::optional<Evaluator> evaluator(std::in_place, model, eval_loader, config, group.get());
+  // A stop asked for during set-up ends the run here, before anything is written.
+  if (hooks.after_setup) hooks.after_setup();
+  if (stop_requested_anywhere(group.get(), device))
+    throw Interrupted(fmt::format("stopped by {} during set-up, before step {}; nothing was written: run the same "
+                                  "command again",
+                                  stop_cause(), step + 1));
 
   // Only rank 0 writes: the run directory, logs, metrics and checkpoints; the others log warnings
   // and errors only.
@@ -299,8 +321,14 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   if (group && main_process) group->all_gather_text("run_dir", run_dir.string());
   const fs::path checkpoint_dir = run_dir / "checkpoints";
   if (main_process) {
-    fs::create_directories(checkpoint_dir);
+    std::error_code error;
+    fs::create_directories(checkpoint_dir, error);
+    if (error) throw files::write_error(checkpoint_dir, "create the folder", error.value());
     log::add_file(run_dir / "train.log");
+    // Unfinished writes of a run that was killed (SIGKILL, a power cut): never of a living process.
+    for (const fs::path& folder : {run_dir, checkpoint_dir})
+      for (const fs::path& file : files::remove_stale_temporaries(folder))
+        spdlog::info("removed {}: an unfinished write of a process that no longer runs", file.string());
   }
   spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads", LTRAIN_VERSION, compat::torch_version(),
                device.str(), torch::get_num_threads());
@@ -340,11 +368,11 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
                    ? fmt::format(" | CUDA graph of the training step after {} eager steps", config.cuda_graph.warmup_steps)
                    : "",
                config.cuda_graph.eval ? " | CUDA graph of evaluation" : "");
+  log::throw_if_file_failed();
 
   std::optional<io::MetricsLog> metrics;
   if (main_process) metrics.emplace(run_dir);
   Progress progress(main_process && stderr_is_terminal());
-  const InterruptHandler interrupt;
   TrainResult result;
   result.run_dir = run_dir;
   result.epochs = std::min(first_epoch - 1, epochs);
@@ -366,9 +394,9 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
     spdlog::info("checkpoint {}", file.string());
   };
   auto stop_for_signal = [&](const fs::path& file) {
-    throw Interrupted(fmt::format("stopped by signal {} after step {}; checkpoint {} written: run the same command with "
+    throw Interrupted(fmt::format("stopped by {} after step {}; checkpoint {} written: run the same command with "
                                   "--set checkpoint.resume=auto (or ={}) to continue",
-                                  InterruptHandler::signal_number(), step, file.string(), file.string()));
+                                  stop_cause(), step, file.string(), file.string()));
   };
 
   try {
@@ -391,7 +419,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
         if (hooks.after_step) hooks.after_step(step);
         const bool last_of_epoch = index + 1 == epoch_steps;
         // Several processes act on a signal together, at the next log interval, where they agree.
-        bool stop = !group && InterruptHandler::requested();
+        bool stop = !group && interrupt::stop_requested();
         // Steps checkpoints inside the epoch; one at its last step waits for the evaluation.
         const bool periodic_checkpoint =
             config.checkpoint.every_steps > 0 && step % config.checkpoint.every_steps == 0 && !last_of_epoch;
@@ -399,7 +427,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
 
         // ---- Log interval: the loop's only host sync ----
         const StepTotals totals = train_step->take_totals();
-        if (group) stop = any_rank(*group, InterruptHandler::requested(), device);
+        if (group) stop = stop_requested_anywhere(group.get(), device);
         const bool checkpoint_now = stop || periodic_checkpoint;
         const double interval_seconds = seconds_since(interval_start);
         interval_start = Clock::now();
@@ -433,6 +461,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
           if (main_process) prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
           if (stop) stop_for_signal(file);
         }
+        log::throw_if_file_failed();
       }
       progress.clear();
       sums.train_seconds += sums.epoch_seconds;
@@ -491,7 +520,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
       if (metrics) metrics->write({"epoch", epoch, step, epoch_values});
 
       // ---- Checkpoints: the state after this epoch ----
-      const bool stop = group ? any_rank(*group, InterruptHandler::requested(), device) : InterruptHandler::requested();
+      const bool stop = stop_requested_anywhere(group.get(), device);
       sums.epoch = StepTotals();
       sums.epoch_seconds = 0.0;
       const fs::path file = checkpoint_dir / checkpoint_file_name(step);
@@ -501,11 +530,16 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
         if (main_process) prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
       }
       if (new_best) write_checkpoint(checkpoint_dir / kBestCheckpointName, epoch, 0, epoch_values);
+      log::throw_if_file_failed();
       if (stop && !last_epoch) stop_for_signal(file);
     }
   } catch (const c10::Error& error) {
     if (compat::is_out_of_memory(error)) throw out_of_memory_error(config, error);
     throw;
+  } catch (const files::WriteError& error) {
+    throw files::WriteError(fmt::format("{}; the checkpoints already in {} are intact: once it is fixed, the same "
+                                        "command with --set checkpoint.resume=auto continues the run",
+                                        error.what(), checkpoint_dir.string()));
   }
 
   // ---- Summary ----
@@ -526,6 +560,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
                100.0 * result.best_test_accuracy, result.best_epoch, result.images_per_second);
   if (main_process) {
     io::write_text_file(run_dir / "summary.json", result_json(result).dump(2) + "\n");
+    log::throw_if_file_failed();
     log::remove_file();
   }
   // Their CUDA graphs hold all-reduces captured on the group's NCCL communicators; with the graphs

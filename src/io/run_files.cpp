@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <system_error>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "ltrain/core/errors.h"
@@ -32,17 +34,7 @@ fs::path create_run_dir(const fs::path& out_dir, const std::string& name) {
 }
 
 void write_text_file(const fs::path& file, const std::string& text) {
-  const fs::path temporary = file.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out)
-      throw RunError(fmt::format("{}: cannot write (disk full or read-only?); free space or choose another run.out_dir",
-                                 file.string()));
-  }
-  if (std::rename(temporary.c_str(), file.c_str()) != 0)
-    throw RunError(fmt::format("{}: cannot rename the temporary file into place", file.string()));
+  files::write_atomically(file, {{text.data(), text.size()}});
 }
 
 namespace {
@@ -83,34 +75,32 @@ const std::vector<std::string>& MetricsLog::columns() {
   return names;
 }
 
-MetricsLog::MetricsLog(const fs::path& run_dir) {
-  const fs::path csv_path = run_dir / "metrics.csv";
-  const bool new_csv = !fs::exists(csv_path);
-  csv_.open(csv_path, std::ios::app);
-  jsonl_.open(run_dir / "metrics.jsonl", std::ios::app);
-  if (!csv_ || !jsonl_) throw RunError(fmt::format("{}: cannot open the metrics files for writing", run_dir.string()));
-  if (new_csv) {
-    csv_ << "kind,epoch,step";
-    for (const auto& column : columns()) csv_ << ',' << column;
-    csv_ << '\n' << std::flush;
-  }
+namespace {
+/// `file`, created with the CSV header line when it does not exist.
+fs::path csv_with_header(const fs::path& file) {
+  if (!fs::exists(file)) write_text_file(file, fmt::format("kind,epoch,step,{}\n", fmt::join(MetricsLog::columns(), ",")));
+  return file;
 }
+}  // namespace
+
+MetricsLog::MetricsLog(const fs::path& run_dir)
+    : csv_(csv_with_header(run_dir / "metrics.csv")), jsonl_(run_dir / "metrics.jsonl") {}
 
 void MetricsLog::write(const MetricsRow& row) {
   for (const auto& [key, value] : row.values)
     if (std::find(columns().begin(), columns().end(), key) == columns().end())
       throw std::logic_error("MetricsLog: unknown metrics column " + key);
   nlohmann::json record{{"kind", row.kind}, {"epoch", row.epoch}, {"step", row.step}};
-  csv_ << row.kind << ',' << row.epoch << ',' << row.step;
+  std::string line = fmt::format("{},{},{}", row.kind, row.epoch, row.step);
   for (const auto& column : columns()) {
-    csv_ << ',';
+    line += ',';
     auto it = row.values.find(column);
     if (it == row.values.end()) continue;
-    csv_ << fmt::format("{:.6g}", it->second);
+    line += fmt::format("{:.6g}", it->second);
     record[column] = std::isfinite(it->second) ? nlohmann::json(it->second) : nlohmann::json(nullptr);
   }
-  csv_ << '\n' << std::flush;
-  jsonl_ << record.dump() << '\n' << std::flush;
+  csv_.append(line + '\n');
+  jsonl_.append(record.dump() + '\n');
 }
 
 }  // namespace ltrain::io

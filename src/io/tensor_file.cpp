@@ -1,17 +1,14 @@
 #include "ltrain/io/tensor_file.h"
 
 #include <array>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include "ltrain/core/errors.h"
+#include "ltrain/core/files.h"
 
 namespace ltrain::io {
 namespace fs = std::filesystem;
@@ -59,39 +56,6 @@ std::vector<char> read_all(const fs::path& file, const char* what) {
   in.seekg(0);
   if (size > 0 && !in.read(bytes.data(), size)) throw DataError(fmt::format("{}: cannot read this {} file", file.string(), what));
   return bytes;
-}
-
-/// Writes through `fill` into FILE.tmp-PID, fsyncs, and renames over FILE. On failure the
-/// temporary is removed and the old FILE, if any, is untouched.
-void write_atomically(const fs::path& file, const std::vector<std::pair<const void*, size_t>>& pieces) {
-  const fs::path temporary = file.string() + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  auto fail = [&](const char* step) {
-    const std::string reason = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    std::error_code ignored;
-    fs::remove(temporary, ignored);
-    throw RunError(fmt::format("{}: cannot {} ({}): free some disk space or choose another folder; earlier files are "
-                               "untouched",
-                               file.string(), step, reason));
-  };
-  if (fd < 0) fail("create the file");
-  for (const auto& [data, size] : pieces) {
-    const char* cursor = static_cast<const char*>(data);
-    size_t left = size;
-    while (left > 0) {
-      const ssize_t written = ::write(fd, cursor, left);
-      if (written < 0) {
-        if (errno == EINTR) continue;
-        fail("write");
-      }
-      cursor += written;
-      left -= static_cast<size_t>(written);
-    }
-  }
-  if (::fsync(fd) != 0) fail("flush");
-  if (::close(fd) != 0) fail("close");
-  if (std::rename(temporary.c_str(), file.c_str()) != 0) fail("rename the temporary file");
 }
 
 template <class T>
@@ -180,10 +144,10 @@ void write_safetensors(const fs::path& file, const NamedTensors& tensors,
   header_text.append(align_up(header_text.size(), 8) - header_text.size(), ' ');  // readers accept trailing spaces
   std::string prefix;
   append_le<uint64_t>(prefix, header_text.size());
-  std::vector<std::pair<const void*, size_t>> pieces{{prefix.data(), prefix.size()},
+  files::Pieces pieces{{prefix.data(), prefix.size()},
                                                      {header_text.data(), header_text.size()}};
   for (const auto& tensor : host) pieces.emplace_back(tensor.data_ptr(), byte_size(tensor));
-  write_atomically(file, pieces);
+  files::write_atomically(file, pieces);
 }
 
 NamedTensors read_safetensors(const fs::path& file, std::map<std::string, std::string>* metadata) {
@@ -251,7 +215,7 @@ void write_archive(const fs::path& file, const TensorArchive& archive) {
 
   // The file in pieces: prefix, header, zero padding up to each 64-byte aligned tensor, tensors.
   static const std::array<char, kAlignment> zeros{};
-  std::vector<std::pair<const void*, size_t>> pieces{{prefix.data(), prefix.size()},
+  files::Pieces pieces{{prefix.data(), prefix.size()},
                                                      {header_text.data(), header_text.size()}};
   size_t position = kArchivePrefix + header_text.size();
   const size_t data_start = align_up(position, kAlignment);
@@ -269,7 +233,7 @@ void write_archive(const fs::path& file, const TensorArchive& archive) {
   append_le<uint32_t>(trailer, checksum);
   trailer.append(kArchiveEnd, sizeof kArchiveEnd);
   pieces.emplace_back(trailer.data(), trailer.size());
-  write_atomically(file, pieces);
+  files::write_atomically(file, pieces);
 }
 
 TensorArchive read_archive(const fs::path& file) {

@@ -1,28 +1,42 @@
 #pragma once
-// SIGINT and SIGTERM as a request to stop that the training loop polls between steps: it
-// finishes the step, writes a checkpoint and exits 130. A second signal ends the process at once
-// (exit 130), for a user who does not want to wait.
-#include <csignal>
+// SIGINT and SIGTERM as a request to stop.
+//
+// `install_stop_handlers` (main, first thing) makes them so for the whole life of the process.
+// While a `StopRequests` scope is alive (a training run, its set-up included), a signal only sets
+// a flag that the run polls: set-up stops before anything is written, the training loop finishes
+// its step, writes a checkpoint and stops (exit code 130). Signals within kStopGraceSeconds of
+// the first are the same request (a terminal's Ctrl-C and the launcher's copy of it, torchrun's
+// SIGINT followed by SIGTERM); one that comes later ends the process at once (exit 130) without a
+// checkpoint, for a user who does not want to wait. With no scope alive nothing polls: a signal
+// ends the process at once, with one line and exit code 130.
 
-namespace ltrain {
+namespace ltrain::interrupt {
 
-class InterruptHandler {
+/// Signals this long (seconds) after the first one repeat its request instead of forcing an exit.
+inline constexpr double kStopGraceSeconds = 2.0;
+
+/// Installs the SIGINT and SIGTERM handlers for the rest of the process (again: no effect). A
+/// signal that the process was started with ignored stays ignored.
+void install_stop_handlers();
+
+/// Unblocks SIGINT and SIGTERM, which `ltrain launch` blocks in a rank until its handlers exist
+/// (a signal that came meanwhile is delivered now).
+void unblock_stop_signals();
+
+/// True once SIGINT or SIGTERM arrived since the current StopRequests scope began.
+bool stop_requested();
+
+/// The signal that asked to stop (0 if none).
+int stop_signal();
+
+/// While alive, SIGINT and SIGTERM are stop requests that its owner polls. Clears any earlier
+/// request when it begins (installing the handlers if main did not).
+class StopRequests {
  public:
-  /// Installs the handlers and clears any earlier request.
-  InterruptHandler();
-  /// Puts the previous handlers back.
-  ~InterruptHandler();
-  InterruptHandler(const InterruptHandler&) = delete;
-  InterruptHandler& operator=(const InterruptHandler&) = delete;
-
-  /// True once SIGINT or SIGTERM has arrived.
-  static bool requested();
-  /// The signal that arrived (0 if none).
-  static int signal_number();
-
- private:
-  struct sigaction previous_interrupt_ {};
-  struct sigaction previous_terminate_ {};
+  StopRequests();
+  ~StopRequests();
+  StopRequests(const StopRequests&) = delete;
+  StopRequests& operator=(const StopRequests&) = delete;
 };
 
-}  // namespace ltrain
+}  // namespace ltrain::interrupt

@@ -4,6 +4,8 @@
 // each plane row-major 32x32.
 #include <cstdint>
 #include <filesystem>
+#include <string_view>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -30,8 +32,27 @@ struct TrainTestSets {
   ImageSet test;
 };
 
+/// Records in each file of the official release.
+constexpr int64_t kOfficialRecords = 10000;
+
+/// A file as published: in CIFAR-10's binary release, or in cifar10-mini (ltrain's test subset of
+/// it, 1000 records per file).
+struct KnownFile {
+  std::string_view name;     ///< "data_batch_1.bin"
+  int64_t records = 0;       ///< 3073-byte records in it
+  std::string_view sha256;   ///< 64 lowercase hex digits
+  std::string_view release;  ///< "CIFAR-10" or "cifar10-mini"
+};
+
+/// The files read_cifar10_file recognises by name and size (scripts/get-cifar10.sh lists the same
+/// sums for the official release).
+const std::vector<KnownFile>& known_cifar10_files();
+
 /// Reads one binary file. DataError naming the file when it is missing, empty, not a whole
-/// number of 3073-byte records, or holds a label outside 0-9.
+/// number of 3073-byte records, or holds a label outside 0-9; and when it has the name and size
+/// of an official file but not its SHA-256 (damaged). A file named like an official one that
+/// holds another number of records (cut at a record boundary, or a subset) is read with one
+/// warning naming it and its record count, unless it is a known subset's (cifar10-mini).
 ImageSet read_cifar10_file(const std::filesystem::path& file);
 
 /// data_batch_1..5.bin (concatenated, in order) and test_batch.bin under `root`. DataError

@@ -1,8 +1,10 @@
 #pragma once
 // `ltrain launch -n N -- train ...`: torchrun's job on a host without it. Starts N copies of this
 // executable with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (127.0.0.1) and
-// MASTER_PORT set, forwards SIGINT/SIGTERM to them, and when one fails stops the others
-// (SIGTERM, then SIGKILL after a grace period) instead of leaving them waiting.
+// MASTER_PORT set, each in a process group of its own, so that a terminal's Ctrl-C reaches the
+// launcher alone; it passes every SIGINT/SIGTERM on to them once. When one fails it stops the
+// others (SIGTERM, then SIGKILL after a grace period) instead of leaving them waiting; when the
+// launcher itself dies, its ranks get SIGTERM (they checkpoint and stop).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -23,12 +23,15 @@ struct TrainResult {
 
 /// Observers of a run (tests use them to stop a run at a chosen step).
 struct TrainHooks {
+  std::function<void()> after_setup;             ///< set-up done, before anything is written
   std::function<void(int64_t step)> after_step;  ///< after each optimizer step is enqueued
 };
 
 /// Trains as `loaded` says, writing logs, metrics, checkpoints and summary.json into a new run
-/// directory, or continuing one (checkpoint.resume). SIGINT/SIGTERM finish the step, write a
-/// checkpoint and throw Interrupted. Throws ConfigError, DataError or RunError for the user to act on.
+/// directory, or continuing one (checkpoint.resume). SIGINT/SIGTERM (interrupt::StopRequests) during
+/// set-up throw Interrupted before anything is written; during training they finish the step,
+/// write a checkpoint and throw Interrupted. Throws ConfigError, DataError or RunError for the
+/// user to act on; a file that cannot be written (files::WriteError) stops the run at once.
 TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks = {});
 
 }  // namespace ltrain::engine

@@ -3,9 +3,11 @@
 // metrics as CSV (for spreadsheets and plots) and JSON lines (for programs).
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
+#include <vector>
+
+#include "ltrain/core/files.h"
 
 namespace ltrain::io {
 
@@ -13,7 +15,8 @@ namespace ltrain::io {
 /// an earlier run's folder. RunError when the folder cannot be created.
 std::filesystem::path create_run_dir(const std::filesystem::path& out_dir, const std::string& name);
 
-/// Writes `text` to `file` through a temporary file and a rename.
+/// Writes `text` to `file` atomically (files::write_atomically). WriteError naming the file when the
+/// system refuses.
 void write_text_file(const std::filesystem::path& file, const std::string& text);
 
 /// One row of metrics: "step" rows at log intervals, "epoch" rows after each epoch.
@@ -29,18 +32,21 @@ struct MetricsRow {
 /// after its epoch's evaluation). Missing files are left missing.
 void truncate_metrics(const std::filesystem::path& run_dir, int64_t step, bool epoch_row_at_step_kept);
 
-/// Appends rows to RUN_DIR/metrics.csv and RUN_DIR/metrics.jsonl, flushed after each row.
+/// Appends rows to RUN_DIR/metrics.csv and RUN_DIR/metrics.jsonl, each in the files when write()
+/// returns. WriteError naming the file at the first write the system refuses.
 class MetricsLog {
  public:
+  /// Opens (creates) both files; a new CSV file gets its header.
   explicit MetricsLog(const std::filesystem::path& run_dir);
+  /// Appends `row` to both files.
   void write(const MetricsRow& row);
 
   /// The value columns, in CSV order.
   static const std::vector<std::string>& columns();
 
  private:
-  std::ofstream csv_;
-  std::ofstream jsonl_;
+  files::AppendFile csv_;
+  files::AppendFile jsonl_;
 };
 
 }  // namespace ltrain::io

@@ -1,0 +1,58 @@
+#pragma once
+// Files written so that a failure shows when it happens: appends that reach the kernel before
+// they return, and whole files written atomically (a temporary FILE.tmp-PID beside the target,
+// fsync, rename). A failed write is a WriteError that names the file, the reason (disk full, a
+// file-size limit, a read-only folder) and what to do; what was written before stays as it was.
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ltrain/core/errors.h"
+
+namespace ltrain::files {
+
+/// A write that the system refused (exit code 4, as every RunError).
+class WriteError : public RunError {
+ public:
+  using RunError::RunError;
+};
+
+/// The WriteError for `action` ("write", "open", "rename ...") on `file` failing with errno
+/// `error_number`: "FILE: cannot write (No space left on device): free disk space ...".
+WriteError write_error(const std::filesystem::path& file, const std::string& action, int error_number);
+
+/// A file opened for appending, written with write(2): no buffer hides a failure.
+class AppendFile {
+ public:
+  /// Opens `file` for appending, creating it. WriteError when it cannot.
+  explicit AppendFile(std::filesystem::path file);
+  ~AppendFile();
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+
+  /// Writes all of `text` before returning; WriteError at the first failed write (a part of
+  /// `text` may then be in the file).
+  void append(std::string_view text);
+  const std::filesystem::path& path() const { return file_; }
+
+ private:
+  std::filesystem::path file_;
+  int descriptor_ = -1;
+};
+
+/// Bytes to write: pointer and length.
+using Pieces = std::vector<std::pair<const void*, size_t>>;
+
+/// Writes `pieces` into FILE.tmp-PID, fsyncs it and renames it over `file`. WriteError when
+/// anything fails; the temporary is then removed and an earlier `file` is untouched.
+void write_atomically(const std::filesystem::path& file, const Pieces& pieces);
+
+/// Removes the temporaries write_atomically leaves behind when its process is killed
+/// (NAME.tmp-PID in `folder`, PID no longer a process of this host); those of a living process
+/// are kept. Returns the removed files.
+std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& folder);
+
+}  // namespace ltrain::files

@@ -1,0 +1,116 @@
+#include "ltrain/core/files.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <system_error>
+
+#include <fmt/format.h>
+
+namespace ltrain::files {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kTemporaryMarker = ".tmp-";
+
+/// What a user can do about a write that failed with `error_number`.
+const char* remedy(int error_number) {
+  switch (error_number) {
+    case ENOSPC:
+    case EDQUOT:
+      return "free some disk space or write to another disk";
+    case EFBIG:
+      return "raise the file-size limit (ulimit -f) or write elsewhere";
+    case EROFS:
+    case EACCES:
+    case EPERM:
+      return "make the folder writable or write to another folder";
+    default:
+      return "check the disk, or write to another folder";
+  }
+}
+
+/// Writes all `size` bytes at `data` to `descriptor`; false with errno set when the system refuses.
+bool write_all(int descriptor, const void* data, size_t size) {
+  const char* cursor = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t written = ::write(descriptor, cursor, size);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    cursor += written;
+    size -= static_cast<size_t>(written);
+  }
+  return true;
+}
+
+/// The PID in "NAME.tmp-PID", or 0 when `name` is not such a name.
+pid_t temporary_owner(const std::string& name) {
+  const size_t marker = name.rfind(kTemporaryMarker);
+  if (marker == std::string::npos) return 0;
+  const std::string digits = name.substr(marker + std::strlen(kTemporaryMarker));
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return static_cast<pid_t>(std::stol(digits));
+}
+
+bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
+
+}  // namespace
+
+WriteError write_error(const fs::path& file, const std::string& action, int error_number) {
+  return WriteError(
+      fmt::format("{}: cannot {} ({}): {}", file.string(), action, std::strerror(error_number), remedy(error_number)));
+}
+
+AppendFile::AppendFile(fs::path file) : file_(std::move(file)) {
+  descriptor_ = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (descriptor_ < 0) throw write_error(file_, "open it for writing", errno);
+}
+
+AppendFile::~AppendFile() {
+  if (descriptor_ >= 0) ::close(descriptor_);
+}
+
+void AppendFile::append(std::string_view text) {
+  if (!write_all(descriptor_, text.data(), text.size())) throw write_error(file_, "write", errno);
+}
+
+void write_atomically(const fs::path& file, const Pieces& pieces) {
+  const fs::path temporary = file.string() + kTemporaryMarker + std::to_string(::getpid());
+  int descriptor = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  auto fail = [&](const char* action) {
+    const int error_number = errno;
+    if (descriptor >= 0) ::close(descriptor);
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    throw write_error(file, action, error_number);
+  };
+  if (descriptor < 0) fail("create it");
+  for (const auto& [data, size] : pieces)
+    if (!write_all(descriptor, data, size)) fail("write");
+  if (::fsync(descriptor) != 0) fail("flush it to disk");
+  const int closed = ::close(descriptor);
+  descriptor = -1;
+  if (closed != 0) fail("close");
+  if (std::rename(temporary.c_str(), file.c_str()) != 0) fail("rename its temporary file into place");
+}
+
+std::vector<fs::path> remove_stale_temporaries(const fs::path& folder) {
+  std::vector<fs::path> removed;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    const pid_t owner = temporary_owner(entry.path().filename().string());
+    if (owner <= 0 || process_exists(owner)) continue;
+    std::error_code ignored;
+    if (fs::remove(entry.path(), ignored)) removed.push_back(entry.path());
+  }
+  return removed;
+}
+
+}  // namespace ltrain::files
