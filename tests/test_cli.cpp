@@ -44,7 +44,8 @@ TEST(Cli, ConfigErrorIsOneLineAndExitsTwo) {
   write_file(dir.path() / "bad.json", R"({"optim": {"lr": -1}})");
   EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "bad.json").string(), dir.path() / "out"), 2);
   const std::string out = read_file(dir.path() / "out");
-  EXPECT_NE(out.find((dir.path() / "bad.json").string() + ": optim.lr = -1: expected a number > 0"), std::string::npos)
+  EXPECT_NE(out.find((dir.path() / "bad.json").string() + ": optim.lr = -1: expected a number > 0 and <= 1000"),
+            std::string::npos)
       << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
