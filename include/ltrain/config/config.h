@@ -136,7 +136,8 @@ struct RunSection {
   int64_t eval_every_epochs = 1;
   /// Read the loss and print progress every N steps (one host sync each time).
   int64_t log_every_steps = 50;
-  /// CPU threads for LibTorch's intra-op parallelism (0: one per CPU core the OS reports).
+  /// CPU threads for LibTorch's intra-op parallelism (0: one per CPU core the OS reports); at most
+  /// 4 per core of the machine that trains (engine::apply_runtime_settings checks it).
   int64_t threads = 0;
   /// Share of the GPU's memory this process may hold (PyTorch's set_per_process_memory_fraction):
   /// past it, allocations fail as out of memory, as on a card with that much memory; 1: all.
