@@ -19,6 +19,7 @@
 #include "ltrain/config/load.h"
 #include "ltrain/core/environment.h"
 #include "ltrain/core/errors.h"
+#include "ltrain/core/files.h"
 #include "ltrain/core/interrupt.h"
 #include "ltrain/core/log.h"
 #include "ltrain/core/torch_compat.h"
@@ -78,13 +79,20 @@ std::string required(const cxxopts::ParseResult& args, const std::string& name, 
   return args[name].as<std::string>();
 }
 
+/// Every --set value, in the order given. The option holds one string per use: cxxopts would split
+/// a list option's values at commas, which JSON lists and objects hold.
 std::vector<std::string> overrides(const cxxopts::ParseResult& args) {
-  return args.count("set") ? args["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  std::vector<std::string> specs;
+  for (const cxxopts::KeyValue& argument : args.arguments())
+    if (argument.key() == "set") specs.push_back(argument.value());
+  return specs;
 }
 
 void add_set_option(cxxopts::Options& options) {
-  options.add_options()("set", "override a config key, repeatable: --set optim.lr=0.05",
-                        cxxopts::value<std::vector<std::string>>(), "KEY=VALUE");
+  options.add_options()("set",
+                        "override a config key, repeatable: --set optim.lr=0.05, --set data.mean=[0.5,0.5,0.5], "
+                        "--set 'optim={\"lr\":0.05,\"momentum\":0.8}'",
+                        cxxopts::value<std::string>(), "KEY=VALUE");
 }
 
 int run_train(int argc, char** argv) {
@@ -140,6 +148,11 @@ int run_export(int argc, char** argv) {
   if (!args) return 0;
   const std::string path = required(*args, "checkpoint", "ltrain export");
   const std::string out = required(*args, "out", "ltrain export");
+  // Writing replaces the target with a new file: only ever a regular file, never a device or a FIFO.
+  if (const std::string problem = ltrain::files::not_writable_as_regular_file(out); !problem.empty())
+    throw ltrain::ConfigError(fmt::format("ltrain export --out {}: {}; give the path of a new or regular file "
+                                          "(.safetensors)",
+                                          out, problem));
   const ltrain::engine::Checkpoint checkpoint = ltrain::engine::read_checkpoint(path);
   const nlohmann::json& model = checkpoint.meta.config.value("model", nlohmann::json::object());
   std::map<std::string, std::string> metadata{{"format", "pt"},
@@ -337,6 +350,8 @@ Signals are passed on; when one process fails the others are stopped.
   --master-port P         rendezvous port (default: a free one)
 Exit code: 0 when every process succeeded, else the first failure's.
 )";
+  constexpr int64_t kMaxPort = 65535;
+  constexpr int64_t kMaxProcesses = 256;
   ltrain::dist::LaunchOptions options;
   bool have_processes = false;
   int i = 1;
@@ -358,8 +373,16 @@ Exit code: 0 when every process succeeded, else the first failure's.
         throw ltrain::ConfigError(fmt::format("ltrain launch: {} expects a number, got \"{}\"", argument, value));
       }
       if (argument == "--master-port") {
+        if (number < 1 || number > kMaxPort)
+          throw ltrain::ConfigError(fmt::format("ltrain launch: --master-port {}: a TCP port is between 1 and {}; "
+                                                "leave the option out for a free one",
+                                                number, kMaxPort));
         options.master_port = number;
       } else {
+        if (number < 1 || number > kMaxProcesses)
+          throw ltrain::ConfigError(fmt::format("ltrain launch: {} {}: expected 1 to {} processes (one per GPU on a GPU "
+                                                "host)",
+                                                argument, number, kMaxProcesses));
         options.processes = number;
         have_processes = true;
       }

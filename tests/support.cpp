@@ -105,8 +105,11 @@ int run_plot_script(const std::string& python, const std::string& name, const st
   return WEXITSTATUS(status);
 }
 
-int run_ltrain(const std::string& args, const std::filesystem::path& log) {
-  const std::string command = std::string(LTRAIN_EXECUTABLE) + " " + args + " > '" + log.string() + "' 2>&1";
+int run_ltrain(const std::string& args, const std::filesystem::path& log) { return run_ltrain_within(0, args, log); }
+
+int run_ltrain_within(int seconds, const std::string& args, const std::filesystem::path& log) {
+  const std::string limit = seconds > 0 ? "timeout " + std::to_string(seconds) + " " : "";
+  const std::string command = limit + LTRAIN_EXECUTABLE + " " + args + " > '" + log.string() + "' 2>&1";
   const int status = std::system(command.c_str());
   if (status == -1 || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);

@@ -46,6 +46,10 @@ void write_file(const std::filesystem::path& path, const std::string& text);
 /// Runs the ltrain executable with `args` (shell words), returns its exit code; output goes to `log`.
 int run_ltrain(const std::string& args, const std::filesystem::path& log);
 
+/// run_ltrain under `timeout SECONDS`: the exit code, 124 when it had to be stopped, -1 when it
+/// died of a signal.
+int run_ltrain_within(int seconds, const std::string& args, const std::filesystem::path& log);
+
 /// A python3 that imports matplotlib (for the plot scripts): Debian's /usr/bin/python3 first,
 /// where scripts/setup.sh installs python3-matplotlib, else the one on the PATH; nullopt if none.
 std::optional<std::string> python_with_matplotlib();

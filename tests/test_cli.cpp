@@ -1,7 +1,11 @@
 // The ltrain executable as a user meets it: help texts, exit codes, one-line errors.
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
+#include <sys/stat.h>
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ltrain/io/tensor_file.h"
@@ -12,6 +16,7 @@ namespace {
 
 using testing::read_file;
 using testing::run_ltrain;
+using testing::run_ltrain_within;
 using testing::TempDir;
 using testing::write_file;
 
@@ -44,7 +49,8 @@ TEST(Cli, ConfigErrorIsOneLineAndExitsTwo) {
   write_file(dir.path() / "bad.json", R"({"optim": {"lr": -1}})");
   EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "bad.json").string(), dir.path() / "out"), 2);
   const std::string out = read_file(dir.path() / "out");
-  EXPECT_NE(out.find((dir.path() / "bad.json").string() + ": optim.lr = -1: expected a number > 0"), std::string::npos)
+  EXPECT_NE(out.find((dir.path() / "bad.json").string() + ": optim.lr = -1: expected a number > 0 and <= 1000"),
+            std::string::npos)
       << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
@@ -116,6 +122,140 @@ TEST(Cli, CpuBuildRefusesCudaDevice) {
   EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "c.json").string(), dir.path() / "out"), 2);
   EXPECT_NE(read_file(dir.path() / "out").find("run.device = \"cuda\": this ltrain was built against a CPU-only LibTorch"),
             std::string::npos);
+}
+
+/// A tiny CPU run on synthetic data in `dir`/c.json, one step long.
+std::string tiny_config(const TempDir& dir) {
+  write_file(dir.path() / "c.json", R"({
+    "run": {"out_dir": ")" + (dir.path() / "runs").string() + R"(", "epochs": 1, "max_steps": 1, "device": "cpu"},
+    "model": {"arch": "resnet18", "stem": "cifar", "width": 4},
+    "data": {"source": "synthetic", "synthetic_train_size": 32, "synthetic_test_size": 8, "batch_size": 8}})");
+  return (dir.path() / "c.json").string();
+}
+
+/// Whether `log` is one line that holds `text`.
+::testing::AssertionResult one_line_with(const std::filesystem::path& log, const std::string& text) {
+  const std::string out = read_file(log);
+  if (out.find(text) == std::string::npos) return ::testing::AssertionFailure() << "no \"" << text << "\" in: " << out;
+  if (std::count(out.begin(), out.end(), '\n') != 1) return ::testing::AssertionFailure() << "not one line: " << out;
+  return ::testing::AssertionSuccess();
+}
+
+TEST(Cli, ConfigsThatCrashedOrHungEndWithOneLineAndExitTwo) {
+  TempDir dir;
+  const std::string config = tiny_config(dir);
+  const auto log = dir.path() / "out";
+  std::string objects;
+  for (int i = 0; i < 20000; ++i) objects += "{\"run\":";
+  write_file(dir.path() / "deep.json", objects + "1" + std::string(20000, '}'));
+  EXPECT_EQ(run_ltrain_within(20, "train --config " + (dir.path() / "deep.json").string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, "line 1, column 225: objects and lists nested more than 32 deep"));
+  write_file(dir.path() / "arrays.json", std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_EQ(run_ltrain_within(20, "train --config " + (dir.path() / "arrays.json").string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, "line 1, column 33: objects and lists nested more than 32 deep"));
+  // A NUL in run.name used to loop for ever looking for a free run folder.
+  write_file(dir.path() / "nul.json", R"({"extends": "c.json", "run": {"name": "\u0000"}})");
+  EXPECT_EQ(run_ltrain_within(20, "train --config " + (dir.path() / "nul.json").string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, "run.name = \"\\u0000\": a NUL character (\\u0000) cannot be part of a setting"));
+  // "extends" naming a FIFO (waits for a writer) or /dev/zero (never ends).
+  ASSERT_EQ(::mkfifo((dir.path() / "pipe").c_str(), 0600), 0);
+  write_file(dir.path() / "fifo.json", R"({"extends": "pipe"})");
+  EXPECT_EQ(run_ltrain_within(20, "train --config " + (dir.path() / "fifo.json").string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, "pipe: is a FIFO (named pipe), not a file (paths are relative to this file)"));
+  write_file(dir.path() / "zero.json", R"({"extends": "/dev/zero"})");
+  EXPECT_EQ(run_ltrain_within(20, "train --config " + (dir.path() / "zero.json").string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, "/dev/zero: is a character device, not a file"));
+  EXPECT_EQ(run_ltrain_within(20, "train --config " + dir.path().string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, dir.path().string() + ": is a directory, not a file; give the path of a run config"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+}
+
+TEST(Cli, ValuesPastWhatTheCodeHoldsExitTwoNotOne) {
+  TempDir dir;
+  const std::string train = "train --config " + tiny_config(dir) + " --set ";
+  const auto log = dir.path() / "out";
+  const auto refused = [&](const std::string& spec, const std::string& message) {
+    EXPECT_EQ(run_ltrain_within(20, train + "'" + spec + "'", log), 2) << spec << ": " << read_file(log);
+    EXPECT_TRUE(one_line_with(log, message)) << spec;
+  };
+  refused("run.name=\xff", "--set run.name=\\xFF: not valid UTF-8; write the setting in UTF-8");
+  refused("data.eval_batch_size=9223372036854775807",
+          "data.eval_batch_size = 9223372036854775807: expected an integer between 1 and 4194304");
+  refused("model.width=9223372036854775807", "model.width = 9223372036854775807: expected an integer between 1 and 256");
+  refused("model.num_classes=2147483648", "model.num_classes = 2147483648: expected an integer between 2 and 100000");
+  refused("data.synthetic_train_size=9223372036854775807",
+          "data.synthetic_train_size = 9223372036854775807: expected an integer between 1 and 4194304");
+  refused("schedule.final_div_factor=1e-308",
+          "schedule.final_div_factor = 1e-308: expected a number between 1 and 1000000000");
+  refused("optim.lr=1e999", "optim.lr = 1e999: the number is out of range");
+  refused("model.init_from=" + std::string(300, 'w'),
+          "a file or folder name in this path is longer than 255 bytes; use a shorter path");
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  refused("run.threads=4294967297",
+          fmt::format("--set run.threads=4294967297: run.threads = 4294967297: this machine has {} CPU cores; use at "
+                      "most {} threads (0: one per core)",
+                      cores, 4 * cores));
+  // "Target 9 is out of bounds" at the first step, before: the data's ten classes are checked at start.
+  refused("model.num_classes=5",
+          "--set model.num_classes=5: model.num_classes = 5: the data has 10 classes (labels 0 to 9); use at least 10");
+  EXPECT_EQ(run_ltrain_within(20, "bench step --warmup 0 --steps 1 --config " + (dir.path() / "c.json").string() +
+                                      " --set model.num_classes=9",
+                              log),
+            2);
+  EXPECT_TRUE(one_line_with(log, "model.num_classes = 9: the data has 10 classes"));
+  write_file(dir.path() / "big.json", R"({"extends": "c.json", "optim": {"lr": 1e999}})");
+  EXPECT_EQ(run_ltrain_within(20, "train --config " + (dir.path() / "big.json").string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, (dir.path() / "big.json").string() + ": optim.lr = 1e999: the number is out of range"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+}
+
+TEST(Cli, SetTakesJsonListsAndObjects) {
+  TempDir dir;
+  const std::string print = "train --print-config --config " + tiny_config(dir);
+  ASSERT_EQ(run_ltrain(print + R"( --set data.mean=[0.5,0.25,0.125] --set 'optim={"lr":0.05,"momentum":0.8}')",
+                       dir.path() / "out"),
+            0)
+      << read_file(dir.path() / "out");
+  const std::string out = read_file(dir.path() / "out");
+  const auto printed = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(printed["data"]["mean"], nlohmann::json({0.5, 0.25, 0.125}));
+  EXPECT_EQ(printed["optim"]["lr"], 0.05);
+  EXPECT_EQ(printed["optim"]["momentum"], 0.8);
+}
+
+TEST(Cli, CheckpointsAndOutputsThatAreNotRegularFilesAreRefused) {
+  TempDir dir;
+  const auto log = dir.path() / "out";
+  ASSERT_EQ(::mkfifo((dir.path() / "pipe").c_str(), 0600), 0);
+  const std::string pipe = (dir.path() / "pipe").string();
+  const std::string hint = "; give the path of a checkpoint file (RUN/checkpoints/step-N.ltc)";
+  for (const std::string command : {"eval --checkpoint ", "export --out x.safetensors --checkpoint "}) {
+    EXPECT_EQ(run_ltrain_within(20, command + dir.path().string(), log), 3) << command;
+    EXPECT_TRUE(one_line_with(log, dir.path().string() + ": is a directory, not a file" + hint));
+    EXPECT_EQ(run_ltrain_within(20, command + pipe, log), 3) << command;
+    EXPECT_TRUE(one_line_with(log, pipe + ": is a FIFO (named pipe), not a file" + hint));
+  }
+  // export writes only regular files: a FIFO or a directory at --out stays what it is.
+  EXPECT_EQ(run_ltrain_within(20, "export --checkpoint none.ltc --out " + pipe, log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain export --out " + pipe +
+                                     ": is a FIFO (named pipe), not a file; give the path of a new or regular file "
+                                     "(.safetensors)"));
+  struct stat info {};
+  ASSERT_EQ(::stat(pipe.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISFIFO(info.st_mode));
+  EXPECT_EQ(run_ltrain_within(20, "export --checkpoint none.ltc --out " + dir.path().string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, ": is a directory, not a file; give the path of a new or regular file"));
+}
+
+TEST(Cli, LaunchRefusesPortsAndProcessCountsOutOfRange) {
+  TempDir dir;
+  const auto log = dir.path() / "out";
+  EXPECT_EQ(run_ltrain_within(20, "launch -n 1 --master-port 99999 -- train --print-config --config x.json", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain launch: --master-port 99999: a TCP port is between 1 and 65535; leave the "
+                                 "option out for a free one"));
+  EXPECT_EQ(run_ltrain_within(20, "launch -n 1 --master-port 0 -- train --config x.json", log), 2);
+  EXPECT_EQ(run_ltrain_within(20, "launch -n 100000 -- train --config x.json", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain launch: -n 100000: expected 1 to 256 processes"));
 }
 
 TEST(Cli, BadCheckpointExitsThree) {

@@ -1,3 +1,5 @@
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include "ltrain/bench/sweep.h"
@@ -70,8 +72,9 @@ TEST(Config, UnknownSection) {
 TEST(Config, WrongTypes) {
   TempDir dir;
   const std::string file = (dir.path() / "run.json").string();
-  EXPECT_EQ(error_of(dir, R"({"optim": {"lr": "fast"}})"), file + ": optim.lr = \"fast\": expected a number > 0");
-  EXPECT_EQ(error_of(dir, R"({"run": {"epochs": 2.5}})"), file + ": run.epochs = 2.5: expected an integer >= 1");
+  EXPECT_EQ(error_of(dir, R"({"optim": {"lr": "fast"}})"),
+            file + ": optim.lr = \"fast\": expected a number > 0 and <= 1000");
+  EXPECT_EQ(error_of(dir, R"({"run": {"epochs": 2.5}})"), file + ": run.epochs = 2.5: expected an integer between 1 and 100000");
   EXPECT_EQ(error_of(dir, R"({"data": {"random_crop": 1}})"), file + ": data.random_crop = 1: expected true or false");
   EXPECT_EQ(error_of(dir, R"({"run": {"name": 7}})"), file + ": run.name = 7: expected a string");
   EXPECT_EQ(error_of(dir, R"({"model": {"arch": "resnet51"}})"),
@@ -84,8 +87,9 @@ TEST(Config, WrongTypes) {
 TEST(Config, OutOfRange) {
   TempDir dir;
   const std::string file = (dir.path() / "run.json").string();
-  EXPECT_EQ(error_of(dir, R"({"optim": {"lr": -0.1}})"), file + ": optim.lr = -0.1: expected a number > 0");
-  EXPECT_EQ(error_of(dir, R"({"data": {"batch_size": 0}})"), file + ": data.batch_size = 0: expected an integer >= 1");
+  EXPECT_EQ(error_of(dir, R"({"optim": {"lr": -0.1}})"), file + ": optim.lr = -0.1: expected a number > 0 and <= 1000");
+  EXPECT_EQ(error_of(dir, R"({"data": {"batch_size": 0}})"),
+            file + ": data.batch_size = 0: expected an integer between 1 and 4194304");
   EXPECT_EQ(error_of(dir, R"({"optim": {"momentum": 1.5}})"),
             file + ": optim.momentum = 1.5: expected a number between 0 and 1");
   EXPECT_EQ(error_of(dir, R"({"data": {"std": [0.2, 0, 0.2]}})"),
@@ -138,7 +142,8 @@ TEST(Config, MissingFile) {
     load_file("/nonexistent/x.json");
     FAIL() << "no error";
   } catch (const ConfigError& error) {
-    EXPECT_STREQ(error.what(), "/nonexistent/x.json: no such config file (the examples are in configs/)");
+    EXPECT_STREQ(error.what(),
+                 "/nonexistent/x.json: no such file; give the path of a run config (the examples are in configs/)");
   }
 }
 
@@ -162,7 +167,8 @@ TEST(Config, ErrorsNameTheFileThatSetTheKey) {
     load_file(dir.path() / "child.json");
     FAIL() << "no error";
   } catch (const ConfigError& error) {
-    EXPECT_EQ(std::string(error.what()), (dir.path() / "base.json").string() + ": optim.lr = -1: expected a number > 0");
+    EXPECT_EQ(std::string(error.what()),
+              (dir.path() / "base.json").string() + ": optim.lr = -1: expected a number > 0 and <= 1000");
   }
 }
 
@@ -182,8 +188,8 @@ TEST(Config, ExtendsCycleAndMissingBase) {
       },
       ConfigError);
   EXPECT_EQ(error_of(dir, R"({"extends": "nope.json"})"),
-            (dir.path() / "run.json").string() + ": extends = \"nope.json\": no such file " +
-                (dir.path() / "nope.json").string() + " (paths are relative to this file)");
+            (dir.path() / "run.json").string() + ": extends = \"nope.json\": " + (dir.path() / "nope.json").string() +
+                ": no such file (paths are relative to this file)");
 }
 
 TEST(Config, SetOverridesAndParsesValues) {
@@ -204,8 +210,157 @@ TEST(Config, SetErrors) {
   TempDir dir;
   EXPECT_EQ(error_of(dir, "{}", {"optim.lr"}), "--set optim.lr: expected KEY=VALUE, for example --set optim.lr=0.05");
   EXPECT_EQ(error_of(dir, "{}", {"lr=3"}), "--set lr=3: expected a key of the form section.name, for example optim.lr");
-  EXPECT_EQ(error_of(dir, "{}", {"optim.lr=abc"}), "--set optim.lr=abc: optim.lr = \"abc\": expected a number > 0");
+  EXPECT_EQ(error_of(dir, "{}", {"optim.lr=abc"}),
+            "--set optim.lr=abc: optim.lr = \"abc\": expected a number > 0 and <= 1000");
   EXPECT_EQ(error_of(dir, "{}", {"optim.lrate=1"}), "--set optim.lrate=1: unknown key \"optim.lrate\": did you mean \"optim.lr\"?");
+}
+
+TEST(Config, NestingPastTheLimitIsRefusedBeforeItIsBuilt) {
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  const std::string too_deep = ": objects and lists nested more than 32 deep; a run config has two levels (sections and "
+                               "their keys)";
+  std::string objects;
+  for (int i = 0; i < 20000; ++i) objects += "{\"run\":";
+  objects += "1" + std::string(20000, '}');
+  // The 33rd object opens at column 225 (7 characters each).
+  EXPECT_EQ(error_of(dir, objects), file + ": line 1, column 225" + too_deep);
+  EXPECT_EQ(error_of(dir, std::string(100000, '[') + std::string(100000, ']')), file + ": line 1, column 33" + too_deep);
+  EXPECT_EQ(error_of(dir, "{}", {"data.mean=" + std::string(100000, '[')}),
+            "--set data.mean=" + std::string(70, '[') + "...: line 1, column 33" + too_deep);
+  // A document built elsewhere (a checkpoint's saved config) is held to the same limit.
+  nlohmann::json deep = 1;
+  for (int i = 0; i < 40; ++i) deep = nlohmann::json::array({deep});
+  try {
+    load_json({{"run", {{"name", deep}}}}, "saved");
+    FAIL() << "no error";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()), "saved" + too_deep);
+  }
+}
+
+TEST(Config, StringsWithNulOrInvalidUtf8OrPastTheLimitAreRefused) {
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  const std::string nul = ": a NUL character (\\u0000) cannot be part of a setting; remove it";
+  EXPECT_EQ(error_of(dir, R"({"run": {"name": "\u0000"}})"), file + ": run.name = \"\\u0000\"" + nul);
+  EXPECT_EQ(error_of(dir, R"({"run": {"name": "ab\u0000"}})"), file + ": run.name = \"ab\\u0000\"" + nul);
+  EXPECT_EQ(error_of(dir, "{\"run\": {\"na\\u0000me\": 1}}"),
+            file + ": key \"na\\u0000me\" at line 1, column 10" + nul);
+  EXPECT_EQ(error_of(dir, "{}", {R"(run.name="\u0000")"}), "--set run.name=\"\\u0000\": run.name = \"\\u0000\"" + nul);
+  // Bytes that are not UTF-8 (a lone 0xFF, an overlong '/'), shown as \xNN.
+  EXPECT_EQ(error_of(dir, "{}", {"run.name=\xff"}), "--set run.name=\\xFF: not valid UTF-8; write the setting in UTF-8");
+  EXPECT_EQ(error_of(dir, "{}", {"run.name=a\xc0\xaf"}),
+            "--set run.name=a\\xC0\\xAF: not valid UTF-8; write the setting in UTF-8");
+  EXPECT_EQ(error_of(dir, "{\"run\": {\"out_dir\": \"" + std::string(5000, 'n') + "\"}}"),
+            file + ": run.out_dir = \"" + std::string(79, 'n') + "...: longer than 4096 bytes; use a shorter one");
+}
+
+TEST(Config, NumbersPastWhatTheCodeHoldsAreRefused) {
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  const std::string overflow = ": the number is out of range (a double holds about +-1.8e308); use a smaller one";
+  EXPECT_EQ(error_of(dir, R"({"optim": {"lr": 1e999}})"), file + ": optim.lr = 1e999" + overflow);
+  EXPECT_EQ(error_of(dir, R"({"data": {"mean": [0.5, -1e999, 0.5]}})"), file + ": data.mean[1] = -1e999" + overflow);
+  EXPECT_EQ(error_of(dir, "{}", {"optim.lr=1e999"}), "--set optim.lr=1e999: optim.lr = 1e999" + overflow);
+  // Past int64: an unsigned JSON number does not wrap around.
+  EXPECT_EQ(error_of(dir, R"({"run": {"seed": 18446744073709551615}})"),
+            file + ": run.seed = 18446744073709551615: expected an integer >= 0");
+  const auto set_error = [&dir](const std::string& spec) { return error_of(dir, "{}", {spec}); };
+  EXPECT_EQ(set_error("data.eval_batch_size=9223372036854775807"),
+            "--set data.eval_batch_size=9223372036854775807: data.eval_batch_size = 9223372036854775807: expected an "
+            "integer between 1 and 4194304");
+  EXPECT_EQ(set_error("model.width=9223372036854775807"),
+            "--set model.width=9223372036854775807: model.width = 9223372036854775807: expected an integer between 1 "
+            "and 256");
+  EXPECT_EQ(set_error("model.num_classes=2147483648"),
+            "--set model.num_classes=2147483648: model.num_classes = 2147483648: expected an integer between 2 and "
+            "100000");
+  EXPECT_EQ(set_error("data.synthetic_train_size=9223372036854775807"),
+            "--set data.synthetic_train_size=9223372036854775807: data.synthetic_train_size = 9223372036854775807: "
+            "expected an integer between 1 and 4194304");
+  EXPECT_EQ(set_error("schedule.final_div_factor=1e-308"),
+            "--set schedule.final_div_factor=1e-308: schedule.final_div_factor = 1e-308: expected a number between 1 "
+            "and 1000000000");
+  EXPECT_EQ(set_error("run.epochs=4294967297"),
+            "--set run.epochs=4294967297: run.epochs = 4294967297: expected an integer between 1 and 100000");
+}
+
+TEST(Config, PathsWithNamesTheSystemRefusesAreConfigErrors) {
+  TempDir dir;
+  const std::string long_name(300, 'w');
+  EXPECT_EQ(error_of(dir, "{}", {"model.init_from=" + long_name}),
+            "--set model.init_from=" + std::string(64, 'w') + "...: model.init_from = \"" + std::string(79, 'w') +
+                "...: a file or folder name in this path is longer than 255 bytes; use a shorter path");
+  EXPECT_EQ(error_of(dir, "{}", {"run.out_dir=/tmp/" + long_name + "/runs"}).substr(0, 5), "--set");
+  EXPECT_EQ(error_of(dir, "{}", {"run.name=" + std::string(256, 'n')}),
+            "--set run.name=" + std::string(71, 'n') + "...: run.name = \"" + std::string(79, 'n') +
+                "...: expected a folder name of at most 255 bytes");
+}
+
+TEST(Config, KeysSetTwiceInOneTextAreRefusedNamingBothPlaces) {
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  EXPECT_EQ(error_of(dir, "{\"optim\": {\"lr\": 0.1,\n           \"lr\": 0.2}}"),
+            file + ": \"optim.lr\" is set twice, at line 1, column 12 and at line 2, column 12; keep one");
+  EXPECT_EQ(error_of(dir, R"({"optim": {}, "optim": {}})"),
+            file + ": \"optim\" is set twice, at line 1, column 2 and at line 1, column 15; keep one");
+  EXPECT_EQ(error_of(dir, "{}", {R"(optim={"lr":1,"lr":2})"}),
+            R"(--set optim={"lr":1,"lr":2}: "optim.lr" is set twice, at line 1, column 2 and at line 1, column 9; keep one)");
+  // A key with an escaped quote is located from its opening quote.
+  EXPECT_EQ(error_of(dir, R"({"a\"b": 1, "a\"b": 2})"),
+            file + ": \"a\"b\" is set twice, at line 1, column 2 and at line 1, column 13; keep one");
+}
+
+TEST(Config, SetTakesJsonListsAndObjects) {
+  TempDir dir;
+  write_file(dir.path() / "x.json", R"({"optim": {"lr": 0.2}})");
+  const LoadedConfig loaded =
+      load_file(dir.path() / "x.json", {"data.mean=[0.5,0.5,0.5]", R"(optim={"lr":0.05,"momentum":0.8})"});
+  EXPECT_EQ(loaded.config.data.mean, (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_DOUBLE_EQ(loaded.config.optim.lr, 0.05);
+  EXPECT_DOUBLE_EQ(loaded.config.optim.momentum, 0.8);
+  EXPECT_EQ(loaded.origin.at("optim.momentum"), R"(--set optim={"lr":0.05,"momentum":0.8})");
+  EXPECT_EQ(error_of(dir, "{}", {"optim=3"}), "--set optim=3: expected a key of the form section.name, for example optim.lr");
+  EXPECT_EQ(error_of(dir, "{}", {R"(optim={"lrr":1})"}),
+            R"(--set optim={"lrr":1}: unknown key "optim.lrr": did you mean "optim.lr"?)");
+}
+
+TEST(Config, FilesThatAreNotRegularAreRefusedBeforeReading) {
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  const std::string hint = "; give the path of a run config (the examples are in configs/)";
+  try {
+    load_file(dir.path());
+    FAIL() << "a directory was read as a config";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()), dir.path().string() + ": is a directory, not a file" + hint);
+  }
+  // A FIFO would wait for a writer; /dev/zero never ends.
+  ASSERT_EQ(::mkfifo((dir.path() / "pipe").c_str(), 0600), 0);
+  try {
+    load_file(dir.path() / "pipe");
+    FAIL() << "a FIFO was read as a config";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()), (dir.path() / "pipe").string() + ": is a FIFO (named pipe), not a file" + hint);
+  }
+  EXPECT_EQ(error_of(dir, R"({"extends": "pipe"})"),
+            file + ": extends = \"pipe\": " + (dir.path() / "pipe").string() +
+                ": is a FIFO (named pipe), not a file (paths are relative to this file)");
+  EXPECT_EQ(error_of(dir, R"({"extends": "/dev/zero"})"),
+            file + ": extends = \"/dev/zero\": /dev/zero: is a character device, not a file (paths are relative to this "
+                   "file)");
+  EXPECT_EQ(error_of(dir, "{}" + std::string(5 << 20, ' ')), file + ": is larger than 4 MiB" + hint);
+}
+
+TEST(Config, LongValuesAreCutInMessages) {
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  EXPECT_EQ(error_of(dir, "{\"optim\": {\"lr\": \"" + std::string(1000, 'f') + "\"}}"),
+            file + ": optim.lr = \"" + std::string(79, 'f') + "...: expected a number > 0 and <= 1000");
+  EXPECT_EQ(shown(std::string(100, 'x')), std::string(80, 'x') + "...");
+  EXPECT_EQ(shown("tab\there\n\xff"), "tab\\x09here\\x0A\\xFF");
+  EXPECT_EQ(shown("caf\xc3\xa9"), "caf\xc3\xa9");  // UTF-8 stays as it is
 }
 
 TEST(Config, JsonRoundTrip) {

@@ -5,6 +5,8 @@
 
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "ltrain/bench/sweep.h"
 #include "ltrain/core/errors.h"
 #include "support.h"
@@ -166,6 +168,52 @@ TEST(Sweep, BadDescriptionsAndTheCpuBatchSearch) {
       << read_file(dir.path() / "log");
   EXPECT_NE(read_file(dir.path() / "log").find("2 point(s), 1 failed"), std::string::npos) << read_file(dir.path() / "log");
   EXPECT_EQ(run_ltrain("sweep --config " + (dir.path() / "missing.json").string(), dir.path() / "log"), 2);
+}
+
+TEST(Sweep, FilesFoldersAndGridsThatCannotWorkAreRefusedAtStart) {
+  TempDir dir;
+  const fs::path file = write_sweep(dir, R"("grid": {"data.batch_size": [16]}, "bench": {"warmup": 0, "steps": 1})");
+  const auto log = dir.path() / "log";
+  // A folder given as the sweep file.
+  EXPECT_EQ(testing::run_ltrain_within(20, "sweep --config " + dir.path().string(), log), 2);
+  EXPECT_NE(read_file(log).find(dir.path().string() + ": is a directory, not a file; give the path of a sweep file"),
+            std::string::npos)
+      << read_file(log);
+  // --out below a file.
+  write_file(dir.path() / "file", "x");
+  EXPECT_EQ(testing::run_ltrain_within(20, "sweep --config " + file.string() + " --out " + (dir.path() / "file" / "out").string(),
+                                       log),
+            2);
+  EXPECT_NE(read_file(log).find((dir.path() / "file" / "out").string() + ": cannot create this results folder"),
+            std::string::npos)
+      << read_file(log);
+  // A base config that is not there: every point would fail alike, and the sweep used to succeed.
+  write_file(dir.path() / "nobase.json", R"({"base": "nope.json", "grid": {"data.batch_size": [16]}})");
+  EXPECT_EQ(testing::run_ltrain_within(20, "sweep --config " + (dir.path() / "nobase.json").string() + " --out " +
+                                               (dir.path() / "out").string(),
+                                       log),
+            2);
+  EXPECT_NE(read_file(log).find((dir.path() / "nobase.json").string() + ": base = \"nope.json\": " +
+                                (dir.path() / "nope.json").string() +
+                                ": no such file (paths are relative to the sweep file)"),
+            std::string::npos)
+      << read_file(log);
+  // 40^8 points.
+  std::string keys;
+  for (const char* key : {"optim.lr", "optim.momentum", "optim.weight_decay", "optim.eps", "loss.label_smoothing",
+                          "schedule.gamma", "schedule.pct_start", "data.batch_size"}) {
+    std::string values;
+    for (int i = 1; i <= 40; ++i) values += (i > 1 ? "," : "") + std::to_string(i);
+    keys += fmt::format("{}\"{}\": [{}]", keys.empty() ? "" : ", ", key, values);
+  }
+  try {
+    run_sweep(write_sweep(dir, R"("grid": {)" + keys + "}"), dir.path() / "out");
+    FAIL() << "a grid of 40^8 points was accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()), (dir.path() / "sweep.json").string() +
+                                             ": grid: 6.554e+12 points (the product of its lists' lengths) are more "
+                                             "than 10000; shorten the lists or split the sweep");
+  }
 }
 
 }  // namespace

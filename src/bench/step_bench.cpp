@@ -25,7 +25,7 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
     compat::start_profiler(device.is_cuda());
     compat::stop_profiler(profile_trace);
   }
-  engine::apply_runtime_settings(config);
+  engine::apply_runtime_settings(loaded);
   engine::limit_gpu_memory(config, device);
   const data::TrainTestSets sets = engine::load_data(config, device);
   data::TrainLoader loader = engine::make_train_loader(loaded, sets.train);

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <set>
 
@@ -13,6 +11,7 @@
 #include "ltrain/bench/step_bench.h"
 #include "ltrain/config/load.h"
 #include "ltrain/core/errors.h"
+#include "ltrain/core/files.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/trainer.h"
@@ -51,13 +50,12 @@ T field(const fs::path& file, const json& object, const std::string& where, cons
 }
 
 SweepSpec parse_spec(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) throw spec_error(file, "cannot read this sweep file (see ltrain sweep --help for its format)");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  // The same document with its keys in the file's order (json sorts them), for the grid.
-  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) throw spec_error(file, "not a JSON object (see ltrain sweep --help)");
+  const std::string text =
+      config::read_config_text(file, "give the path of a sweep file (see ltrain sweep --help for its format)");
+  // The document with its keys in the file's order, for the grid; json sorts them.
+  const nlohmann::ordered_json ordered = config::parse_ordered_json(text, file.string());
+  const json doc(ordered);
+  if (!doc.is_object()) throw spec_error(file, "not a JSON object (see ltrain sweep --help)");
   const std::set<std::string> known{"base", "set", "mode", "grid", "bench", "batch_search"};
   for (const auto& [key, value] : doc.items())
     if (!known.count(key))
@@ -66,6 +64,10 @@ SweepSpec parse_spec(const fs::path& file) {
   const std::string base = field<std::string>(file, doc, "", "base", "");
   if (base.empty()) throw spec_error(file, "needs \"base\": the run config the points start from");
   spec.base = file.parent_path() / base;
+  // Checked here: otherwise every point would fail alike, and a sweep of failed points succeeds.
+  if (const std::string problem = files::not_a_regular_file(spec.base); !problem.empty())
+    throw spec_error(file, fmt::format("base = \"{}\": {}: {} (paths are relative to the sweep file)",
+                                       config::shown(base), config::shown(spec.base.string()), problem));
   spec.set = field<std::vector<std::string>>(file, doc, "", "set", {});
   spec.mode = field<std::string>(file, doc, "", "mode", "bench");
   if (spec.mode != "bench" && spec.mode != "train")
@@ -73,12 +75,19 @@ SweepSpec parse_spec(const fs::path& file) {
   if (doc.contains("grid")) {
     if (!doc["grid"].is_object()) throw spec_error(file, "grid: expected an object of \"section.key\": [values]");
     // In the file's order: the first key varies slowest.
+    double points = 1;
     for (const auto& [key, ordered_values] : ordered.at("grid").items()) {
-      const json values = json::parse(ordered_values.dump());
+      const json values(ordered_values);
       if (!values.is_array() || values.empty())
-        throw spec_error(file, fmt::format("grid.{} = {}: expected a non-empty list of values", key, values.dump()));
+        throw spec_error(file, fmt::format("grid.{} = {}: expected a non-empty list of values", config::shown(key),
+                                           config::shown(values.dump())));
       spec.grid.emplace_back(key, std::vector<json>(values.begin(), values.end()));
+      points *= static_cast<double>(values.size());
     }
+    if (points > static_cast<double>(kMaxSweepPoints))
+      throw spec_error(file, fmt::format("grid: {:.4g} points (the product of its lists' lengths) are more than {}; "
+                                         "shorten the lists or split the sweep",
+                                         points, kMaxSweepPoints));
   }
   const json bench = doc.value("bench", json::object());
   spec.warmup = field<int64_t>(file, bench, "bench.", "warmup", spec.warmup);
@@ -92,10 +101,11 @@ SweepSpec parse_spec(const fs::path& file) {
     s.memory_fraction = field<double>(file, search, "batch_search.", "memory_fraction", s.memory_fraction);
     s.max = field<int64_t>(file, search, "batch_search.", "max", s.max);
     s.refine = field<int64_t>(file, search, "batch_search.", "refine", s.refine);
-    if (s.start < 1 || s.factor <= 1.0 || s.memory_fraction <= 0.0 || s.memory_fraction > 1.0 || s.max < s.start ||
-        s.refine < 0)
-      throw spec_error(file, "batch_search: needs start >= 1, factor > 1, 0 < memory_fraction <= 1, max >= start, "
-                             "refine >= 0");
+    if (s.start < 1 || s.factor <= 1.0 || s.factor > 16.0 || s.memory_fraction <= 0.0 || s.memory_fraction > 1.0 ||
+        s.max < s.start || s.max > config::kMaxImages || s.refine < 0)
+      throw spec_error(file, fmt::format("batch_search: needs 1 <= start <= max <= {}, 1 < factor <= 16, 0 < "
+                                         "memory_fraction <= 1, refine >= 0",
+                                         config::kMaxImages));
     if (spec.mode != "bench")
       throw spec_error(file, "batch_search measures the memory of timed steps: use it with mode \"bench\"");
     spec.batch_search = s;
@@ -246,6 +256,11 @@ void check_sweep(const fs::path& sweep_file) {
 
 SweepResult run_sweep(const fs::path& sweep_file, const fs::path& out_dir, const std::vector<std::string>& overrides) {
   SweepRunner runner(parse_spec(sweep_file), out_dir, overrides);
+  std::error_code error;
+  fs::create_directories(out_dir, error);
+  if (error || !fs::is_directory(out_dir, error))
+    throw ConfigError(fmt::format("{}: cannot create this results folder ({}); choose another --out", out_dir.string(),
+                                  error ? error.message() : "something else is there"));
   SweepResult result;
   result.mode = runner.spec().mode;
   for (const auto& [key, values] : runner.spec().grid) result.keys.push_back(key);

@@ -1,12 +1,14 @@
 #include "ltrain/config/load.h"
 
 #include <algorithm>
-#include <fstream>
+#include <cmath>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "ltrain/core/errors.h"
+#include "ltrain/core/files.h"
 
 namespace ltrain::config {
 namespace {
@@ -15,6 +17,8 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr const char* kExtendsKey = "extends";
+/// The longest file or folder name in a path (Linux's NAME_MAX), in bytes.
+constexpr size_t kMaxNameBytes = 255;
 
 /// A JSON document being assembled from files and overrides, with the source of every key.
 struct Document {
@@ -26,6 +30,229 @@ struct Document {
 std::string join_key(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;
 }
+
+// ---- Text: UTF-8, and values as error messages quote them ----------------------------------------
+
+/// The length of the UTF-8 sequence that starts at text[at], or 0 when no valid one starts there
+/// (overlong forms, UTF-16 surrogates and code points past U+10FFFF are not valid).
+size_t utf8_sequence_length(const std::string& text, size_t at) {
+  const auto byte = [&text](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned lead = byte(at);
+  if (lead < 0x80) return 1;
+  size_t length = 0;
+  unsigned code = 0, smallest = 0;
+  if ((lead & 0xE0) == 0xC0) length = 2, code = lead & 0x1F, smallest = 0x80;
+  else if ((lead & 0xF0) == 0xE0) length = 3, code = lead & 0x0F, smallest = 0x800;
+  else if ((lead & 0xF8) == 0xF0) length = 4, code = lead & 0x07, smallest = 0x10000;
+  else return 0;
+  if (at + length > text.size()) return 0;
+  for (size_t i = 1; i < length; ++i) {
+    if ((byte(at + i) & 0xC0) != 0x80) return 0;
+    code = (code << 6) | (byte(at + i) & 0x3F);
+  }
+  if (code < smallest || (code >= 0xD800 && code <= 0xDFFF) || code > 0x10FFFF) return 0;
+  return length;
+}
+
+bool is_utf8(const std::string& text) {
+  for (size_t at = 0; at < text.size();) {
+    const size_t length = utf8_sequence_length(text, at);
+    if (length == 0) return false;
+    at += length;
+  }
+  return true;
+}
+
+/// A JSON value as error messages quote it (see shown()).
+template <class Json>
+std::string shown_value(const Json& value) {
+  return shown(value.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+/// What is wrong with a string of a config (a value or a key), as the end of a message; "" when
+/// nothing is.
+std::string string_problem(const std::string& text) {
+  if (text.size() > kMaxStringBytes) return fmt::format("longer than {} bytes; use a shorter one", kMaxStringBytes);
+  if (text.find('\0') != std::string::npos) return "a NUL character (\\u0000) cannot be part of a setting; remove it";
+  if (!is_utf8(text)) return "not valid UTF-8; write it in UTF-8";
+  return "";
+}
+
+// ---- The strict JSON reader --------------------------------------------------------------------
+
+/// "line L, column C" of byte `offset` of `text` (both from 1).
+std::string line_and_column(const std::string& text, size_t offset) {
+  offset = std::min(offset, text.size());
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n');
+  const size_t newline = offset == 0 ? std::string::npos : text.rfind('\n', offset - 1);
+  const size_t column = newline == std::string::npos ? offset + 1 : offset - newline;
+  return fmt::format("line {}, column {}", line, column);
+}
+
+/// The offset of the quote that opens the JSON string whose closing quote is at `closing`.
+size_t opening_quote(const std::string& text, size_t closing) {
+  for (size_t at = closing; at-- > 0;) {
+    if (text[at] != '"') continue;
+    size_t backslashes = 0;
+    while (backslashes < at && text[at - 1 - backslashes] == '\\') ++backslashes;
+    if (backslashes % 2 == 0) return at;
+  }
+  return 0;
+}
+
+/// nlohmann's SAX interface, building the document while enforcing the reader's limits as it
+/// goes: a document nested too deep is refused before it is built (it would overflow the stack
+/// of the recursive code that copies and prints documents). The parser reads `text` through
+/// `read_so_far`, which says how far it has got, so errors can name lines and columns.
+template <class Json>
+class StrictBuilder {
+ public:
+  using string_t = typename Json::string_t;
+
+  StrictBuilder(const std::string& text, std::streambuf& read_so_far, const std::string& source,
+                const std::string& prefix)
+      : text_(text), read_so_far_(read_so_far), source_(source), prefix_(prefix) {}
+
+  bool null() { return add(Json(nullptr)); }
+  bool boolean(bool value) { return add(Json(value)); }
+  bool number_integer(typename Json::number_integer_t value) { return add(Json(value)); }
+  bool number_unsigned(typename Json::number_unsigned_t value) { return add(Json(value)); }
+  bool number_float(typename Json::number_float_t value, const string_t&) { return add(Json(value)); }
+  bool binary(typename Json::binary_t& value) { return add(Json::binary(std::move(value))); }
+  bool string(string_t& value) {
+    if (const std::string why = string_problem(value); !why.empty())
+      throw ConfigError(fmt::format("{}: {} = {}: {}", source_, shown(value_path()), shown_value(Json(value)), why));
+    return add(Json(std::move(value)));
+  }
+  bool start_object(std::size_t) { return open(Json::object()); }
+  bool start_array(std::size_t) { return open(Json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+
+  bool key(string_t& name) {
+    OpenContainer& object = open_.back();
+    const size_t start = opening_quote(text_, read_offset() - 1);  // the parser has just read the closing quote
+    const std::string path = join_key(object.path, name);
+    if (const std::string why = string_problem(name); !why.empty())
+      throw ConfigError(fmt::format("{}: key {} at {}: {}", source_, shown_value(Json(name)), line_and_column(text_, start), why));
+    const auto [first, inserted] = object.key_offsets.emplace(name, start);
+    if (!inserted)
+      throw ConfigError(fmt::format("{}: \"{}\" is set twice, at {} and at {}; keep one", source_,
+                                    shown(path), line_and_column(text_, first->second), line_and_column(text_, start)));
+    pending_key_ = std::move(name);
+    return true;
+  }
+
+  bool parse_error(std::size_t, const std::string& last_token, const nlohmann::json::exception& error) {
+    // Number overflow (406) is the parser's only out_of_range error; the rest are syntax errors.
+    if (dynamic_cast<const nlohmann::json::out_of_range*>(&error) != nullptr)
+      throw ConfigError(fmt::format("{}: {} = {}: the number is out of range (a double holds about +-1.8e308); use a "
+                                    "smaller one",
+                                    source_, shown(value_path()), shown(last_token)));
+    syntax_error_ = error.what();
+    // nlohmann prefixes "[json.exception.parse_error.101] ": keep only the human part.
+    if (const auto close = syntax_error_.find("] "); close != std::string::npos) syntax_error_.erase(0, close + 2);
+    return false;
+  }
+
+  /// The document read, once the parse succeeded.
+  Json take() { return std::move(root_); }
+  /// nlohmann's description of the syntax error that stopped the parse ("" when none did).
+  const std::string& syntax_error() const { return syntax_error_; }
+
+ private:
+  struct OpenContainer {
+    Json* node;
+    std::string path;                           ///< its key path, "section.key" or "grid.key[2]"
+    std::map<std::string, size_t> key_offsets;  ///< an object's keys so far: where each begins
+  };
+
+  size_t read_offset() const {
+    return static_cast<size_t>(read_so_far_.pubseekoff(0, std::ios::cur, std::ios::in));
+  }
+
+  /// The key path of the value the parser is about to hand over.
+  std::string value_path() const {
+    if (open_.empty()) return prefix_;
+    const OpenContainer& parent = open_.back();
+    if (parent.node->is_object()) return join_key(parent.path, pending_key_);
+    return fmt::format("{}[{}]", parent.path, parent.node->size());
+  }
+
+  /// Puts `value` where the parser is (the root, the pending key, or the end of a list).
+  Json* place(Json value) {
+    if (open_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    Json& parent = *open_.back().node;
+    if (parent.is_object()) return &(parent[pending_key_] = std::move(value));
+    parent.push_back(std::move(value));
+    return &parent.back();
+  }
+
+  bool add(Json value) {
+    place(std::move(value));
+    return true;
+  }
+
+  bool open(Json container) {
+    if (open_.size() >= static_cast<size_t>(kMaxNesting))
+      throw ConfigError(fmt::format("{}: {}: objects and lists nested more than {} deep; a run config has two levels "
+                                    "(sections and their keys)",
+                                    source_, line_and_column(text_, read_offset() - 1), kMaxNesting));
+    std::string path = value_path();
+    Json* node = place(std::move(container));
+    open_.push_back({node, std::move(path), {}});
+    return true;
+  }
+
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  const std::string& text_;
+  std::streambuf& read_so_far_;
+  const std::string& source_;
+  const std::string& prefix_;
+  Json root_;
+  std::vector<OpenContainer> open_;
+  string_t pending_key_;
+  std::string syntax_error_;
+};
+
+/// The strict parse of `text` (see parse_json), the values' key paths starting at `prefix`; nullopt
+/// when `text` is not JSON at all, with nlohmann's description in `syntax_error`. ConfigError
+/// when it is JSON that breaks a limit.
+template <class Json>
+std::optional<Json> parse_strictly(const std::string& text, const std::string& source, const std::string& prefix,
+                                   std::string& syntax_error) {
+  std::istringstream stream(text);
+  StrictBuilder<Json> builder(text, *stream.rdbuf(), source, prefix);
+  if (!Json::sax_parse(stream, &builder)) {
+    syntax_error = builder.syntax_error();
+    return std::nullopt;
+  }
+  return builder.take();
+}
+
+template <class Json>
+Json parse_or_throw(const std::string& text, const std::string& source) {
+  std::string syntax_error;
+  std::optional<Json> document = parse_strictly<Json>(text, source, "", syntax_error);
+  if (!document) throw ConfigError(fmt::format("{}: not valid JSON: {}", source, syntax_error));
+  return std::move(*document);
+}
+
+/// Whether `value` holds objects and lists more than `levels` deep (looks no deeper than that).
+bool nested_deeper_than(const json& value, int levels) {
+  if (!value.is_structured()) return false;
+  if (levels == 0) return true;
+  return std::any_of(value.begin(), value.end(), [levels](const json& child) { return nested_deeper_than(child, levels - 1); });
+}
+
+// ---- Files and "extends" -----------------------------------------------------------------------
 
 /// Copies `source_value` over `target`, recursing into objects, and records who set each key.
 void merge(json& target, const json& source_value, const std::string& prefix, const std::string& source,
@@ -42,31 +269,21 @@ void merge(json& target, const json& source_value, const std::string& prefix, co
   }
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in && !in.eof()) throw ConfigError(fmt::format("{}: cannot read this config file", path.string()));
-  return text.str();
-}
-
 void load_file_into(Document& doc, const fs::path& path, std::vector<fs::path>& chain) {
-  const fs::path canonical = fs::weakly_canonical(path);
+  const std::string text = read_config_text(path, "give the path of a run config (the examples are in configs/)");
+  std::error_code no_canonical_form;
+  fs::path canonical = fs::weakly_canonical(path, no_canonical_form);
+  if (no_canonical_form) canonical = path.lexically_normal();
   if (std::find(chain.begin(), chain.end(), canonical) != chain.end()) {
     std::string cycle;
     for (const auto& p : chain) cycle += p.filename().string() + " -> ";
     throw ConfigError(fmt::format("{}: \"extends\" makes a cycle: {}{}; remove one of the links", path.string(),
                                   cycle, path.filename().string()));
   }
-  json file_doc;
-  try {
-    file_doc = json::parse(read_text(path));
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    // nlohmann prefixes "[json.exception.parse_error.101] ": keep only the human part.
-    if (auto close = what.find("] "); close != std::string::npos) what = what.substr(close + 2);
-    throw ConfigError(fmt::format("{}: not valid JSON: {}", path.string(), what));
-  }
+  if (chain.size() >= static_cast<size_t>(kMaxNesting))
+    throw ConfigError(fmt::format("{}: \"extends\" chains more than {} files; merge some of them", path.string(),
+                                  kMaxNesting));
+  json file_doc = parse_or_throw<json>(text, path.string());
   if (!file_doc.is_object())
     throw ConfigError(fmt::format("{}: expected a JSON object of config sections at the top level", path.string()));
 
@@ -80,13 +297,13 @@ void load_file_into(Document& doc, const fs::path& path, std::vector<fs::path>& 
       for (const auto& e : extends) bases.push_back(e.get<std::string>());
     } else {
       throw ConfigError(fmt::format("{}: extends = {}: expected a file name or a list of file names", path.string(),
-                                    extends.dump()));
+                                    shown_value(extends)));
     }
     for (const auto& base : bases) {
       const fs::path base_path = (path.parent_path() / base).lexically_normal();
-      if (!fs::exists(base_path))
-        throw ConfigError(fmt::format("{}: extends = \"{}\": no such file {} (paths are relative to this file)",
-                                      path.string(), base, base_path.string()));
+      if (const std::string problem = files::not_a_regular_file(base_path); !problem.empty())
+        throw ConfigError(fmt::format("{}: extends = \"{}\": {}: {} (paths are relative to this file)", path.string(),
+                                      shown(base), shown(base_path.string()), problem));
       load_file_into(doc, base_path, chain);
     }
     file_doc.erase(kExtendsKey);
@@ -95,32 +312,44 @@ void load_file_into(Document& doc, const fs::path& path, std::vector<fs::path>& 
   merge(doc.root, file_doc, "", path.string(), doc.origin);
 }
 
+/// Applies one `--set KEY=VALUE`. VALUE is JSON when it parses as JSON (a number, true/false, a
+/// list, an object: `--set optim={"lr":0.05}` sets the keys it holds), otherwise a plain string.
 void apply_override(Document& doc, const std::string& spec) {
+  const std::string source = "--set " + shown(spec);
+  if (!is_utf8(spec)) throw ConfigError(fmt::format("{}: not valid UTF-8; write the setting in UTF-8", source));
   const auto eq = spec.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw ConfigError(fmt::format("--set {}: expected KEY=VALUE, for example --set optim.lr=0.05", spec));
+    throw ConfigError(fmt::format("{}: expected KEY=VALUE, for example --set optim.lr=0.05", source));
   const std::string key = spec.substr(0, eq);
   const std::string text = spec.substr(eq + 1);
+  // "section.name", or "section" with an object; nothing else names a setting.
   std::vector<std::string> parts;
   std::stringstream split(key);
   for (std::string part; std::getline(split, part, '.');) parts.push_back(part);
-  if (parts.size() < 2 || std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); }))
-    throw ConfigError(fmt::format("--set {}: expected a key of the form section.name, for example optim.lr", spec));
+  if (key.size() > kMaxStringBytes || key.back() == '.' || parts.size() > 2 ||
+      std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); }))
+    parts.clear();
 
-  // The value is JSON when it parses as JSON (numbers, true/false, lists), otherwise a plain string.
-  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = text;
-
-  json* node = &doc.root;
-  std::string path;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    path = join_key(path, parts[i]);
-    if (!node->contains(parts[i]) || !(*node)[parts[i]].is_object()) (*node)[parts[i]] = json::object();
-    node = &(*node)[parts[i]];
-    doc.origin[path] = "--set " + spec;
+  std::string not_json;
+  std::optional<json> parsed = parse_strictly<json>(text, source, key, not_json);
+  json value = parsed ? std::move(*parsed) : json(text);
+  if (!parsed) {
+    if (const std::string why = string_problem(text); !why.empty())
+      throw ConfigError(fmt::format("{}: {} = {}: {}", source, shown(key), shown_value(value), why));
   }
-  (*node)[parts.back()] = value;
-  doc.origin[key] = "--set " + spec;
+  const bool whole_section = parts.size() == 1 && value.is_object();
+  if (parts.size() < 2 && !whole_section)
+    throw ConfigError(fmt::format("{}: expected a key of the form section.name, for example optim.lr", source));
+
+  json& section = doc.root[parts[0]];
+  if (!section.is_object()) section = json::object();
+  doc.origin[parts[0]] = source;
+  if (whole_section) {
+    merge(section, value, parts[0], source, doc.origin);
+    return;
+  }
+  section[parts[1]] = std::move(value);
+  doc.origin[key] = source;
   doc.override_text[key] = text;
 }
 
@@ -157,8 +386,8 @@ std::string join(const std::vector<std::string>& items, const char* separator) {
     if (d < best_distance) best_distance = d, best = k;
   }
   if (!best.empty())
-    throw ConfigError(fmt::format("{}: unknown key \"{}\": did you mean \"{}\"?", source, path, join_key(prefix, best)));
-  throw ConfigError(fmt::format("{}: unknown key \"{}\"; the keys {} are: {}", source, path,
+    throw ConfigError(fmt::format("{}: unknown key \"{}\": did you mean \"{}\"?", source, shown(path), join_key(prefix, best)));
+  throw ConfigError(fmt::format("{}: unknown key \"{}\"; the keys {} are: {}", source, shown(path),
                                 prefix.empty() ? "at the top level" : "of " + prefix, join(known, ", ")));
 }
 
@@ -230,7 +459,7 @@ class FieldReader {
     if (it == object_.end()) return;
     const std::string path = join_key(section_, key);
     if (!parse(*it, path, field, constraint)) {
-      throw ConfigError(fmt::format("{}: {} = {}: expected {}", source_of(path), path, it->dump(),
+      throw ConfigError(fmt::format("{}: {} = {}: expected {}", source_of(path), path, shown_value(*it),
                                     expectation<T>(constraint)));
     }
   }
@@ -250,13 +479,14 @@ class FieldReader {
 
   template <class C>
   bool parse(const json& v, const std::string&, int64_t& out, const C& c) {
-    if (!v.is_number_integer()) return false;
+    // An unsigned JSON number past int64's range would wrap around to a negative one.
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX)) return false;
     out = v.get<int64_t>();
     return in_range(static_cast<double>(out), c);
   }
   template <class C>
   bool parse(const json& v, const std::string&, double& out, const C& c) {
-    if (!v.is_number()) return false;
+    if (!v.is_number() || !std::isfinite(v.get<double>())) return false;
     out = v.get<double>();
     return in_range(out, c);
   }
@@ -270,6 +500,9 @@ class FieldReader {
   bool parse(const json& v, const std::string& path, std::string& out, const C&) {
     if (v.is_string()) {
       out = v.get<std::string>();
+      // A document built elsewhere (a checkpoint's saved config) has not been through the reader.
+      if (const std::string why = string_problem(out); !why.empty())
+        throw ConfigError(fmt::format("{}: {} = {}: {}", source_of(path), path, shown_value(v), why));
       return true;
     }
     // `--set run.name=2024` reads as a number; for a string key, take the text as typed.
@@ -283,7 +516,7 @@ class FieldReader {
     if (!v.is_array()) return false;
     std::vector<double> values;
     for (const auto& e : v) {
-      if (!e.is_number() || !in_range(e.get<double>(), c)) return false;
+      if (!e.is_number() || !std::isfinite(e.get<double>()) || !in_range(e.get<double>(), c)) return false;
       values.push_back(e.get<double>());
     }
     out = std::move(values);
@@ -318,8 +551,8 @@ class SectionReader {
     auto it = doc_.root.find(name);
     if (it == doc_.root.end()) return;
     if (!it->is_object()) {
-      throw ConfigError(fmt::format("{}: {} = {}: expected an object of {} keys", source_of(name), name, it->dump(),
-                                    name));
+      throw ConfigError(fmt::format("{}: {} = {}: expected an object of {} keys", source_of(name), name,
+                                    shown_value(*it), name));
     }
     FieldReader reader(*it, name, doc_, default_source_);
     target.visit(reader);
@@ -381,6 +614,18 @@ void require(const LoadedConfig& loaded, bool ok, const std::string& key, const 
   if (!ok) throw config_error(loaded, key, message);
 }
 
+/// Whether every file or folder name in `path` is at most kMaxNameBytes long (the system refuses
+/// longer ones with "File name too long").
+bool names_fit(const std::string& path) {
+  size_t name_start = 0;
+  for (size_t at = 0; at <= path.size(); ++at) {
+    if (at < path.size() && path[at] != '/') continue;
+    if (at - name_start > kMaxNameBytes) return false;
+    name_start = at + 1;
+  }
+  return true;
+}
+
 bool valid_device(const std::string& device) {
   if (device == "auto" || device == "cpu" || device == "cuda") return true;
   if (device.rfind("cuda:", 0) != 0 || device.size() == 5) return false;
@@ -393,6 +638,13 @@ void validate(const LoadedConfig& loaded) {
   require(loaded, !c.run.name.empty() && c.run.name.find('/') == std::string::npos && c.run.name != "." &&
                     c.run.name != "..",
                 "run.name", "expected a folder name without '/'");
+  require(loaded, c.run.name.size() <= kMaxNameBytes, "run.name",
+          fmt::format("expected a folder name of at most {} bytes", kMaxNameBytes));
+  for (const auto& [key, path] : {std::pair{"run.out_dir", &c.run.out_dir}, std::pair{"data.root", &c.data.root},
+                                  std::pair{"model.init_from", &c.model.init_from},
+                                  std::pair{"checkpoint.resume", &c.checkpoint.resume}})
+    require(loaded, names_fit(*path), key,
+            fmt::format("a file or folder name in this path is longer than {} bytes; use a shorter path", kMaxNameBytes));
   require(loaded, valid_device(c.run.device), "run.device", "expected auto, cpu, cuda or cuda:N");
   require(loaded, c.data.mean.size() == 3, "data.mean", "expected a list of 3 numbers (R, G, B)");
   require(loaded, c.data.std.size() == 3, "data.std", "expected a list of 3 numbers (R, G, B)");
@@ -431,8 +683,6 @@ LoadedConfig resolve(Document doc, const std::vector<std::string>& overrides, co
 }  // namespace
 
 LoadedConfig load_file(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
-  if (!fs::is_regular_file(path))
-    throw ConfigError(fmt::format("{}: no such config file (the examples are in configs/)", path.string()));
   Document doc;
   std::vector<fs::path> chain;
   load_file_into(doc, path, chain);
@@ -443,9 +693,45 @@ LoadedConfig load_json(const nlohmann::json& document, const std::string& source
                        const std::vector<std::string>& overrides) {
   if (!document.is_object())
     throw ConfigError(fmt::format("{}: expected a JSON object of config sections at the top level", source));
+  if (nested_deeper_than(document, kMaxNesting))
+    throw ConfigError(fmt::format("{}: objects and lists nested more than {} deep; a run config has two levels "
+                                  "(sections and their keys)",
+                                  source, kMaxNesting));
   Document doc;
   doc.root = document;
   return resolve(std::move(doc), overrides, source);
+}
+
+std::string read_config_text(const std::filesystem::path& path, const std::string& hint) {
+  const files::TextRead read = files::read_regular_file(path, kMaxConfigFileBytes);
+  if (!read.problem.empty()) throw ConfigError(fmt::format("{}: {}; {}", path.string(), read.problem, hint));
+  return read.text;
+}
+
+nlohmann::json parse_json(const std::string& text, const std::string& source) {
+  return parse_or_throw<json>(text, source);
+}
+
+nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::string& source) {
+  return parse_or_throw<nlohmann::ordered_json>(text, source);
+}
+
+std::string shown(const std::string& text) {
+  std::string out;
+  size_t characters = 0;
+  for (size_t at = 0; at < text.size(); ++characters) {
+    if (characters == kMaxShownChars) return out + "...";
+    const size_t length = utf8_sequence_length(text, at);
+    const auto lead = static_cast<unsigned char>(text[at]);
+    if (length == 0 || lead < 0x20 || lead == 0x7F) {
+      out += fmt::format("\\x{:02X}", lead);
+      at += 1;
+    } else {
+      out.append(text, at, length);
+      at += length;
+    }
+  }
+  return out;
 }
 
 ConfigError config_error(const LoadedConfig& loaded, const std::string& key, const std::string& message) {
@@ -453,7 +739,7 @@ ConfigError config_error(const LoadedConfig& loaded, const std::string& key, con
   const std::string& source = it == loaded.origin.end() ? loaded.source : it->second;
   const auto dot = key.find('.');
   const json value = to_json(loaded.config)[key.substr(0, dot)][key.substr(dot + 1)];
-  return ConfigError(fmt::format("{}: {} = {}: {}", source, key, value.dump(), message));
+  return ConfigError(fmt::format("{}: {} = {}: {}", source, key, shown_value(value), message));
 }
 
 nlohmann::json to_json(const RunConfig& config) {

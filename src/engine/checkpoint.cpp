@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ltrain/core/errors.h"
+#include "ltrain/core/files.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/io/tensor_file.h"
@@ -79,6 +80,9 @@ void save_checkpoint(const fs::path& file, const torch::nn::Module& model, const
 }
 
 Checkpoint read_checkpoint(const fs::path& file) {
+  if (const std::string problem = files::not_a_regular_file(file); !problem.empty())
+    throw DataError(fmt::format("{}: {}; give the path of a checkpoint file (RUN/checkpoints/step-N.ltc)", file.string(),
+                                problem));
   io::TensorArchive archive = io::read_archive(file);
   if (archive.info.value("kind", "") != kKind || !archive.info.contains("config"))
     throw DataError(fmt::format("{}: an ltrain archive, but not a training checkpoint", file.string()));

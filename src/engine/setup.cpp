@@ -11,6 +11,7 @@
 
 #include "ltrain/amp/precision.h"
 #include "ltrain/core/errors.h"
+#include "ltrain/core/files.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/io/tensor_file.h"
 #include "ltrain/kernels/device_fit.h"
@@ -77,10 +78,24 @@ torch::Device resolve_device(const config::LoadedConfig& loaded) {
   return device;
 }
 
+namespace {
+/// The CPU cores the OS reports (at least 1).
+int64_t cpu_cores() { return static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())); }
+}  // namespace
+
+void apply_runtime_settings(const config::LoadedConfig& loaded) {
+  const int64_t cores = cpu_cores();
+  if (loaded.config.run.threads > kThreadsPerCore * cores)
+    throw config::config_error(loaded, "run.threads",
+                               fmt::format("this machine has {} CPU cores; use at most {} threads (0: one per core)",
+                                           cores, kThreadsPerCore * cores));
+  apply_runtime_settings(loaded.config);
+}
+
 void apply_runtime_settings(const config::RunConfig& config) {
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   // LibTorch's default counts physical cores only (1 on a 2-vCPU machine); use every core.
-  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t cores = cpu_cores();
   torch::set_num_threads(static_cast<int>(config.run.threads > 0 ? config.run.threads : cores));
   // LibTorch lets cuDNN use TF32 by default; only TF32 modes do here.
   const bool tf32 = amp::plan_precision(config.precision).tf32;
@@ -141,8 +156,9 @@ models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Devi
                                            config::to_string(config.model.arch), blocks, blocks));
   if (!config.model.init_from.empty()) {
     const std::string& file = config.model.init_from;
-    if (!std::filesystem::is_regular_file(file))
-      throw config::config_error(loaded, "model.init_from", "no such file (a .safetensors file of the model's weights)");
+    if (const std::string problem = files::not_a_regular_file(file); !problem.empty())
+      throw config::config_error(loaded, "model.init_from",
+                                 problem + " (expected a .safetensors file of the model's weights)");
     load_state_dict(*model, io::read_safetensors(file), file);
   }
   model->to(device);
@@ -203,6 +219,11 @@ data::TrainTestSets load_data(const config::RunConfig& config, const torch::Devi
 }
 
 data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train, data::Shard shard) {
+  // A label past the model's outputs would stop the first step inside the loss.
+  if (loaded.config.model.num_classes < data::kNumClasses)
+    throw config::config_error(loaded, "model.num_classes",
+                               fmt::format("the data has {} classes (labels 0 to {}); use at least {}", data::kNumClasses,
+                                           data::kNumClasses - 1, data::kNumClasses));
   // An optimizer step takes K micro-batches: the loader serves K * batch_size images at a time.
   config::DataSection step_data = loaded.config.data;
   step_data.batch_size *= loaded.config.optim.accumulation_steps;

@@ -240,7 +240,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   const int64_t ranks = group ? group->size() : 1;
   const int64_t rank = group ? group->rank() : 0;
   StartPoint start = choose_start(loaded);
-  apply_runtime_settings(config);
+  apply_runtime_settings(loaded);
   const int64_t gpu_memory_limit = limit_gpu_memory(config, device);
   const data::TrainTestSets sets = load_data(config, device);
   data::TrainLoader train_loader = make_train_loader(loaded, sets.train, {rank, ranks});

@@ -23,6 +23,9 @@
 
 namespace ltrain::bench {
 
+/// The most points a grid may have (the product of its lists' lengths).
+constexpr int64_t kMaxSweepPoints = 10000;
+
 struct SweepPoint {
   std::vector<std::pair<std::string, nlohmann::json>> settings;  ///< key -> value, in grid order
   std::map<std::string, double> values;  ///< measured: img_per_s, ms_per_step, peak_gib, test_acc, ...
@@ -72,10 +75,11 @@ struct SweepResult {
 void check_sweep(const std::filesystem::path& sweep_file);
 
 /// Runs the sweep described by `sweep_file`; points' run directories (mode train) go under
-/// `out_dir`/runs. `overrides` (--set) apply to every point after the file's "set". The results
+/// `out_dir`/runs, which is created first (ConfigError when it cannot be). `overrides` (--set) apply to every point after the file's "set". The results
 /// files (write_sweep_results) are rewritten as the points finish, so a sweep cut short keeps
 /// what it measured.
-/// ConfigError naming the file for a malformed sweep description.
+/// ConfigError naming the file for a malformed sweep description, a base config that is not a
+/// file, or a grid of more than kMaxSweepPoints points.
 SweepResult run_sweep(const std::filesystem::path& sweep_file, const std::filesystem::path& out_dir,
                       const std::vector<std::string>& overrides = {});
 

@@ -102,6 +102,21 @@ inline Range at_least(double lo) { return {lo, 1e300, false}; }
 inline Range positive() { return {0.0, 1e300, true}; }
 inline Range between(double lo, double hi) { return {lo, hi, false}; }
 
+// Upper limits: what the code holds (an int for a thread count, a float for the LR on the device)
+// and what makes sense, so that no value overflows a computation or asks for memory without end.
+
+/// The most images a data set, a training batch or an evaluation batch may hold: 2^22 (12 GiB of
+/// uint8 pixels), far past CIFAR-10's 50,000 and the batch-size search's 262,144.
+constexpr int64_t kMaxImages = int64_t{1} << 22;
+/// The largest model.width: 4 x torchvision's 64 (ResNet-152 then has 16 x its parameters, ~1e9).
+constexpr int64_t kMaxWidth = 256;
+/// The most output classes (ImageNet-21k has 21,841).
+constexpr int64_t kMaxClasses = 100000;
+/// The most epochs of a run.
+constexpr int64_t kMaxEpochs = 100000;
+/// The largest learning rate (optim.lr, schedule.min_lr).
+constexpr double kMaxLearningRate = 1000.0;
+
 // ---- Sections ----------------------------------------------------------------------------------
 
 struct RunSection {
@@ -121,7 +136,8 @@ struct RunSection {
   int64_t eval_every_epochs = 1;
   /// Read the loss and print progress every N steps (one host sync each time).
   int64_t log_every_steps = 50;
-  /// CPU threads for LibTorch's intra-op parallelism (0: one per CPU core the OS reports).
+  /// CPU threads for LibTorch's intra-op parallelism (0: one per CPU core the OS reports); at most
+  /// 4 per core of the machine that trains (engine::apply_runtime_settings checks it).
   int64_t threads = 0;
   /// Share of the GPU's memory this process may hold (PyTorch's set_per_process_memory_fraction):
   /// past it, allocations fail as out of memory, as on a card with that much memory; 1: all.
@@ -133,7 +149,7 @@ struct RunSection {
     v("out_dir", out_dir);
     v("seed", seed, at_least(0));
     v("device", device);
-    v("epochs", epochs, at_least(1));
+    v("epochs", epochs, between(1, kMaxEpochs));
     v("max_steps", max_steps, at_least(0));
     v("eval_every_epochs", eval_every_epochs, at_least(0));
     v("log_every_steps", log_every_steps, at_least(1));
@@ -147,7 +163,7 @@ struct ModelSection {
   Arch arch = Arch::resnet50;
   /// imagenet: 7x7 stride-2 conv + 3x3 max-pool (torchvision); cifar: 3x3 stride-1 conv, no pool.
   Stem stem = Stem::imagenet;
-  /// Output classes.
+  /// Output classes: at least the data's (CIFAR-10 and the synthetic source: 10; checked at start).
   int64_t num_classes = 10;
   /// Channels of the first stage (torchvision: 64); small values make tiny test models.
   int64_t width = 64;
@@ -178,8 +194,8 @@ struct ModelSection {
   void visit(V& v) {
     v("arch", arch);
     v("stem", stem);
-    v("num_classes", num_classes, at_least(2));
-    v("width", width, at_least(1));
+    v("num_classes", num_classes, between(2, kMaxClasses));
+    v("width", width, between(1, kMaxWidth));
     v("zero_init_residual", zero_init_residual);
     v("channels_last", channels_last);
     v("checkpoint_segments", checkpoint_segments, at_least(0));
@@ -227,8 +243,8 @@ struct DataSection {
   void visit(V& v) {
     v("source", source);
     v("root", root);
-    v("batch_size", batch_size, at_least(1));
-    v("eval_batch_size", eval_batch_size, at_least(1));
+    v("batch_size", batch_size, between(1, kMaxImages));
+    v("eval_batch_size", eval_batch_size, between(1, kMaxImages));
     v("eval_flip_average", eval_flip_average);
     v("random_crop", random_crop);
     v("crop_padding", crop_padding, between(0, 16));
@@ -237,8 +253,8 @@ struct DataSection {
     v("normalize", normalize);
     v("mean", mean, between(0, 1));
     v("std", std, positive());
-    v("synthetic_train_size", synthetic_train_size, at_least(1));
-    v("synthetic_test_size", synthetic_test_size, at_least(1));
+    v("synthetic_train_size", synthetic_train_size, between(1, kMaxImages));
+    v("synthetic_test_size", synthetic_test_size, between(1, kMaxImages));
   }
 };
 
@@ -273,16 +289,16 @@ struct OptimSection {
   template <class V>
   void visit(V& v) {
     v("name", name);
-    v("lr", lr, positive());
+    v("lr", lr, Range{0, kMaxLearningRate, true});
     v("momentum", momentum, between(0, 1));
     v("nesterov", nesterov);
-    v("weight_decay", weight_decay, at_least(0));
+    v("weight_decay", weight_decay, between(0, 1));
     v("no_decay_norm_and_bias", no_decay_norm_and_bias);
     v("betas", betas, Range{0, 1, false});
-    v("eps", eps, positive());
+    v("eps", eps, Range{0, 1, true});
     v("fused", fused);
-    v("accumulation_steps", accumulation_steps, at_least(1));
-    v("clip_grad_norm", clip_grad_norm, at_least(0));
+    v("accumulation_steps", accumulation_steps, between(1, 1024));
+    v("clip_grad_norm", clip_grad_norm, between(0, 1e6));
     v("ema_decay", ema_decay, between(0, 0.999999));
   }
 };
@@ -306,15 +322,15 @@ struct ScheduleSection {
   double warmup_start_factor = 0.1;
   /// multistep: epochs at which the LR is multiplied by `gamma`.
   std::vector<double> milestones{};
-  /// multistep: the factor applied at each milestone.
+  /// multistep: the factor applied at each milestone (a decay: at most 1).
   double gamma = 0.1;
   /// cosine: the LR reached at the end.
   double min_lr = 0.0;
   /// onecycle: fraction of the steps spent rising to the peak LR.
   double pct_start = 0.3;
-  /// onecycle: the start LR is lr / div_factor.
+  /// onecycle: the start LR is lr / div_factor (at least 1: the LR rises to its peak).
   double div_factor = 25.0;
-  /// onecycle: the final LR is the start LR / final_div_factor.
+  /// onecycle: the final LR is the start LR / final_div_factor (at least 1: the LR ends lower).
   double final_div_factor = 1e4;
 
   template <class V>
@@ -323,11 +339,11 @@ struct ScheduleSection {
     v("warmup_epochs", warmup_epochs, at_least(0));
     v("warmup_start_factor", warmup_start_factor, Range{0, 1, false});
     v("milestones", milestones, positive());
-    v("gamma", gamma, positive());
-    v("min_lr", min_lr, at_least(0));
+    v("gamma", gamma, Range{0, 1, true});
+    v("min_lr", min_lr, between(0, kMaxLearningRate));
     v("pct_start", pct_start, Range{0, 1, true});
-    v("div_factor", div_factor, positive());
-    v("final_div_factor", final_div_factor, positive());
+    v("div_factor", div_factor, between(1, 1e6));
+    v("final_div_factor", final_div_factor, between(1, 1e9));
   }
 };
 
@@ -362,8 +378,8 @@ struct PrecisionSection {
     v("cudnn_benchmark", cudnn_benchmark);
     v("cudnn_benchmark_limit", cudnn_benchmark_limit, Range{0, 100000, false});
     v("deterministic", deterministic);
-    v("loss_scale_init", loss_scale_init, positive());
-    v("loss_scale_growth_factor", loss_scale_growth_factor, Range{1, 1e300, true});
+    v("loss_scale_init", loss_scale_init, Range{0, 16777216, true});
+    v("loss_scale_growth_factor", loss_scale_growth_factor, Range{1, 100, true});
     v("loss_scale_backoff_factor", loss_scale_backoff_factor, Range{0, 1, true});
     v("loss_scale_growth_interval", loss_scale_growth_interval, at_least(1));
     v("max_consecutive_skipped_steps", max_consecutive_skipped_steps, at_least(1));
@@ -435,9 +451,9 @@ struct DistributedSection {
   template <class V>
   void visit(V& v) {
     v("backend", backend);
-    v("timeout_s", timeout_s, positive());
+    v("timeout_s", timeout_s, Range{0, 86400, true});
     v("sync_batchnorm", sync_batchnorm);
-    v("bucket_mb", bucket_mb, positive());
+    v("bucket_mb", bucket_mb, Range{0, 16384, true});
     v("gradient_dtype", gradient_dtype);
   }
 };

@@ -1,7 +1,9 @@
 #pragma once
 // Reading, overriding, validating and printing a RunConfig.
 // Errors are ConfigError with one line: "<source>: <key.path> = <value>: expected ...",
-// where <source> is the file that set the key (or the --set flag).
+// where <source> is the file that set the key (or the --set flag). Values quoted in messages
+// are cut to kMaxShownChars characters.
+#include <cstddef>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -13,6 +15,17 @@
 #include "ltrain/core/errors.h"
 
 namespace ltrain::config {
+
+// ---- The reader's limits: input past them is a ConfigError, never a crash or a hang ----------
+
+/// The largest config or sweep file read, in bytes.
+constexpr std::size_t kMaxConfigFileBytes = std::size_t{4} << 20;
+/// The most objects and lists inside one another (a run config needs 2, a sweep file 4).
+constexpr int kMaxNesting = 32;
+/// The longest string value or key, in bytes (a path of PATH_MAX).
+constexpr std::size_t kMaxStringBytes = 4096;
+/// The longest value quoted in an error message, in characters; longer ones end in "...".
+constexpr std::size_t kMaxShownChars = 80;
 
 /// A resolved config and where each key's value came from.
 struct LoadedConfig {
@@ -26,6 +39,22 @@ struct LoadedConfig {
 /// A ConfigError about `key` ("section.name"): "<file that set it>: <key> = <value>: <message>".
 /// For checks that need more than the config, e.g. whether the device exists.
 ConfigError config_error(const LoadedConfig& loaded, const std::string& key, const std::string& message);
+
+/// The text of the config (or sweep) file `path`. ConfigError "<path>: <what is wrong>; <hint>"
+/// when it is not a regular file (a directory, a FIFO, a device: refused before reading) or is
+/// larger than kMaxConfigFileBytes.
+std::string read_config_text(const std::filesystem::path& path, const std::string& hint);
+
+/// JSON `text` from `source`, parsed strictly: at most kMaxNesting levels, no key twice in one
+/// object, strings of at most kMaxStringBytes bytes without NUL characters, numbers a double
+/// holds. ConfigError "<source>: ..." naming the line and column or the key path otherwise.
+nlohmann::json parse_json(const std::string& text, const std::string& source);
+/// parse_json, keeping the keys in the text's order.
+nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::string& source);
+
+/// `text` as it is quoted in an error message: at most kMaxShownChars characters (then "..."),
+/// control characters and bytes that are not UTF-8 written as \xNN, so it stays one line.
+std::string shown(const std::string& text);
 
 /// Reads `path`, following "extends" (relative to the file that names it), applies each
 /// "key.path=value" override in order (the value is JSON, or else a plain string) and validates.

@@ -1,8 +1,11 @@
 #pragma once
-// Files written so that a failure shows when it happens: appends that reach the kernel before
-// they return, and whole files written atomically (a temporary FILE.tmp-PID beside the target,
-// fsync, rename). A failed write is a WriteError that names the file, the reason (disk full, a
-// file-size limit, a read-only folder) and what to do; what was written before stays as it was.
+// Files named by users and files ltrain writes. Reading: what kind of file a path is, and bounded
+// reads of regular files; a FIFO, a device or a directory given where a file belongs is named as
+// such before anything opens it (opening a FIFO waits for a writer; /dev/zero never ends).
+// Writing, so that a failure shows when it happens: appends that reach the kernel before they
+// return, and whole files written atomically (a temporary FILE.tmp-PID beside the target, fsync,
+// rename). A failed write is a WriteError that names the file, the reason (disk full, a file-size
+// limit, a read-only folder) and what to do; what was written before stays as it was.
 #include <cstddef>
 #include <filesystem>
 #include <string>
@@ -13,6 +16,26 @@
 #include "ltrain/core/errors.h"
 
 namespace ltrain::files {
+
+/// Why `path` cannot be read as a regular file (following links), as a phrase that completes
+/// "<path>: ...": "no such file", "is a directory, not a file", "is a FIFO (named pipe), not a
+/// file", "its name is too long", ...; "" when it is a regular file.
+std::string not_a_regular_file(const std::filesystem::path& path);
+
+/// Why a regular file cannot be written at `path`, in the same words: "" when nothing is there
+/// yet or a regular file is; otherwise what is there (a directory, a device, a FIFO) or why the
+/// path cannot be looked at.
+std::string not_writable_as_regular_file(const std::filesystem::path& path);
+
+/// The contents of a regular file, or why there are none.
+struct TextRead {
+  std::string text;
+  std::string problem;  ///< "" when `text` is the whole file; else a phrase as not_a_regular_file's
+};
+
+/// Reads the regular file `path` whole if it holds at most `max_bytes` bytes. Never waits on a
+/// FIFO and never reads more than `max_bytes` + 1 bytes.
+TextRead read_regular_file(const std::filesystem::path& path, std::size_t max_bytes);
 
 /// A write that the system refused (exit code 4, as every RunError).
 class WriteError : public RunError {

@@ -52,7 +52,8 @@ void save_checkpoint(const std::filesystem::path& file, const torch::nn::Module&
                      const optim::Optimizer* optimizer, const amp::GradScaler* scaler, const CheckpointMeta& meta,
                      const optim::NamedTensors& averaged_weights = {});
 
-/// Reads and verifies a checkpoint; DataError naming the file when it is not one.
+/// Reads and verifies a checkpoint; DataError naming the file when it is not one. A directory, a
+/// FIFO or a device is refused before it is opened.
 Checkpoint read_checkpoint(const std::filesystem::path& file);
 
 /// DataError naming `file` and the first setting that differs when the checkpoint's model is not

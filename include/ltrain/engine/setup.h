@@ -18,6 +18,13 @@ torch::Device resolve_device(const config::LoadedConfig& loaded);
 /// deterministic-algorithm switches.
 void apply_runtime_settings(const config::RunConfig& config);
 
+/// The most threads per CPU core run.threads may ask for.
+constexpr int64_t kThreadsPerCore = 4;
+
+/// apply_runtime_settings after checking run.threads against this machine: ConfigError naming
+/// the key and its file when it asks for more than kThreadsPerCore threads per CPU core.
+void apply_runtime_settings(const config::LoadedConfig& loaded);
+
 /// Lets this process hold at most run.gpu_memory_fraction of CUDA `device`'s memory, and no more
 /// than the memory of LTRAIN_GPU_PROFILE's card: past it, allocations fail as out of memory, as on
 /// a smaller GPU. Returns the limit in bytes (-1 on the CPU, where it does nothing).
@@ -32,7 +39,7 @@ void check_gpu_profile_setting();
 
 /// A freshly initialized model (seeded from run.seed) on `device`, NHWC with model.channels_last,
 /// with the weights of model.init_from when set. ConfigError when model.checkpoint_segments exceeds
-/// the model's residual blocks or model.init_from is no file; DataError naming the file and the
+/// the model's residual blocks or model.init_from is no regular file; DataError naming the file and the
 /// tensor when its weights do not fit the model.
 models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Device& device);
 
@@ -55,7 +62,8 @@ data::TrainTestSets load_data(const config::RunConfig& config, const torch::Devi
 
 /// The training loader over `train`, serving optim.accumulation_steps micro-batches per batch
 /// (`shard`'s part of the global batch in a data-parallel run). ConfigError naming
-/// data.batch_size and its file when the set holds fewer images than a global batch.
+/// data.batch_size and its file when the set holds fewer images than a global batch, or
+/// model.num_classes when the model has fewer outputs than the data has classes.
 data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train,
                                     data::Shard shard = {});
 
