@@ -186,7 +186,7 @@ fi
 # What a user should see of the configure step: what ltrain found, and its own warnings (LibTorch's
 # CMake files warn about things that do not concern ltrain, such as CMAKE_CUDA_ARCHITECTURES, which
 # ltrain's kernels do follow).
-grep -E "^-- ltrain: " build/configure.log | sed 's/^-- /setup: /'
+grep -E "^-- ltrain: " build/configure.log | sed 's/^-- ltrain: /setup: /'
 grep -E -A4 "^CMake Warning at CMakeLists.txt" build/configure.log || true
 cmake --build build || die 5 "build failed (see above)"
 info "done: build/ltrain --help; build/ltrain doctor shows what this machine and build offer"
