@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ltrain/core/errors.h"
+#include "ltrain/core/files.h"
 #include "ltrain/core/sha256.h"
 
 namespace ltrain::data {
@@ -30,11 +31,10 @@ std::vector<fs::path> train_files(const fs::path& root) {
 fs::path test_file(const fs::path& root) { return root / "test_batch.bin"; }
 
 void require_file(const fs::path& file) {
-  std::error_code ignored;
-  if (!fs::is_regular_file(file, ignored))
-    throw DataError(fmt::format("{}: no such file; run scripts/get-cifar10.sh (or point data.root at a folder with "
+  if (const std::string problem = files::not_a_regular_file(file); !problem.empty())
+    throw DataError(fmt::format("{}: {}; run scripts/get-cifar10.sh (or point data.root at a folder with "
                                 "data_batch_1..5.bin and test_batch.bin)",
-                                file.string()));
+                                file.string(), problem));
 }
 
 /// Checks the `records` records at `bytes`, read from `file`, against the published files of its

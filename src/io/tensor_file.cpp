@@ -144,8 +144,7 @@ void write_safetensors(const fs::path& file, const NamedTensors& tensors,
   header_text.append(align_up(header_text.size(), 8) - header_text.size(), ' ');  // readers accept trailing spaces
   std::string prefix;
   append_le<uint64_t>(prefix, header_text.size());
-  files::Pieces pieces{{prefix.data(), prefix.size()},
-                                                     {header_text.data(), header_text.size()}};
+  files::Pieces pieces{{prefix.data(), prefix.size()}, {header_text.data(), header_text.size()}};
   for (const auto& tensor : host) pieces.emplace_back(tensor.data_ptr(), byte_size(tensor));
   files::write_atomically(file, pieces);
 }
@@ -215,8 +214,7 @@ void write_archive(const fs::path& file, const TensorArchive& archive) {
 
   // The file in pieces: prefix, header, zero padding up to each 64-byte aligned tensor, tensors.
   static const std::array<char, kAlignment> zeros{};
-  files::Pieces pieces{{prefix.data(), prefix.size()},
-                                                     {header_text.data(), header_text.size()}};
+  files::Pieces pieces{{prefix.data(), prefix.size()}, {header_text.data(), header_text.size()}};
   size_t position = kArchivePrefix + header_text.size();
   const size_t data_start = align_up(position, kAlignment);
   for (size_t i = 0; i < host.size(); ++i) {
