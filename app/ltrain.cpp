@@ -289,15 +289,44 @@ int run_sweep(int argc, char** argv) {
   return 0;
 }
 
+/// "32,224" -> {32, 224}: image sides, each between 8 and the config's largest.
+std::vector<int64_t> image_sizes(const std::string& list) {
+  std::vector<int64_t> sizes;
+  std::string::size_type start = 0;
+  while (start <= list.size()) {
+    const std::string::size_type comma = std::min(list.find(',', start), list.size());
+    const std::string item = list.substr(start, comma - start);
+    int64_t size = 0;
+    try {
+      size_t used = 0;
+      size = std::stoll(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      size = 0;
+    }
+    if (size < 8 || size > ltrain::config::kMaxImageSize)
+      throw ltrain::ConfigError(fmt::format("ltrain reproduce: --image-sizes \"{}\": expected sides from 8 to {} "
+                                            "separated by commas, e.g. 32,224",
+                                            ltrain::config::shown(list), ltrain::config::kMaxImageSize));
+    sizes.push_back(size);
+    start = comma + 1;
+  }
+  return sizes;
+}
+
 int run_reproduce(int argc, char** argv) {
   cxxopts::Options options("ltrain reproduce",
-                           "The GPU guides' claims (AMP speed and memory, TF32, CUDA graphs, gradient accumulation, "
-                           "activation checkpointing, the matmul test, the batch-size search, the hardware) as A/B "
-                           "measurements on this machine; writes REPORT.md and results.json.");
+                           "The GPU guides' claims (AMP speed and memory, TF32, cudnn.benchmark, CUDA graphs, gradient "
+                           "accumulation, activation checkpointing, the matmul test, the batch-size search, the "
+                           "hardware), each with its guide and line, as A/B measurements on this machine; writes "
+                           "REPORT.md and results.json.");
   options.add_options()("config", "the run config every measurement starts from", cxxopts::value<std::string>(), "FILE")(
       "out", "report folder", cxxopts::value<std::string>()->default_value("reports/reproduce"), "DIR")(
       "warmup", "untimed steps per measurement", cxxopts::value<int64_t>()->default_value("10"), "N")(
       "steps", "timed steps per measurement", cxxopts::value<int64_t>()->default_value("30"), "N")(
+      "rounds", "A/B rounds per claim, alternating", cxxopts::value<int64_t>()->default_value("3"), "N")(
+      "image-sizes", "image sides to measure the step claims at, e.g. 32,224 (a side other than 32: random images); "
+      "default: the config's data.image_size", cxxopts::value<std::string>(), "LIST")(
       "matmul-size", "matmul test's n", cxxopts::value<int64_t>()->default_value("8192"), "N")(
       "matmul-iters", "matmul test's timed products", cxxopts::value<int64_t>()->default_value("100"), "N")(
       "no-batch-search", "skip the batch-size search (the longest part on a GPU)");
@@ -309,11 +338,15 @@ int run_reproduce(int argc, char** argv) {
   settings.overrides = overrides(*args);
   settings.warmup = (*args)["warmup"].as<int64_t>();
   settings.steps = (*args)["steps"].as<int64_t>();
+  settings.rounds = (*args)["rounds"].as<int64_t>();
+  if (args->count("image-sizes")) settings.image_sizes = image_sizes((*args)["image-sizes"].as<std::string>());
   settings.matmul_size = (*args)["matmul-size"].as<int64_t>();
   settings.matmul_products = (*args)["matmul-iters"].as<int64_t>();
   settings.batch_search = !args->count("no-batch-search");
-  if (settings.warmup < 0 || settings.steps < 1 || settings.matmul_size < 1 || settings.matmul_products < 1)
-    throw ltrain::ConfigError("ltrain reproduce: --steps, --matmul-size and --matmul-iters must be >= 1, --warmup >= 0");
+  if (settings.warmup < 0 || settings.steps < 1 || settings.rounds < 1 || settings.rounds > 100 ||
+      settings.matmul_size < 1 || settings.matmul_products < 1)
+    throw ltrain::ConfigError("ltrain reproduce: --steps, --matmul-size and --matmul-iters must be >= 1, --rounds "
+                              "1-100, --warmup >= 0");
   const std::filesystem::path out = (*args)["out"].as<std::string>();
   std::cout << ltrain::bench::write_report(ltrain::bench::reproduce(settings, out), out);
   std::cout << fmt::format("report in {}\n", (out / "REPORT.md").string());

@@ -4,7 +4,8 @@
     python3 scripts/plot_report.py DIR
 
 One bar per claim that is a ratio (images/s for speed claims, peak memory for memory claims, B
-over A), with the ratio the claim needs marked on it. Claims that could not be measured on the
+over A: the median of the rounds, their range as an error bar), with the ratio the claim needs
+marked on it. Claims that could not be measured on the
 device are listed under the plot. Needs matplotlib (Debian: python3-matplotlib).
 """
 import argparse
@@ -26,14 +27,26 @@ def main(argv=None):
     measured = [c for c in claims if c.get("ratio") is not None]
     unmeasured = [c for c in claims if c["verdict"].startswith("not measurable")]
     fig, axis = plt.subplots(figsize=(11, 2.8 + 0.6 * max(1, len(measured))))
-    labels = ["\n".join(textwrap.wrap(c["claim"], 60)) for c in measured]
-    colours = ["tab:green" if c["verdict"] == "holds" else "tab:red" for c in measured]
+
+    def label(c):
+        where = f", {c['image_size']}x{c['image_size']}" if c.get("image_size") else ""
+        return "\n".join(textwrap.wrap(f"{c['claim']} ({c['guide']}{where})", 70))
+
+    def colour(verdict):
+        return {"holds": "tab:green", "does not hold": "tab:red", "measured": "tab:grey"}.get(verdict, "tab:orange")
+
+    labels = [label(c) for c in measured]
     positions = list(range(len(measured)))
-    axis.barh(positions, [c["ratio"] for c in measured], color=colours, alpha=0.8)
+    ratios = [c["ratio"] for c in measured]
+    # The rounds' range around the median, where there were several rounds.
+    low = [c["ratio"] - (c.get("ratio_low") if c.get("ratio_low") is not None else c["ratio"]) for c in measured]
+    high = [(c.get("ratio_high") if c.get("ratio_high") is not None else c["ratio"]) - c["ratio"] for c in measured]
+    axis.barh(positions, ratios, xerr=[low, high], color=[colour(c["verdict"]) for c in measured], alpha=0.8,
+              capsize=3)
     for y, c in zip(positions, measured):
         if c.get("claimed_ratio") is not None:
             axis.plot([c["claimed_ratio"]] * 2, [y - 0.4, y + 0.4], color="black", linewidth=2)
-        axis.text(c["ratio"], y, f" {c['ratio']:.2f}x ({c['verdict']})", va="center", fontsize=8)
+        axis.text(c["ratio"], y, f" {c['ratio']:.2f}x ({c['verdict'].split(':')[0]})", va="center", fontsize=8)
     axis.set_yticks(positions)
     axis.set_yticklabels(labels, fontsize=8)
     axis.invert_yaxis()

@@ -423,5 +423,60 @@ TEST(Config, ShippedConfigsLoad) {
   EXPECT_GT(count, 0);
 }
 
+TEST(Config, ArticleConfigsHoldTheGuidesRecipes) {
+  // Each guide's recipe as `ltrain train --print-config` resolves it: torchvision's resnet50 (the
+  // imagenet stem, 1000 outputs), the guide's optimizer with PyTorch's defaults, batch, epochs,
+  // inputs (ToTensor only, or Normalize(0.5, 0.5)), no augmentation, fp16 with a GradScaler.
+  const auto articles = std::filesystem::path(LTRAIN_SOURCE_DIR) / "configs" / "articles";
+  testing::TempDir dir;
+  const auto resolved = [&](const std::string& name) {
+    const auto out = dir.path() / (name + ".out");
+    EXPECT_EQ(testing::run_ltrain("train --print-config --config " + (articles / (name + ".json")).string(), out), 0);
+    return nlohmann::json::parse(testing::read_file(out));
+  };
+  struct Recipe {
+    std::string name;
+    int64_t batch_size;
+    int64_t epochs;
+    std::string optimizer;
+    double lr;
+    double weight_decay;
+    bool shuffle;
+    bool normalize;
+  };
+  for (const Recipe& recipe : {Recipe{"5090-guide", 256, 100, "sgd", 0.1, 0.0, false, false},
+                               Recipe{"4090-guide", 256, 100, "sgd", 0.1, 0.0, true, false},
+                               Recipe{"4090d-guide", 512, 10, "adamw", 0.001, 0.01, true, true}}) {
+    SCOPED_TRACE(recipe.name);
+    const nlohmann::json c = resolved(recipe.name);
+    EXPECT_EQ(c["model"]["arch"], "resnet50");
+    EXPECT_EQ(c["model"]["stem"], "imagenet");
+    EXPECT_EQ(c["model"]["num_classes"], 1000);
+    EXPECT_EQ(c["model"]["zero_init_residual"], false);
+    EXPECT_EQ(c["data"]["batch_size"], recipe.batch_size);
+    EXPECT_EQ(c["data"]["shuffle"], recipe.shuffle);
+    EXPECT_EQ(c["data"]["random_crop"], false);
+    EXPECT_EQ(c["data"]["horizontal_flip"], false);
+    EXPECT_EQ(c["data"]["normalize"], recipe.normalize);
+    EXPECT_EQ(c["run"]["epochs"], recipe.epochs);
+    EXPECT_EQ(c["optim"]["name"], recipe.optimizer);
+    EXPECT_DOUBLE_EQ(c["optim"]["lr"].get<double>(), recipe.lr);
+    EXPECT_DOUBLE_EQ(c["optim"]["weight_decay"].get<double>(), recipe.weight_decay);
+    EXPECT_EQ(c["optim"]["accumulation_steps"], 1);
+    EXPECT_EQ(c["schedule"]["name"], "constant");
+    EXPECT_EQ(c["loss"]["label_smoothing"], 0.0);
+    EXPECT_EQ(c["precision"]["mode"], "fp16");
+    if (recipe.optimizer == "sgd") {
+      EXPECT_EQ(c["optim"]["momentum"], 0.0);
+      EXPECT_EQ(c["optim"]["nesterov"], false);
+    } else {
+      EXPECT_EQ(c["optim"]["betas"], nlohmann::json::array({0.9, 0.999}));
+      EXPECT_EQ(c["optim"]["eps"], 1e-8);
+      EXPECT_EQ(c["data"]["mean"], nlohmann::json::array({0.5, 0.5, 0.5}));
+      EXPECT_EQ(c["data"]["std"], nlohmann::json::array({0.5, 0.5, 0.5}));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ltrain::config

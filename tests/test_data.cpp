@@ -72,10 +72,10 @@ std::string data_error_of(Action action) {
 
 /// Random images with pixels in 1-255 (0 is left to the padding) and labels 0..N-1, so a
 /// batch's labels say which images it holds.
-ImageSet indexed_images(int64_t count, uint64_t seed) {
+ImageSet indexed_images(int64_t count, uint64_t seed, int64_t side = 32) {
   auto generator = at::detail::createCPUGenerator(seed);
   ImageSet set;
-  set.images = torch::randint(1, 256, {count, 3, 32, 32}, generator, torch::TensorOptions().dtype(torch::kUInt8));
+  set.images = torch::randint(1, 256, {count, 3, side, side}, generator, torch::TensorOptions().dtype(torch::kUInt8));
   set.labels = torch::arange(count, torch::TensorOptions().dtype(torch::kInt64));
   return set;
 }
@@ -97,11 +97,12 @@ torch::Tensor reference_normalize(const torch::Tensor& images_uint8, const DataS
   return (images_uint8.to(torch::kFloat32) / 255.0 - mean) / std;
 }
 
-/// torchvision's RandomCrop(32, padding) with top = padding + dy, left = padding + dx, then
-/// RandomHorizontalFlip: [3,32,32] uint8 -> [3,32,32] uint8.
+/// torchvision's RandomCrop(S, padding) with top = padding + dy, left = padding + dx, then
+/// RandomHorizontalFlip: [3,S,S] uint8 -> [3,S,S] uint8.
 torch::Tensor reference_crop_flip(const torch::Tensor& image, int64_t padding, int64_t dy, int64_t dx, bool flip) {
+  const int64_t side = image.size(2);
   const auto padded = torch::constant_pad_nd(image, {padding, padding, padding, padding}, 0);
-  auto crop = padded.slice(1, padding + dy, padding + dy + 32).slice(2, padding + dx, padding + dx + 32);
+  auto crop = padded.slice(1, padding + dy, padding + dy + side).slice(2, padding + dx, padding + dx + side);
   return flip ? crop.flip({2}) : crop;
 }
 
@@ -131,7 +132,7 @@ std::vector<Augmentation> identify_augmentations(const Batch& batch, const Image
     std::vector<torch::Tensor> references;
     for (const auto& candidate : candidates)
       references.push_back(reference_crop_flip(image, padding, candidate.dy, candidate.dx, candidate.flip));
-    const auto normalized = reference_normalize(torch::stack(references), data);  // [K,3,32,32]
+    const auto normalized = reference_normalize(torch::stack(references), data);  // [K,3,S,S]
     const auto matches = (normalized - batch.images[b].unsqueeze(0)).abs().amax({1, 2, 3}).lt(1e-5);
     const auto matching = torch::nonzero(matches);
     EXPECT_EQ(matching.size(0), 1) << "image " << b << " matches " << matching.size(0) << " references";
@@ -269,6 +270,17 @@ TEST(CifarReader, LoadSetsDispatchesOnSource) {
   EXPECT_EQ(synthetic.train.size(), 12);
   EXPECT_EQ(synthetic.test.size(), 5);
   EXPECT_TRUE(torch::equal(synthetic.train.images, ltrain::data::make_synthetic(12, 5, 4).train.images));
+
+  data.image_size = 48;
+  EXPECT_EQ(ltrain::data::load_sets(data, 4).train.images.sizes(), torch::IntArrayRef({12, 3, 48, 48}));
+  data.source = ltrain::config::DataSource::cifar10;
+  try {
+    ltrain::data::load_sets(data, 0);
+    ADD_FAILURE() << "CIFAR-10 at 48x48 loaded";
+  } catch (const ltrain::ConfigError& error) {
+    EXPECT_STREQ(error.what(), "data.image_size: CIFAR-10's images are 32x32, not 48x48; set data.source to synthetic "
+                               "to measure steps at 48x48, or leave data.image_size at 32");
+  }
 }
 
 // ---- the real subset -------------------------------------------------------------------------------
@@ -473,6 +485,17 @@ TEST(DataSynthetic, ALargeSetRepeatsItsPoolAndKeepsSmallerSetsUnchanged) {
   EXPECT_TRUE(torch::equal(ltrain::data::make_synthetic(100, 3, 7).train.images, pool.train.images.narrow(0, 0, 100)));
 }
 
+TEST(DataSynthetic, LargerImagesKeepThePoolsBytes) {
+  using ltrain::data::synthetic_pool_images;
+  EXPECT_EQ(synthetic_pool_images(32), ltrain::data::kSyntheticPool);
+  EXPECT_EQ(synthetic_pool_images(224), 1337);  // 65536 * 32^2 / 224^2, rounded down
+  EXPECT_EQ(synthetic_pool_images(64), 16384);
+  const auto sets = ltrain::data::make_synthetic(10, 4, 8, 64);
+  EXPECT_EQ(sets.train.images.sizes(), torch::IntArrayRef({10, 3, 64, 64}));
+  EXPECT_EQ(sets.test.images.sizes(), torch::IntArrayRef({4, 3, 64, 64}));
+  EXPECT_EQ(sets.train.side(), 64);
+}
+
 TEST(DataSynthetic, LeavesTheGlobalGeneratorAlone) {
   torch::manual_seed(123);
   const auto expected = torch::rand({8});
@@ -585,6 +608,46 @@ TEST(LoaderTrain, CropThenFlipEqualsTorchvisionReference) {
   EXPECT_GT(flipped, 0);
   EXPECT_LT(flipped, 64);
   EXPECT_GT(shifted, 32);
+}
+
+TEST(LoaderTrain, CropThenFlipAtAnotherSideEqualsTorchvisionReference) {
+  const auto set = indexed_images(24, 25, 40);
+  const int64_t padding = 2;
+  const auto data = loader_config(8, true, padding, true);
+  TrainLoader loader(set, data, 26);
+  int64_t images = 0;
+  for (const auto& batch : epoch_batches(loader, 1)) {
+    EXPECT_EQ(batch.images.sizes(), torch::IntArrayRef({8, 3, 40, 40}));
+    images += static_cast<int64_t>(identify_augmentations(batch, set, data, padding, /*flips=*/true).size());
+  }
+  EXPECT_EQ(images, 24);
+}
+
+TEST(LoaderTrain, WithoutShuffleEveryEpochIsInFileOrderWithTheSameAugmentation) {
+  const auto set = indexed_images(40, 27);
+  auto data = loader_config(8, true, 2, true);
+  TrainLoader shuffled(set, data, 28);
+  data.shuffle = false;
+  TrainLoader in_order(set, data, 28);
+  for (int64_t epoch : {0, 1}) {
+    std::vector<torch::Tensor> labels;
+    std::map<int64_t, std::tuple<int64_t, int64_t, bool>> in_order_augmentation;
+    for (const auto& batch : epoch_batches(in_order, epoch)) {
+      labels.push_back(batch.labels);
+      const auto found = identify_augmentations(batch, set, data, 2, /*flips=*/true);
+      for (size_t b = 0; b < found.size(); ++b)
+        in_order_augmentation[batch.labels[static_cast<int64_t>(b)].item<int64_t>()] = {found[b].dy, found[b].dx,
+                                                                                      found[b].flip};
+    }
+    EXPECT_TRUE(torch::equal(torch::cat(labels), torch::arange(40, torch::kInt64))) << "epoch " << epoch;
+    // Each image is cropped and flipped as the shuffling loader does it: only the order differs.
+    for (const auto& batch : epoch_batches(shuffled, epoch)) {
+      const auto found = identify_augmentations(batch, set, data, 2, /*flips=*/true);
+      for (size_t b = 0; b < found.size(); ++b)
+        EXPECT_EQ(in_order_augmentation.at(batch.labels[static_cast<int64_t>(b)].item<int64_t>()),
+                  std::make_tuple(found[b].dy, found[b].dx, found[b].flip));
+    }
+  }
 }
 
 TEST(LoaderTrain, CutoutZeroesOneClippedSquarePerImageAndNothingElse) {

@@ -58,6 +58,12 @@ TEST(Trainer, ShortRunOnCifarMiniLearns) {
                 .config.model.width,
             8);
   EXPECT_NE(read_file(result.run_dir / "train.log").find("resolved config"), std::string::npos);
+  // summary.json: the result, with the device's peak memory (unknown, -1, on the CPU).
+  const nlohmann::json summary = nlohmann::json::parse(read_file(result.run_dir / "summary.json"));
+  EXPECT_EQ(summary["steps"], 150);
+  EXPECT_DOUBLE_EQ(summary["final_test_accuracy"].get<double>(), result.final_test_accuracy);
+  EXPECT_EQ(summary["peak_memory_bytes"], -1);
+  EXPECT_EQ(summary["peak_reserved_bytes"], -1);
 
   // keep_last 3: one checkpoint per epoch, all kept; evaluating the last one reproduces the run's
   // own final evaluation exactly.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <optional>
 
@@ -15,20 +16,74 @@
 #include "ltrain/core/environment.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/data/cifar10.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/io/run_files.h"
 
 namespace ltrain::bench {
-namespace {
 namespace fs = std::filesystem;
 
+const std::vector<Guide>& guides() {
+  static const std::vector<Guide> all{
+      {"RTX 5090 guide", "RTX 5090跑深度学习：新手入门指南与性能调优实战",
+       "Deep learning on an RTX 5090: a beginner's guide and tuning in practice"},
+      {"RTX 4090 guide", "如何充分利用4090显卡算力：从环境配置到深度学习实战指南",
+       "Using all of an RTX 4090's compute: from set-up to deep learning in practice"},
+      {"RTX 4090D guide", "NVIDIA 4090D算力实战指南：从环境搭建到深度学习模型部署",
+       "The NVIDIA 4090D compute guide: from set-up to deploying deep-learning models"}};
+  return all;
+}
+
+RatioSpread ratio_spread(const std::vector<double>& a, const std::vector<double>& b) {
+  RatioSpread spread;
+  std::vector<double> ratios;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) ratios.push_back(b[i] / a[i]);
+  if (ratios.empty()) return spread;
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  spread.median = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+  spread.low = ratios.front();
+  spread.high = ratios.back();
+  spread.rounds = static_cast<int>(n);
+  return spread;
+}
+
+std::string verdict(const RatioSpread& spread, double claimed, Comparison comparison) {
+  const bool every_round_meets = comparison == Comparison::at_least ? spread.low >= claimed : spread.high <= claimed;
+  const bool no_round_meets = comparison == Comparison::at_least ? spread.high < claimed : spread.low > claimed;
+  if (every_round_meets) return "holds";
+  if (no_round_meets) return "does not hold";
+  return fmt::format("undecided: the claimed {:.2f}x lies within the rounds' {:.2f}-{:.2f}x", claimed, spread.low,
+                     spread.high);
+}
+
+const PublishedCard* published_card(const std::string& gpu_name) {
+  // NVIDIA's published figures. "RTX 4090 D" before "RTX 4090": the driver's names share the prefix.
+  static const std::vector<PublishedCard> cards{
+      {"NVIDIA GeForce RTX 5090", "Blackwell", 12, 0, 170, 21760, "32 GB GDDR7", "1,792 GB/s"},
+      {"NVIDIA GeForce RTX 4090 D", "Ada Lovelace", 8, 9, 114, 14592, "24 GB GDDR6X", "1,008 GB/s"},
+      {"NVIDIA GeForce RTX 4090", "Ada Lovelace", 8, 9, 128, 16384, "24 GB GDDR6X", "1,008 GB/s"},
+      {"NVIDIA GeForce RTX 3090", "Ampere", 8, 6, 82, 10496, "24 GB GDDR6X", "936 GB/s"},
+      {"NVIDIA H200", "Hopper", 9, 0, 132, 16896, "141 GB HBM3e", "4.8 TB/s"}};
+  for (const PublishedCard& card : cards)
+    if (gpu_name.rfind(card.name, 0) == 0) return &card;
+  return nullptr;
+}
+
+namespace {
+
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr const char* kSomeGuide = "the GPU guides";  // the issue quotes these without naming the guide
+const std::string kNoGuide = "none";  // a row of ltrain's own, beside the guides' claims
+
+const std::string& guide_name(int index) { return guides().at(static_cast<size_t>(index)).name; }
+const std::string& guide_5090() { return guide_name(0); }
+const std::string& guide_4090() { return guide_name(1); }
+const std::string& guide_4090d() { return guide_name(2); }
 
 /// The architecture NVIDIA names for a compute capability.
 std::string architecture(int major, int minor) {
   if (major == 7) return minor == 0 ? "Volta" : "Turing";
-  if (major == 8) return minor == 9 ? "Ada" : "Ampere";
+  if (major == 8) return minor == 9 ? "Ada Lovelace" : "Ampere";
   if (major == 9) return "Hopper";
   if (major >= 10) return "Blackwell";
   return "pre-Volta";
@@ -36,52 +91,110 @@ std::string architecture(int major, int minor) {
 
 std::string percent(double fraction) { return fmt::format("{:.0f}%", 100.0 * fraction); }
 
-/// Step benchmarks of the base config with some keys changed, each run once and kept by name.
+/// 21760 -> "21,760".
+std::string thousands(int64_t value) {
+  std::string digits = std::to_string(value);
+  for (auto at = static_cast<int64_t>(digits.size()) - 3; at > 0; at -= 3) digits.insert(static_cast<size_t>(at), ",");
+  return digits;
+}
+
+std::string describe(const PublishedCard& card) {
+  return fmt::format("{} ({}, compute capability {}.{}, {} SMs, {} CUDA cores, {} at {})", card.name, card.architecture,
+                     card.major, card.minor, card.multiprocessors, thousands(card.cuda_cores), card.memory,
+                     card.bandwidth);
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+/// "28,281 img/s (27,902-28,400)": the median of the rounds and their range.
+std::string with_range(const std::vector<double>& values, const std::string& format_one, const std::string& unit) {
+  const auto [low, high] = std::minmax_element(values.begin(), values.end());
+  const std::string middle = fmt::format(fmt::runtime(format_one), median(values));
+  if (values.size() < 2) return middle + unit;
+  return fmt::format("{}{} ({}-{})", middle, unit, fmt::format(fmt::runtime(format_one), *low),
+                     fmt::format(fmt::runtime(format_one), *high));
+}
+
+/// One side of an A/B measurement: a name for the report and the keys it sets on the base config.
+struct Variant {
+  std::string name;
+  std::vector<std::string> settings;
+};
+
+/// Step benchmarks of the base config with some keys changed, each (variant, image size, round)
+/// run once and kept. A variant that fails is not tried again.
 class Measurements {
  public:
-  explicit Measurements(const ReproduceOptions& options) : options_(options) {}
+  Measurements(const ReproduceOptions& options, const config::LoadedConfig& base) : options_(options), base_(base) {}
 
-  /// The result of `name` (the base config plus `extra`), or nullopt with `error()` saying why.
-  const std::optional<StepBenchResult>& step(const std::string& name, const std::vector<std::string>& extra) {
-    auto found = results_.find(name);
-    if (found != results_.end()) return found->second;
+  /// Round `round` of `variant` at `image_size`, or nullopt with `error()` saying why.
+  const std::optional<StepBenchResult>& step(const Variant& variant, int64_t image_size, int64_t round) {
+    const std::string key = fmt::format("{} at {}", variant.name, image_size);
+    auto& rounds = results_[key];
+    if (errors_.count(key)) return failed_;
+    if (static_cast<int64_t>(rounds.size()) > round) return rounds[static_cast<size_t>(round)];
     std::vector<std::string> sets = options_.overrides;
-    sets.insert(sets.end(), extra.begin(), extra.end());
-    std::optional<StepBenchResult> result;
+    const std::vector<std::string> size_sets = image_size_settings(image_size);
+    sets.insert(sets.end(), size_sets.begin(), size_sets.end());
+    sets.insert(sets.end(), variant.settings.begin(), variant.settings.end());
+    nlohmann::json& saved = json_[std::to_string(image_size)][variant.name];
     try {
-      result = bench_steps(config::load_file(options_.base_config, sets), options_.warmup, options_.steps);
-      json_[name] = to_json(*result);
-      spdlog::info("measured {}: {:.0f} img/s, {:.2f} ms/step", name, result->images_per_second, result->ms_per_step);
+      const StepBenchResult result =
+          bench_steps(config::load_file(options_.base_config, sets), options_.warmup, options_.steps);
+      saved["settings"] = variant.settings;
+      saved["rounds"].push_back(to_json(result));
+      spdlog::info("measured {} at {}x{}, round {}: {:.0f} img/s, {:.2f} ms/step", variant.name, image_size,
+                   image_size, round + 1, result.images_per_second, result.ms_per_step);
+      rounds.emplace_back(result);
+      return rounds.back();
     } catch (const UserError& error) {
-      errors_[name] = compat::first_line(error.what());
+      errors_[key] = compat::first_line(error.what());
     } catch (const c10::Error& error) {
-      errors_[name] = compat::failure_summary(error);
+      errors_[key] = compat::failure_summary(error);
     }
-    if (errors_.count(name)) {
-      json_[name] = {{"settings", extra}, {"error", errors_[name]}};
-      spdlog::info("measured {}: failed: {}", name, errors_[name]);
-    }
-    return results_.emplace(name, result).first->second;
+    saved = {{"settings", variant.settings}, {"error", errors_[key]}};
+    spdlog::info("measured {} at {}x{}: failed: {}", variant.name, image_size, image_size, errors_[key]);
+    return failed_;
   }
 
-  std::string error(const std::string& name) const {
-    auto it = errors_.find(name);
+  std::string error(const Variant& variant, int64_t image_size) const {
+    auto it = errors_.find(fmt::format("{} at {}", variant.name, image_size));
     return it == errors_.end() ? "" : it->second;
   }
 
   nlohmann::json& json() { return json_; }
 
  private:
+  /// At the base config's own side, nothing; at another, random images of that side, enough of
+  /// them for the largest batch measured (the pool's worth at least, so copies stay cheap).
+  std::vector<std::string> image_size_settings(int64_t image_size) const {
+    const config::DataSection& data = base_.config.data;
+    if (image_size == data.image_size) return {};
+    const int64_t largest_batch = data.batch_size * base_.config.optim.accumulation_steps;
+    const int64_t images = std::max(data::synthetic_pool_images(image_size), 2 * largest_batch);
+    return {"data.source=synthetic", fmt::format("data.image_size={}", image_size),
+            fmt::format("data.synthetic_train_size={}", images),
+            fmt::format("data.synthetic_test_size={}", std::min<int64_t>(images, data.eval_batch_size))};
+  }
+
   const ReproduceOptions& options_;
-  std::map<std::string, std::optional<StepBenchResult>> results_;
+  const config::LoadedConfig& base_;
+  std::map<std::string, std::deque<std::optional<StepBenchResult>>> results_;  // a deque: results stay where they are
   std::map<std::string, std::string> errors_;
+  std::optional<StepBenchResult> failed_;
   nlohmann::json json_ = nlohmann::json::object();
 };
 
-ClaimRow claim(const std::string& text, const std::string& guide) {
+ClaimRow claim(const std::string& guide, const std::string& text, const std::string& quote, int64_t image_size = 0) {
   ClaimRow row;
-  row.claim = text;
   row.guide = guide;
+  row.claim = text;
+  row.quote = quote;
+  row.image_size = image_size;
   return row;
 }
 
@@ -90,57 +203,279 @@ ClaimRow not_measurable(ClaimRow row, const std::string& why) {
   return row;
 }
 
-/// One side of an A/B measurement: a name for the report and the keys it changes.
-struct Variant {
-  std::string name;
-  std::vector<std::string> settings;
-};
-
-/// Both sides measured, or the reason one could not be (then both pointers are null).
-struct Pair {
-  const StepBenchResult* base = nullptr;     // A
-  const StepBenchResult* changed = nullptr;  // B
+/// Both sides over every round (A then B in each), or the reason one could not be measured.
+struct Rounds {
+  std::vector<const StepBenchResult*> a;
+  std::vector<const StepBenchResult*> b;
   std::string why_not;
 };
 
-Pair measure_pair(Measurements& m, const Variant& a, const Variant& b) {
-  const auto& base = m.step(a.name, a.settings);
-  const auto& changed = m.step(b.name, b.settings);
-  if (!base) return {nullptr, nullptr, m.error(a.name)};
-  if (!changed) return {nullptr, nullptr, m.error(b.name)};
-  return {&*base, &*changed, ""};
+Rounds measure_rounds(Measurements& m, const ReproduceOptions& options, int64_t image_size, const Variant& a,
+                      const Variant& b) {
+  Rounds rounds;
+  for (int64_t round = 0; round < options.rounds; ++round) {
+    const auto& base = m.step(a, image_size, round);
+    if (!base) return {{}, {}, m.error(a, image_size)};
+    const auto& changed = m.step(b, image_size, round);
+    if (!changed) return {{}, {}, m.error(b, image_size)};
+    rounds.a.push_back(&*base);
+    rounds.b.push_back(&*changed);
+  }
+  return rounds;
 }
 
-/// A throughput claim: B is at least `claimed` times A.
-ClaimRow speed_claim(Measurements& m, ClaimRow row, const Variant& a, const Variant& b, double claimed) {
-  const Pair pair = measure_pair(m, a, b);
-  if (!pair.base) return not_measurable(row, pair.why_not);
-  row.ratio = pair.changed->images_per_second / pair.base->images_per_second;
+template <class Field>
+std::vector<double> values(const std::vector<const StepBenchResult*>& results, Field field) {
+  std::vector<double> out;
+  for (const StepBenchResult* r : results) out.push_back(static_cast<double>(field(*r)));
+  return out;
+}
+
+double images_per_second(const StepBenchResult& r) { return r.images_per_second; }
+double peak_memory(const StepBenchResult& r) { return static_cast<double>(r.peak_memory_bytes); }
+
+/// A throughput claim: B's images/s is at least `claimed` times A's (a NaN `claimed`: measured
+/// only, no claim to hold it against).
+ClaimRow speed_claim(Measurements& m, const ReproduceOptions& options, ClaimRow row, const Variant& a,
+                     const Variant& b, double claimed) {
+  const Rounds rounds = measure_rounds(m, options, row.image_size, a, b);
+  if (!rounds.why_not.empty()) return not_measurable(row, rounds.why_not);
+  const std::vector<double> a_rates = values(rounds.a, images_per_second);
+  const std::vector<double> b_rates = values(rounds.b, images_per_second);
+  row.ratio = ratio_spread(a_rates, b_rates);
   row.claimed = claimed;
-  row.measured = fmt::format("{}: {:.0f} img/s, {}: {:.0f} img/s", b.name, pair.changed->images_per_second, a.name,
-                             pair.base->images_per_second);
-  row.verdict = row.ratio >= claimed ? "holds" : "does not hold";
+  row.measured = fmt::format("{}: {}, {}: {}", b.name, with_range(b_rates, "{:.0f}", " img/s"), a.name,
+                             with_range(a_rates, "{:.0f}", " img/s"));
+  row.verdict = std::isnan(claimed) ? "measured" : verdict(row.ratio, claimed, Comparison::at_least);
   return row;
 }
 
-/// A memory claim: B's peak is at least `claimed_saving` below A's; the time paid is reported too.
-ClaimRow memory_claim(Measurements& m, ClaimRow row, const Variant& a, const Variant& b, double claimed_saving) {
-  const Pair pair = measure_pair(m, a, b);
-  if (!pair.base) return not_measurable(row, pair.why_not);
-  const double time_paid = pair.base->images_per_second / pair.changed->images_per_second - 1.0;
-  if (pair.base->peak_memory_bytes < 0) {
-    row.measured = fmt::format("time per image {:+.0f}% ({} vs {})", 100.0 * time_paid, b.name, a.name);
+/// A memory claim: B's peak is at most (1 - `claimed_saving`) of A's; the time paid is reported too.
+ClaimRow memory_claim(Measurements& m, const ReproduceOptions& options, ClaimRow row, const Variant& a,
+                      const Variant& b, double claimed_saving) {
+  const Rounds rounds = measure_rounds(m, options, row.image_size, a, b);
+  if (!rounds.why_not.empty()) return not_measurable(row, rounds.why_not);
+  const RatioSpread time_ratio =
+      ratio_spread(values(rounds.b, images_per_second), values(rounds.a, images_per_second));
+  const std::string time_paid = fmt::format("time per image {:+.0f}%", 100.0 * (time_ratio.median - 1.0));
+  if (rounds.a.front()->peak_memory_bytes < 0) {
+    row.measured = fmt::format("{} ({} vs {})", time_paid, b.name, a.name);
     return not_measurable(row, "peak memory is measured on CUDA devices");
   }
-  const auto base_bytes = static_cast<double>(pair.base->peak_memory_bytes);
-  const auto changed_bytes = static_cast<double>(pair.changed->peak_memory_bytes);
-  row.ratio = changed_bytes / base_bytes;
+  const std::vector<double> a_bytes = values(rounds.a, peak_memory);
+  const std::vector<double> b_bytes = values(rounds.b, peak_memory);
+  row.ratio = ratio_spread(a_bytes, b_bytes);
   row.claimed = 1.0 - claimed_saving;
-  row.measured = fmt::format("peak {:.2f} GiB ({}) vs {:.2f} GiB ({}): {} less; time per image {:+.0f}%",
-                             changed_bytes / kGiB, b.name, base_bytes / kGiB, a.name, percent(1.0 - row.ratio),
-                             100.0 * time_paid);
-  row.verdict = 1.0 - row.ratio >= claimed_saving ? "holds" : "does not hold";
+  row.measured = fmt::format("peak {:.2f} GiB ({}) vs {:.2f} GiB ({}): {} less; {}", median(b_bytes) / kGiB, b.name,
+                             median(a_bytes) / kGiB, a.name, percent(1.0 - row.ratio.median), time_paid);
+  row.verdict = verdict(row.ratio, row.claimed, Comparison::at_most);
   return row;
+}
+
+/// Precision settings, each set in full so that no variant depends on the base config's.
+std::vector<std::string> precision(const std::string& mode, bool tf32, bool cudnn_benchmark = true) {
+  return {"precision.mode=" + mode, fmt::format("precision.tf32={}", tf32),
+          fmt::format("precision.cudnn_benchmark={}", cudnn_benchmark), "cuda_graph.train=false"};
+}
+
+std::vector<std::string> plus(std::vector<std::string> settings, const std::vector<std::string>& more) {
+  settings.insert(settings.end(), more.begin(), more.end());
+  return settings;
+}
+
+/// The precision of the claims that compare no precisions: the guides' fp16 where the device has it
+/// (CUDA), else the base config's.
+std::string unpaired_precision(const config::LoadedConfig& base, const torch::Device& device) {
+  return device.is_cuda() ? "fp16" : config::to_string(base.config.precision.mode);
+}
+
+/// The claims measured by A/B step benchmarks, at one image size.
+void image_claims(Measurements& m, const ReproduceOptions& options, const config::LoadedConfig& base,
+                  const torch::Device& device, int64_t size, std::vector<ClaimRow>& rows) {
+  const std::string mode = unpaired_precision(base, device);
+  const Variant fp32{"fp32", precision("fp32", false)};
+  const Variant fp16{"fp16", precision("fp16", false)};
+  const Variant fp16_tf32{"fp16 + TF32", precision("fp16", true)};
+  const Variant tf32{"tf32", precision("tf32", true)};
+
+  rows.push_back(speed_claim(
+      m, options,
+      claim(guide_4090(), "AMP (fp16 autocast with a GradScaler) trains ResNet-50 2-3x faster than FP32",
+            "效果：ResNet50 训练速度提升 2 - 3 倍，显存占用减少 30%", size),
+      fp32, fp16, 2.0));
+  rows.push_back(memory_claim(m, options,
+                              claim(guide_4090(), "AMP uses 30% less memory than FP32",
+                                    "效果：ResNet50 训练速度提升 2 - 3 倍，显存占用减少 30%", size),
+                              fp32, fp16, 0.30));
+  rows.push_back(speed_claim(
+      m, options, claim(guide_4090d(), "FP16 mixed precision trains 2-3x faster", "FP16 可提升 2 - 3 倍速度", size),
+      fp32, fp16, 2.0));
+  rows.push_back(speed_claim(m, options,
+                             claim(guide_5090(), "FP16 and TF32 together give 3x the throughput",
+                                   "同时使用 FP16 和 TF32 计算，吞吐量可提升 3 倍", size),
+                             fp32, fp16_tf32, 3.0));
+  rows.push_back(speed_claim(m, options,
+                             claim(guide_4090d(), "TF32 matmuls and convolutions speed up FP32 training",
+                                   "torch.backends.cudnn.allow_tf32 = True", size),
+                             fp32, tf32, 1.0));
+  rows.push_back(speed_claim(m, options,
+                             claim(guide_4090d(), "cudnn.benchmark (autotuned convolution algorithms) speeds training up",
+                                   "torch.backends.cudnn.benchmark = True  # 启用自动优化", size),
+                             {"fp16, cudnn.benchmark off", precision("fp16", false, false)}, fp16, 1.0));
+  rows.push_back(speed_claim(
+      m, options, claim(guide_4090(), "replaying a CUDA graph is 15% faster than eager execution",
+                        "g.replay()  # 比常规执行快 15%", size),
+      fp16, {"fp16 + CUDA graph", plus(precision("fp16", false), {"cuda_graph.train=true"})}, 1.15));
+
+  // Gradient accumulation: the same images per step in 4 micro-batches.
+  const int64_t batch = base.config.data.batch_size * base.config.optim.accumulation_steps;
+  const int64_t micro = std::max<int64_t>(1, batch / 4);
+  const Variant whole{fmt::format("batch {}", batch),
+                      plus(precision(mode, false), {fmt::format("data.batch_size={}", batch),
+                                                    "optim.accumulation_steps=1"})};
+  const Variant split{fmt::format("{} x {} accumulated", batch / micro, micro),
+                      plus(precision(mode, false), {fmt::format("data.batch_size={}", micro),
+                                                    fmt::format("optim.accumulation_steps={}", batch / micro)})};
+  const std::string accumulation =
+      fmt::format("accumulating 4 batches reaches a large batch ({} images) in less memory", batch);
+  rows.push_back(memory_claim(m, options, claim(guide_5090(), accumulation, "# 每 4 个 batch 更新一次参数", size),
+                              whole, split, 1e-9));
+  rows.push_back(memory_claim(
+      m, options, claim(guide_4090(), accumulation, "accum_steps = 4  # 累积 4 个 batch 再更新", size), whole, split,
+      1e-9));
+
+  const Variant no_checkpointing{"no checkpointing", plus(precision(mode, false), {"model.checkpoint_segments=0"})};
+  const Variant four_segments{"4 segments", plus(precision(mode, false), {"model.checkpoint_segments=4"})};
+  rows.push_back(memory_claim(
+      m, options,
+      claim(guide_5090(), "activation checkpointing (checkpoint_sequential, 4 chunks) saves memory when it runs out",
+            "model = torch.utils.checkpoint.checkpoint_sequential(model, chunks=4)", size),
+      no_checkpointing, four_segments, 1e-9));
+  rows.push_back(memory_claim(m, options,
+                              claim(guide_4090(), "gradient checkpointing saves memory when it runs out",
+                                    "使用梯度检查点（torch.utils.checkpoint）", size),
+                              no_checkpointing, four_segments, 1e-9));
+
+  rows.push_back(speed_claim(
+      m, options,
+      claim(kNoGuide,
+            fmt::format("channels_last memory format under {} (no guide says it; fp16's speed-up depends on it)", mode),
+            "", size),
+      {mode + " NCHW", plus(precision(mode, false), {"model.channels_last=false"})},
+      {mode + " channels_last", plus(precision(mode, false), {"model.channels_last=true"})},
+      std::numeric_limits<double>::quiet_NaN()));
+}
+
+/// The 4090D guide's batch-size search: from 256 (so that the guide's 512 is a point), doubling
+/// until 90% of the memory is used; fp16 with the whole step graphed, ltrain's fastest step.
+ClaimRow batch_search(const ReproduceOptions& options, const config::LoadedConfig& base, const torch::Device& device,
+                      const fs::path& out_dir) {
+  ClaimRow search = claim(guide_4090d(), "grow the batch from 512 until memory use reaches 90%",
+                          "从 512 开始尝试，逐步增加直到显存占用达 90%");
+  if (!device.is_cuda() || !options.batch_search)
+    return not_measurable(search, device.is_cuda() ? "skipped (--no-batch-search)" : "the search measures GPU memory");
+  // Steps at the large batches take up to a second: fewer of them time it well.
+  constexpr int64_t kLargestBatch = 262144;
+  constexpr double kFraction = 0.9;  // the guide's
+  const int64_t warmup = std::max(std::min<int64_t>(options.warmup, 6), base.config.cuda_graph.warmup_steps + 1);
+  nlohmann::json sweep{
+      {"base", fs::absolute(options.base_config).string()},
+      {"set", options.overrides},
+      {"mode", "bench"},
+      {"bench", {{"warmup", warmup}, {"steps", std::min<int64_t>(options.steps, 12)}}},
+      {"batch_search", {{"start", 256}, {"factor", 2}, {"memory_fraction", kFraction}, {"max", kLargestBatch}}}};
+  sweep["set"].push_back("precision.mode=fp16");
+  sweep["set"].push_back("cuda_graph.train=true");
+  if (base.config.data.source == config::DataSource::synthetic)
+    sweep["set"].push_back(fmt::format("data.synthetic_train_size={}", kLargestBatch));
+  const fs::path sweep_dir = out_dir / "batch-search";
+  fs::create_directories(sweep_dir);
+  io::write_text_file(sweep_dir / "sweep.json", sweep.dump(2) + "\n");
+  const SweepResult result = run_sweep(sweep_dir / "sweep.json", sweep_dir);  // writes its results files
+  // The largest batch under 90%, and the smallest past it (or out of memory), over every point.
+  const SweepPoint* best = nullptr;
+  const SweepPoint* past = nullptr;
+  const auto batch_of = [](const SweepPoint& point) { return point.settings.back().second.get<int64_t>(); };
+  for (const SweepPoint& point : result.points) {
+    const bool under =
+        point.error.empty() && point.values.count("memory_fraction") && point.values.at("memory_fraction") <= kFraction;
+    const SweepPoint*& slot = under ? best : past;
+    if (!slot || (under ? batch_of(point) > batch_of(*slot) : batch_of(point) < batch_of(*slot))) slot = &point;
+  }
+  if (!best) return not_measurable(search, result.points.empty() ? "no point ran" : result.points.front().error);
+  const std::string past_text =
+      !past ? "none past 90% up to the search's maximum"
+            : fmt::format("the smallest past 90%: batch {} ({})", batch_of(*past),
+                          past->error.empty() ? percent(past->values.at("memory_fraction")) + " reserved" : past->error);
+  search.measured = fmt::format(
+      "batch {} (fp16, CUDA graph) is the largest under 90%: {:.0f} img/s, {} of the GPU reserved; {} point(s), {}",
+      batch_of(*best), best->values.at("img_per_s"), percent(best->values.at("memory_fraction")),
+      result.points.size(), past_text);
+  search.verdict = "measured";
+  return search;
+}
+
+/// The guides' statements about cards, set against the published figures and this device.
+void hardware_claims(const std::optional<env::Gpu>& gpu, const std::string& device, std::vector<ClaimRow>& rows) {
+  const PublishedCard* here = gpu ? published_card(gpu->name) : nullptr;
+  // What the driver says of this device, and what NVIDIA publishes for it where it is known.
+  std::string this_device = "this device: " + device;
+  if (here) this_device += "; published: " + describe(*here);
+  if (gpu) this_device += fmt::format("; the driver reports {} SMs", gpu->multiprocessors);
+  const auto card_row = [&](const std::string& guide, const std::string& text, const std::string& quote,
+                            const std::string& card_name, const std::string& correction) {
+    ClaimRow row = claim(guide, text, quote);
+    const PublishedCard& card = *published_card(card_name);
+    row.verdict = "wrong: " + correction;
+    row.measured = here == &card ? fmt::format("this device is one: {} ({} SMs, {:.1f} GiB, compute capability {}.{})",
+                                               gpu->name, gpu->multiprocessors,
+                                               static_cast<double>(gpu->memory_bytes) / kGiB, gpu->major, gpu->minor)
+                                 : this_device;
+    rows.push_back(row);
+  };
+  card_row(guide_5090(), "the RTX 5090 is an Ada Lovelace card with 24 GB of GDDR6X at 1 TB/s",
+           "采用 Ada Lovelace 架构 / 24GB GDDR6X 显存，带宽达 1TB/s", "NVIDIA GeForce RTX 5090",
+           "published: " + describe(*published_card("NVIDIA GeForce RTX 5090")));
+  card_row(guide_5090(), "CUDA 12.2 is the first CUDA to support the RTX 5090",
+           "推荐 CUDA 12.2 及以上版本，这是首个原生支持 5090 的 CUDA 版本", "NVIDIA GeForce RTX 5090",
+           "CUDA 12.8 is the first with code for compute capability 12.0 (sm_120)");
+  card_row(guide_4090d(), "the RTX 4090D has 16,384 CUDA cores in 128 SMs",
+           "CUDA 核心数量：16384 个 / SM 单元：128 个流式多处理器", "NVIDIA GeForce RTX 4090 D",
+           "those are the RTX 4090's; published: " + describe(*published_card("NVIDIA GeForce RTX 4090 D")));
+  const std::string no_nvlink = "GeForce cards of the RTX 40 and 50 series have no NVLink; they talk over PCIe";
+  card_row(guide_5090(), "RTX 5090s scale over NVLink", "如何利用 5090 的 NVLink 实现高效多卡训练？",
+           "NVIDIA GeForce RTX 5090", no_nvlink);
+  card_row(guide_4090d(), "RTX 4090Ds scale over NVLink", "在分布式训练场景下，4090D 的 NVLink 带宽如何影响多卡扩展效率？",
+           "NVIDIA GeForce RTX 4090 D", no_nvlink);
+  rows.push_back(not_measurable(claim(guide_4090d(), "the RTX 4090D trains ResNet-50 about 40% faster than an RTX 3090",
+                                      "4090D 相比 3090 训练速度提升约 40%"),
+                                "it needs an RTX 4090D and an RTX 3090 side by side"));
+}
+
+/// " with `--set a=1 --set b=2`", or "" without overrides.
+std::string set_flags(const std::vector<std::string>& overrides) {
+  std::string flags;
+  for (const std::string& set : overrides) flags += " --set " + set;
+  return flags.empty() ? "" : fmt::format(" with `{}`", flags.substr(1));
+}
+
+std::string setup_text(const ReproduceOptions& options, const config::LoadedConfig& base, const torch::Device& device,
+                       const std::vector<int64_t>& sizes) {
+  const config::RunConfig& c = base.config;
+  std::string size_list;
+  for (const int64_t size : sizes) size_list += fmt::format("{}{}x{}", size_list.empty() ? "" : ", ", size, size);
+  return fmt::format(
+      "Base config: `{}`{}. Model: {} ({} stem, {} classes, channels_last {}). Images: {} ({}), measured at {}. "
+      "Batch {}, {} with lr {}. Each claim sets the precisions it compares; the others run under {}. {} untimed and {} "
+      "timed steps per measurement, {} round(s) of A then B per claim.",
+      options.base_config.string(),
+      set_flags(options.overrides),
+      config::to_string(c.model.arch), config::to_string(c.model.stem), c.model.num_classes,
+      c.model.channels_last ? "on" : "off", config::to_string(c.data.source),
+      c.data.source == config::DataSource::synthetic ? "random pixels" : "the training set", size_list,
+      c.data.batch_size, config::to_string(c.optim.name), c.optim.lr,
+      unpaired_precision(base, device),
+      options.warmup, options.steps, options.rounds);
 }
 
 }  // namespace
@@ -156,33 +491,12 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
                                     static_cast<double>(gpu->memory_bytes) / kGiB, gpu->major, gpu->minor,
                                     architecture(gpu->major, gpu->minor))
                       : fmt::format("the CPU ({} threads)", environment.cpu_threads);
-  Measurements m(options);
-  const Variant fp32{"fp32", {"precision.mode=fp32"}}, fp16{"fp16", {"precision.mode=fp16"}};
+  std::vector<int64_t> sizes = options.image_sizes;
+  if (sizes.empty()) sizes.push_back(base.config.data.image_size);
+  report.setup = setup_text(options, base, device, sizes);
 
-  report.rows.push_back(
-      speed_claim(m, claim("AMP (fp16 autocast with a GradScaler) trains 2-3x faster than FP32", kSomeGuide), fp32, fp16, 2.0));
-  report.rows.push_back(memory_claim(m, claim("AMP uses 30% less memory than FP32", kSomeGuide), fp32, fp16, 0.30));
-  report.rows.push_back(speed_claim(m, claim("TF32 speeds up FP32 matmuls and convolutions on Ampere and newer", kSomeGuide),
-                                    fp32, {"tf32", {"precision.mode=tf32"}}, 1.05));
-  report.rows.push_back(speed_claim(m, claim("CUDA graphs make training 15% faster", kSomeGuide), fp16,
-                                    {"fp16 + CUDA graph", {"precision.mode=fp16", "cuda_graph.train=true"}}, 1.15));
-
-  // Gradient accumulation: the same images per step in 4 micro-batches.
-  const int64_t batch = base.config.data.batch_size * base.config.optim.accumulation_steps;
-  const int64_t micro = std::max<int64_t>(1, batch / 4);
-  const Variant whole{fmt::format("batch {}", batch),
-                      {fmt::format("data.batch_size={}", batch), "optim.accumulation_steps=1"}};
-  const Variant split{fmt::format("{} x {} accumulated", batch / micro, micro),
-                      {fmt::format("data.batch_size={}", micro), fmt::format("optim.accumulation_steps={}", batch / micro)}};
-  report.rows.push_back(memory_claim(
-      m,
-      claim(fmt::format("gradient accumulation reaches the same effective batch ({} images) with less memory", batch),
-            kSomeGuide),
-      whole, split, 1e-9));
-  report.rows.push_back(
-      memory_claim(m, claim("activation checkpointing (checkpoint_sequential, 4 chunks) trades compute for memory", kSomeGuide),
-                   {"no checkpointing", {"model.checkpoint_segments=0"}}, {"4 segments", {"model.checkpoint_segments=4"}},
-                   1e-9));
+  Measurements m(options, base);
+  for (const int64_t size : sizes) image_claims(m, options, base, device, size, report.rows);
 
   // The matmul test, one row per precision.
   const std::vector<MatmulResult> matmuls =
@@ -193,8 +507,9 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
   report.measurements["matmul"] = nlohmann::json::array();
   for (const MatmulResult& r : matmuls) {
     report.measurements["matmul"].push_back(to_json(r));
-    ClaimRow row = claim(fmt::format("matmul TFLOPS test (n = {}, {} timed products), {}", r.n, r.products, r.precision),
-                         "4090 guide");
+    ClaimRow row = claim(guide_4090(),
+                         fmt::format("matmul TFLOPS test (n = {}, {} timed products), {}", r.n, r.products, r.precision),
+                         "print(f\"TFLOPS: {2*size**3*100/(time.time()-start)/1e12:.2f}\")");
     if (!r.error.empty()) {
       report.rows.push_back(not_measurable(row, r.error));
       continue;
@@ -204,91 +519,69 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
     report.rows.push_back(row);
   }
 
-  // The 4090D guide's batch-size search.
-  ClaimRow search = claim("grow the batch from 512 until memory use reaches 90%", "4090D guide");
-  if (!device.is_cuda() || !options.batch_search) {
-    report.rows.push_back(not_measurable(search, device.is_cuda() ? "skipped (--no-batch-search)"
-                                                                  : "the search measures GPU memory"));
-  } else {
-    // From 256, so the guide's 512 is one of the points; fp16 with the whole step graphed, ltrain's
-    // fastest step. Steps at the large batches take up to a second: fewer of them time it well.
-    constexpr int64_t kLargestBatch = 262144;
-    constexpr double kFraction = 0.9;  // the guide's
-    const int64_t warmup = std::max(std::min<int64_t>(options.warmup, 6), base.config.cuda_graph.warmup_steps + 1);
-    nlohmann::json sweep{
-        {"base", fs::absolute(options.base_config).string()},
-        {"set", options.overrides},
-        {"mode", "bench"},
-        {"bench", {{"warmup", warmup}, {"steps", std::min<int64_t>(options.steps, 12)}}},
-        {"batch_search", {{"start", 256}, {"factor", 2}, {"memory_fraction", kFraction}, {"max", kLargestBatch}}}};
-    sweep["set"].push_back("precision.mode=fp16");
-    sweep["set"].push_back("cuda_graph.train=true");
-    if (base.config.data.source == config::DataSource::synthetic)
-      sweep["set"].push_back(fmt::format("data.synthetic_train_size={}", kLargestBatch));
-    const fs::path sweep_dir = out_dir / "batch-search";
-    fs::create_directories(sweep_dir);
-    io::write_text_file(sweep_dir / "sweep.json", sweep.dump(2) + "\n");
-    const SweepResult result = run_sweep(sweep_dir / "sweep.json", sweep_dir);  // writes its results files
-    // The largest batch under 90%, and the smallest past it (or out of memory), over every point.
-    const SweepPoint* best = nullptr;
-    const SweepPoint* past = nullptr;
-    const auto batch_of = [](const SweepPoint& point) { return point.settings.back().second.get<int64_t>(); };
-    for (const SweepPoint& point : result.points) {
-      const bool under = point.error.empty() && point.values.count("memory_fraction") &&
-                         point.values.at("memory_fraction") <= kFraction;
-      const SweepPoint*& slot = under ? best : past;
-      if (!slot || (under ? batch_of(point) > batch_of(*slot) : batch_of(point) < batch_of(*slot))) slot = &point;
-    }
-    if (!best) {
-      report.rows.push_back(not_measurable(search, result.points.empty() ? "no point ran" : result.points.front().error));
-    } else {
-      const std::string past_text =
-          !past ? "none past 90% up to the search's maximum"
-                : fmt::format("the smallest past 90%: batch {} ({})", batch_of(*past),
-                              past->error.empty() ? percent(past->values.at("memory_fraction")) + " reserved" : past->error);
-      search.measured = fmt::format("batch {} (fp16, CUDA graph) is the largest under 90%: {:.0f} img/s, {} of the GPU reserved; {} point(s), "
-                                    "{}",
-                                    batch_of(*best), best->values.at("img_per_s"),
-                                    percent(best->values.at("memory_fraction")), result.points.size(), past_text);
-      search.verdict = "measured";
-      report.rows.push_back(search);
-    }
-  }
-
-  // The 5090 guide's hardware, beside this device.
-  ClaimRow hardware = claim("the card has 24 GB of memory and the Ada architecture", "5090 guide");
-  hardware.measured = "this device: " + report.device;
-  const bool matches = gpu && gpu->major == 8 && gpu->minor == 9 &&
-                       std::abs(static_cast<double>(gpu->memory_bytes) / 1e9 - 24.0) < 2.0;
-  hardware.verdict = matches ? "holds for this device" : "differs from this device";
-  report.rows.push_back(hardware);
-
-  for (auto& [name, value] : m.json().items()) report.measurements["steps"][name] = value;
+  report.rows.push_back(batch_search(options, base, device, out_dir));
+  hardware_claims(gpu, report.device, report.rows);
+  report.measurements["steps"] = m.json();
   return report;
 }
 
+namespace {
+
+nlohmann::json number_or_null(double value) { return std::isnan(value) ? nlohmann::json(nullptr) : nlohmann::json(value); }
+
+std::string ratio_text(const RatioSpread& ratio) {
+  if (std::isnan(ratio.median)) return "";
+  if (ratio.rounds < 2) return fmt::format("{:.2f}x", ratio.median);
+  return fmt::format("{:.2f}x ({:.2f}-{:.2f})", ratio.median, ratio.low, ratio.high);
+}
+
+std::string table_row(const ClaimRow& row) {
+  const std::string quote = row.quote.empty() ? "" : fmt::format(": “{}”", row.quote);
+  return fmt::format("| {} | {}{} | {} | {} | {} |\n", row.claim, row.guide, quote, row.measured, ratio_text(row.ratio),
+                     row.verdict);
+}
+
+}  // namespace
+
 std::string write_report(const ReproduceReport& report, const fs::path& out_dir) {
   fs::create_directories(out_dir);
-  std::string text = fmt::format("# The guides' claims, measured\n\nDevice: {}. LibTorch {}, ltrain {}.\n\n",
-                                 report.device, compat::torch_version(), LTRAIN_VERSION);
-  text += "Ratios are B over A: images/s for speed claims, peak memory for memory claims. Plots: "
-          "`python3 scripts/plot_report.py DIR` draws claims.png; the batch search's sweep is in batch-search/ "
-          "(`python3 scripts/plot_sweep.py DIR/batch-search`).\n\n";
-  text += "| claim | guide | measured here | ratio | verdict |\n|---|---|---|---|---|\n";
+  // The tables: the A/B step claims per image size, then the matmul test, the batch search and the cards.
+  std::map<int64_t, std::string> step_tables;
+  std::string other_table;
   nlohmann::json rows = nlohmann::json::array();
   for (const ClaimRow& row : report.rows) {
-    const std::string ratio = std::isnan(row.ratio) ? "" : fmt::format("{:.2f}x", row.ratio);
-    text += fmt::format("| {} | {} | {} | {} | {} |\n", row.claim, row.guide, row.measured, ratio, row.verdict);
+    (row.image_size > 0 ? step_tables[row.image_size] : other_table) += table_row(row);
     rows.push_back({{"claim", row.claim},
                     {"guide", row.guide},
+                    {"quote", row.quote},
+                    {"image_size", row.image_size},
                     {"measured", row.measured},
-                    {"ratio", std::isnan(row.ratio) ? nlohmann::json(nullptr) : nlohmann::json(row.ratio)},
-                    {"claimed_ratio", std::isnan(row.claimed) ? nlohmann::json(nullptr) : nlohmann::json(row.claimed)},
+                    {"ratio", number_or_null(row.ratio.median)},
+                    {"ratio_low", number_or_null(row.ratio.low)},
+                    {"ratio_high", number_or_null(row.ratio.high)},
+                    {"rounds", row.ratio.rounds},
+                    {"claimed_ratio", number_or_null(row.claimed)},
                     {"verdict", row.verdict}});
   }
+  std::string text = fmt::format("# The guides' claims, measured\n\nDevice: {}. LibTorch {}, ltrain {}.\n\n{}\n\n",
+                                 report.device, compat::torch_version(), LTRAIN_VERSION, report.setup);
+  text += "The guides:\n\n";
+  for (const Guide& guide : guides()) text += fmt::format("- **{}**: {} ({})\n", guide.name, guide.title, guide.about);
+  text += "\nRatios are B over A (images/s for speed claims, peak memory for memory claims): the median of the "
+          "rounds and, in brackets, their range. A claim holds when every round meets it, does not hold when none "
+          "does, and is undecided when the claimed ratio lies within the rounds' range. Plots: `python3 "
+          "scripts/plot_report.py DIR` draws claims.png; the batch search's sweep is in batch-search/ (`python3 "
+          "scripts/plot_sweep.py DIR/batch-search`).\n";
+  const std::string header = "\n| claim | guide and line | measured here | ratio | verdict |\n|---|---|---|---|---|\n";
+  for (const auto& [size, table] : step_tables)
+    text += fmt::format("\n## Training steps at {0}x{0}\n", size) + header + table;
+  text += "\n## The matmul test, the batch search and the cards\n" + header + other_table;
   io::write_text_file(out_dir / "REPORT.md", text);
   io::write_text_file(out_dir / "results.json",
-                      nlohmann::json{{"device", report.device}, {"claims", rows}, {"measurements", report.measurements}}
+                      nlohmann::json{{"device", report.device},
+                                     {"setup", report.setup},
+                                     {"claims", rows},
+                                     {"measurements", report.measurements}}
                               .dump(2) +
                           "\n");
   return text;

@@ -149,13 +149,18 @@ TrainTestSets read_cifar10(const std::filesystem::path& root) {
   return {concatenate(train_parts), test_read.get()};
 }
 
-TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t seed) {
+int64_t synthetic_pool_images(int64_t image_size) {
+  return std::max<int64_t>(1, kSyntheticPool * kImageSide * kImageSide / (image_size * image_size));
+}
+
+TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t seed, int64_t image_size) {
   // A private generator: the global one (model init, dropout) must not depend on the data source.
   auto generator = at::detail::createCPUGenerator(seed);
-  const auto draw = [&generator](int64_t count) {
-    const int64_t drawn = std::min(count, kSyntheticPool);
+  const int64_t pool = synthetic_pool_images(image_size);
+  const auto draw = [&](int64_t count) {
+    const int64_t drawn = std::min(count, pool);
     ImageSet set;
-    set.images = torch::randint(0, 256, {drawn, kChannels, kImageSide, kImageSide}, generator,
+    set.images = torch::randint(0, 256, {drawn, kChannels, image_size, image_size}, generator,
                                 torch::TensorOptions().dtype(torch::kUInt8));
     set.labels = torch::randint(0, kNumClasses, {drawn}, generator, torch::TensorOptions().dtype(torch::kInt64));
     if (count > drawn) {
@@ -174,9 +179,13 @@ TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t see
 TrainTestSets load_sets(const config::DataSection& data, uint64_t seed) {
   switch (data.source) {
     case config::DataSource::cifar10:
+      if (data.image_size != kImageSide)
+        throw ConfigError(fmt::format("data.image_size: CIFAR-10's images are {0}x{0}, not {1}x{1}; set data.source to "
+                                      "synthetic to measure steps at {1}x{1}, or leave data.image_size at {0}",
+                                      kImageSide, data.image_size));
       return read_cifar10(data.root);
     case config::DataSource::synthetic:
-      return make_synthetic(data.synthetic_train_size, data.synthetic_test_size, seed);
+      return make_synthetic(data.synthetic_train_size, data.synthetic_test_size, seed, data.image_size);
   }
   throw std::logic_error(fmt::format("{}:{}: unhandled data.source", __FILE__, __LINE__));
 }

@@ -61,7 +61,7 @@ Normalizer::Normalizer(const config::DataSection& data, const torch::Device& dev
 }
 
 torch::Tensor Normalizer::operator()(const torch::Tensor& images_uint8) const {
-  // (x/255 - mean)/std == x * scale + shift: one fused multiply-add, [B,3,32,32] float32.
+  // (x/255 - mean)/std == x * scale + shift: one fused multiply-add, [B,3,S,S] float32.
   return torch::addcmul(shift_, images_uint8.to(torch::kFloat32), scale_).contiguous();
 }
 
@@ -70,8 +70,10 @@ torch::Tensor Normalizer::operator()(const torch::Tensor& images_uint8) const {
 TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64_t seed, Shard shard)
     : train_(std::move(train)),
       normalize_(data, train_.images.device()),
+      side_(train_.side()),
       batch_size_(data.batch_size),
       shard_(shard),
+      shuffle_(data.shuffle),
       random_crop_(data.random_crop),
       padding_(data.crop_padding),
       flip_(data.horizontal_flip),
@@ -82,21 +84,21 @@ TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64
     throw ConfigError(fmt::format("data.batch_size: {} x {} process(es) is larger than the training set ({} images): "
                                   "no full batch fits in an epoch; lower data.batch_size",
                                   batch_size_, shard_.count, train_.size()));
-  if (padding_ < 0 || padding_ >= kImageSide)
-    throw ConfigError(fmt::format("data.crop_padding: {} is outside 0-{}", padding_, kImageSide - 1));
-  if (cutout_ < 0 || cutout_ > kImageSide)
-    throw ConfigError(fmt::format("data.cutout: {} is outside 0-{}", cutout_, kImageSide));
+  if (padding_ < 0 || padding_ >= side_)
+    throw ConfigError(fmt::format("data.crop_padding: {} is outside 0-{}", padding_, side_ - 1));
+  if (cutout_ < 0 || cutout_ > side_)
+    throw ConfigError(fmt::format("data.cutout: {} is outside 0-{}", cutout_, side_));
   if (cutout_ > 0) {
     const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(train_.labels.device());
-    pixel_index_ = torch::arange(kImageSide, long_options);
+    pixel_index_ = torch::arange(side_, long_options);
   }
   if (augments()) {
     // Padded once, so that a crop is one gather with no bounds tests (the border is the zero fill).
     const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(train_.images.device());
     padded_images_ = torch::constant_pad_nd(train_.images, {border(), border(), border(), border()}, 0);
-    rows_ = (torch::arange(kImageSide, long_options) * padded_side()).view({1, kImageSide, 1});
-    const auto x = torch::arange(kImageSide, long_options);
-    columns_ = torch::stack({x, x.flip({0})}).view({2, 1, kImageSide});
+    rows_ = (torch::arange(side_, long_options) * padded_side()).view({1, side_, 1});
+    const auto x = torch::arange(side_, long_options);
+    columns_ = torch::stack({x, x.flip({0})}).view({2, 1, side_});
     train_.images = torch::Tensor();  // batches come from the padded copy only
   }
   set_epoch(0);  // batches are valid from the start
@@ -111,11 +113,12 @@ void TrainLoader::set_epoch(int64_t epoch) {
   const int64_t count = train_.size();
   const auto long_options = torch::TensorOptions().dtype(torch::kInt64);
   auto order = torch::randperm(count, generator, long_options);  // [N] int64
+  if (!shuffle_) order = torch::arange(count, long_options);  // still drawn: the draws below stay the same
   // Always drawn, in a fixed sequence, so switching one augmentation off leaves the others'
   // draws (and the order) unchanged.
   auto shift = torch::randint(-padding_, padding_ + 1, {count, 2}, generator, long_options);  // [N,2] (dy, dx)
   auto flip = torch::randint(0, 2, {count}, generator, long_options);                        // [N] Bernoulli(0.5)
-  auto centre = torch::randint(0, kImageSide, {count, 2}, generator, long_options);         // [N,2] cutout (cy, cx)
+  auto centre = torch::randint(0, side_, {count, 2}, generator, long_options);              // [N,2] cutout (cy, cx)
   if (!random_crop_) shift.zero_();
   if (!flip_) flip.zero_();
 
@@ -144,27 +147,27 @@ Batch TrainLoader::batch(int64_t index) const {
 }
 
 torch::Tensor TrainLoader::cropped_and_flipped(const torch::Tensor& indices, int64_t start) const {
-  // torchvision's RandomCrop(32, padding=p) then RandomHorizontalFlip, as one gather from the
-  // zero-padded image P (P[Y, X] = image[Y - p, X - p], 0 in the border):
-  //   out[y, x] = crop[y, flip ? 31 - x : x] = P[y + p + dy, x' + p + dx],  x' = flip ? 31 - x : x
-  // whose flat index in P's S x S plane is y * S + crop_offset + x'.
-  const int64_t plane = kImageSide * kImageSide;
-  const int64_t side = padded_side();
-  const auto columns = columns_.index_select(0, flipped_.narrow(0, start, batch_size_));  // [B,1,32] x'
-  const auto source = (rows_ + crop_offset_.narrow(0, start, batch_size_)) + columns;    // [B,32,32] int64
-  const auto gathered = padded_images_.index_select(0, indices)                           // [B,3,S,S] uint8
-                            .view({batch_size_, kChannels, side * side})
+  // torchvision's RandomCrop(S, padding=p) then RandomHorizontalFlip, as one gather from the
+  // zero-padded image Q (Q[Y, X] = image[Y - p, X - p], 0 in the border):
+  //   out[y, x] = crop[y, flip ? S-1-x : x] = Q[y + p + dy, x' + p + dx],  x' = flip ? S-1-x : x
+  // whose flat index in Q's P x P plane is y * P + crop_offset + x'.
+  const int64_t plane = side_ * side_;
+  const int64_t padded = padded_side();
+  const auto columns = columns_.index_select(0, flipped_.narrow(0, start, batch_size_));  // [B,1,S] x'
+  const auto source = (rows_ + crop_offset_.narrow(0, start, batch_size_)) + columns;    // [B,S,S] int64
+  const auto gathered = padded_images_.index_select(0, indices)                           // [B,3,P,P] uint8
+                            .view({batch_size_, kChannels, padded * padded})
                             .gather(2, source.view({batch_size_, 1, plane}).expand({batch_size_, kChannels, plane}));
-  return normalize_(gathered.view({batch_size_, kChannels, kImageSide, kImageSide}));
+  return normalize_(gathered.view({batch_size_, kChannels, side_, side_}));
 }
 
 void TrainLoader::cut_out(torch::Tensor& images, int64_t start) const {
   const auto corner = cutout_corner_.narrow(0, start, batch_size_);  // [B,2] int64
   const auto top = corner.select(1, 0).view({batch_size_, 1, 1});
   const auto left = corner.select(1, 1).view({batch_size_, 1, 1});
-  const auto y = pixel_index_.view({1, kImageSide, 1});
-  const auto x = pixel_index_.view({1, 1, kImageSide});
-  const auto inside = (y >= top) & (y < top + cutout_) & (x >= left) & (x < left + cutout_);  // [B,32,32] bool
+  const auto y = pixel_index_.view({1, side_, 1});
+  const auto x = pixel_index_.view({1, 1, side_});
+  const auto inside = (y >= top) & (y < top + cutout_) & (x >= left) & (x < left + cutout_);  // [B,S,S] bool
   images.masked_fill_(inside.unsqueeze(1), 0.0);
 }
 
@@ -184,7 +187,7 @@ Batch EvalLoader::batch(int64_t index) const {
                                         num_batches() - 1));
   const int64_t start = index * batch_size_;
   const int64_t count = std::min(batch_size_, test_.size() - start);
-  // [b,3,32,32] uint8 -> float32, b = B except perhaps for the last batch.
+  // [b,3,S,S] uint8 -> float32, b = B except perhaps for the last batch.
   return {normalize_(test_.images.narrow(0, start, count)), test_.labels.narrow(0, start, count)};
 }
 

@@ -72,7 +72,9 @@ nlohmann::json result_json(const TrainResult& r) {
           {"best_epoch", r.best_epoch},
           {"train_seconds", r.train_seconds},
           {"wall_seconds", r.wall_seconds},
-          {"images_per_second", r.images_per_second}};
+          {"images_per_second", r.images_per_second},
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"peak_reserved_bytes", r.peak_reserved_bytes}};
 }
 
 /// What the loop accumulates beyond the model and optimizer; a checkpoint carries it (as JSON,
@@ -553,6 +555,8 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   result.images_per_second =
       result.train_seconds > 0 ? static_cast<double>(step * train_loader.batch_size() * ranks) / result.train_seconds
                                : 0.0;
+  result.peak_memory_bytes = compat::peak_memory_bytes(device);
+  result.peak_reserved_bytes = compat::peak_reserved_bytes(device);
   spdlog::info("done: {} epoch(s), {} steps in {} (training {}) | test accuracy {:.2f}%, best {:.2f}% (epoch {}) | "
                "{:.0f} img/s",
                result.epochs, result.steps, format_duration(result.wall_seconds),

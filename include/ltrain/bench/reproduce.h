@@ -1,8 +1,9 @@
 #pragma once
 // `ltrain reproduce`: the GPU guides' claims as A/B measurements on this machine. Each claim is
-// measured with ltrain's own step benchmark (the same config with one switch flipped), the
-// matmul test, the batch-size search, or what doctor reads off the device, and gets a verdict.
-// A claim this device cannot test (fp16 on the CPU, memory where it is not measured) says why.
+// tied to the guide and the line that makes it, and measured with ltrain's own step benchmark (the
+// same config with one switch flipped, A and B alternating over several rounds, at each image size
+// asked for), the matmul test, the batch-size search, or set against what the driver reports and
+// the cards' published figures. A verdict is given only where the measured spread allows one.
 #include <cstdint>
 #include <filesystem>
 #include <limits>
@@ -18,25 +19,74 @@ struct ReproduceOptions {
   std::vector<std::string> overrides;  ///< --set, applied to every measurement
   int64_t warmup = 10;                 ///< untimed steps per measurement
   int64_t steps = 30;                  ///< timed steps per measurement
+  int64_t rounds = 3;                  ///< A/B rounds per claim: A, B, A, B, ...
+  /// Sides of the images the A/B claims are measured at; empty: the base config's data.image_size.
+  /// A side other than 32 measures on random images of that side (data.source synthetic).
+  std::vector<int64_t> image_sizes;
   int64_t matmul_size = 8192;
   int64_t matmul_products = 100;
   bool batch_search = true;            ///< the 4090D guide's batch-size search (a GPU only)
 };
 
+/// The three guides, as REPORT.md names them.
+struct Guide {
+  std::string name;   ///< "RTX 5090 guide"
+  std::string title;  ///< the article's own title
+  std::string about;  ///< its title in English
+};
+const std::vector<Guide>& guides();
+
+/// How a measured ratio B / A is held against a claimed one.
+enum class Comparison {
+  at_least,  ///< the claim: B / A >= claimed (speed-ups)
+  at_most,   ///< the claim: B / A <= claimed (memory savings)
+};
+
+/// The ratios B / A of the rounds (round i's B over round i's A).
+struct RatioSpread {
+  double median = std::numeric_limits<double>::quiet_NaN();
+  double low = std::numeric_limits<double>::quiet_NaN();
+  double high = std::numeric_limits<double>::quiet_NaN();
+  int rounds = 0;
+};
+RatioSpread ratio_spread(const std::vector<double>& a, const std::vector<double>& b);
+
+/// "holds" where every round's ratio meets the claim, "does not hold" where none does, and
+/// "undecided: ..." where the claimed ratio lies within the rounds' spread.
+std::string verdict(const RatioSpread& spread, double claimed, Comparison comparison);
+
 struct ClaimRow {
-  std::string claim;     ///< what a guide says
-  std::string guide;     ///< which guide says it
+  std::string claim;     ///< what a guide says, in English
+  std::string guide;     ///< which guide says it (a Guide's name), or "none" for a measurement of ltrain's own
+  std::string quote;     ///< the guide's line that says it
+  int64_t image_size = 0;  ///< the side an A/B step claim was measured at (0: the other rows)
   std::string measured;  ///< what was measured here, with its numbers
-  double ratio = std::numeric_limits<double>::quiet_NaN();    ///< B over A where the claim is a ratio
-  double claimed = std::numeric_limits<double>::quiet_NaN();  ///< the ratio the claim needs (at least / at most)
-  std::string verdict;   ///< "holds", "does not hold", "measured" or "not measurable here: why"
+  RatioSpread ratio;     ///< B over A where the claim is a ratio
+  double claimed = std::numeric_limits<double>::quiet_NaN();  ///< the ratio the claim needs
+  std::string verdict;   ///< "holds", "does not hold", "undecided: ...", "measured", "wrong: ..." or
+                         ///< "not measurable here: why"
 };
 
 struct ReproduceReport {
-  std::string device;            ///< doctor's one-line description of the device
+  std::string device;     ///< doctor's one-line description of the device
+  std::string setup;      ///< base config, model, batch, precision, rounds: REPORT.md's header
   std::vector<ClaimRow> rows;
   nlohmann::json measurements = nlohmann::json::object();  ///< every raw result, by name
 };
+
+/// The figures NVIDIA publishes for a card the guides speak of or the report may run on.
+struct PublishedCard {
+  std::string name;          ///< as the driver names it, e.g. "NVIDIA GeForce RTX 4090 D"
+  std::string architecture;  ///< "Ada Lovelace"
+  int major = 0;             ///< compute capability
+  int minor = 0;
+  int multiprocessors = 0;
+  int cuda_cores = 0;
+  std::string memory;        ///< "24 GB GDDR6X"
+  std::string bandwidth;     ///< "1,008 GB/s"
+};
+/// The card whose driver name is `gpu_name`, or null for one not in the table.
+const PublishedCard* published_card(const std::string& gpu_name);
 
 /// Runs every measurement; `out_dir` receives the batch search's sweep files.
 ReproduceReport reproduce(const ReproduceOptions& options, const std::filesystem::path& out_dir);

@@ -108,6 +108,8 @@ inline Range between(double lo, double hi) { return {lo, hi, false}; }
 /// The most images a data set, a training batch or an evaluation batch may hold: 2^22 (12 GiB of
 /// uint8 pixels), far past CIFAR-10's 50,000 and the batch-size search's 262,144.
 constexpr int64_t kMaxImages = int64_t{1} << 22;
+/// The largest synthetic image side (ImageNet's training crops are 224; fine-tuning goes to 512).
+constexpr int64_t kMaxImageSize = 512;
 /// The largest model.width: 4 x torchvision's 64 (ResNet-152 then has 16 x its parameters, ~1e9).
 constexpr int64_t kMaxWidth = 256;
 /// The most output classes (ImageNet-21k has 21,841).
@@ -215,6 +217,9 @@ struct DataSection {
   int64_t batch_size = 256;
   /// Images per evaluation batch.
   int64_t eval_batch_size = 1000;
+  /// Visit the training images in a new random order each epoch; false: in file order every
+  /// epoch (torch's DataLoader without shuffle=True).
+  bool shuffle = true;
   /// Test-time augmentation: evaluation scores each image by the mean of its logits and its
   /// left-right mirror's (two forward passes per batch).
   bool eval_flip_average = false;
@@ -238,6 +243,9 @@ struct DataSection {
   int64_t synthetic_train_size = 50000;
   /// Test images of the synthetic source.
   int64_t synthetic_test_size = 10000;
+  /// Side of the synthetic source's square images, in pixels (CIFAR-10's are 32): 224 measures a
+  /// step at ImageNet's size.
+  int64_t image_size = 32;
 
   template <class V>
   void visit(V& v) {
@@ -245,6 +253,7 @@ struct DataSection {
     v("root", root);
     v("batch_size", batch_size, between(1, kMaxImages));
     v("eval_batch_size", eval_batch_size, between(1, kMaxImages));
+    v("shuffle", shuffle);
     v("eval_flip_average", eval_flip_average);
     v("random_crop", random_crop);
     v("crop_padding", crop_padding, between(0, 16));
@@ -255,6 +264,7 @@ struct DataSection {
     v("std", std, positive());
     v("synthetic_train_size", synthetic_train_size, between(1, kMaxImages));
     v("synthetic_test_size", synthetic_test_size, between(1, kMaxImages));
+    v("image_size", image_size, between(8, kMaxImageSize));
   }
 };
 

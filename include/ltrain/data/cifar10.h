@@ -1,5 +1,6 @@
 #pragma once
-// CIFAR-10 binary files (cifar-10-batches-bin) and a synthetic source of the same shapes.
+// CIFAR-10 binary files (cifar-10-batches-bin) and a synthetic source of the same shapes (or of
+// larger square images).
 // A record is 1 label byte (0-9) then 3072 pixel bytes: 1024 red, 1024 green, 1024 blue,
 // each plane row-major 32x32.
 #include <cstdint>
@@ -21,9 +22,11 @@ constexpr int64_t kRecordBytes = 1 + kPixelBytes;                     // 3073
 
 /// Images with their labels, on one device.
 struct ImageSet {
-  torch::Tensor images;  ///< [N,3,32,32] uint8, RGB
+  torch::Tensor images;  ///< [N,3,S,S] uint8, RGB; S = 32 for CIFAR-10
   torch::Tensor labels;  ///< [N] int64 in [0, 10)
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+  /// S: the images' side in pixels.
+  int64_t side() const { return images.size(3); }
   ImageSet to(const torch::Device& device) const;
 };
 
@@ -59,13 +62,16 @@ ImageSet read_cifar10_file(const std::filesystem::path& file);
 /// naming the missing file and saying how to get the data when one is absent.
 TrainTestSets read_cifar10(const std::filesystem::path& root);
 
-/// Uniform random pixels and labels of CIFAR-10's shapes, the same for the same seed. A set larger
-/// than kSyntheticPool images repeats its first kSyntheticPool (labels included): drawing each
-/// byte takes minutes for the million-image sets of a batch-size search, copying takes a second.
+/// Uniform random pixels and labels, [N,3,S,S] images of side `image_size`, the same for the same
+/// seed. A set larger than the pool repeats its first images (labels included): drawing each byte
+/// takes minutes for the million-image sets of a batch-size search, copying takes a second. The
+/// pool holds kSyntheticPool images of 32x32, and as many bytes (fewer images) at larger sides.
 constexpr int64_t kSyntheticPool = 65536;
-TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t seed);
+int64_t synthetic_pool_images(int64_t image_size);
+TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t seed, int64_t image_size = kImageSide);
 
-/// The source `data.source` names, on the CPU.
+/// The source `data.source` names, on the CPU. ConfigError for a data.image_size other than 32 with
+/// CIFAR-10.
 TrainTestSets load_sets(const config::DataSection& data, uint64_t seed);
 
 }  // namespace ltrain::data

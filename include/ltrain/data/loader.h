@@ -12,11 +12,11 @@
 namespace ltrain::data {
 
 struct Batch {
-  torch::Tensor images;  ///< [B,3,32,32] float32 on the device, normalized
+  torch::Tensor images;  ///< [B,3,S,S] float32 on the device, normalized (S = 32 for CIFAR-10)
   torch::Tensor labels;  ///< [B] int64 on the device
 };
 
-/// uint8 [B,3,32,32] -> float32 [B,3,32,32]: x/255, then (x - mean) / std per channel when
+/// uint8 [B,3,S,S] -> float32 [B,3,S,S]: x/255, then (x - mean) / std per channel when
 /// data.normalize is on. One fused multiply-add with per-channel scale and shift.
 class Normalizer {
  public:
@@ -35,7 +35,8 @@ struct Shard {
   int64_t count = 1;
 };
 
-/// Training batches: a seeded order per epoch (drop_last: the remainder is skipped) and
+/// Training batches: a seeded order per epoch (file order with data.shuffle off; drop_last: the
+/// remainder is skipped) and
 /// per-image augmentation drawn per epoch, so batch (epoch, index) is a pure function of
 /// (seed, epoch, index) on any device and after any resume.
 class TrainLoader {
@@ -59,30 +60,32 @@ class TrainLoader {
   /// Zero border kept around each image: the crop padding with random crops, else none.
   int64_t border() const { return random_crop_ ? padding_ : 0; }
   /// Side of a stored (bordered) image plane.
-  int64_t padded_side() const { return kImageSide + 2 * border(); }
-  /// Crop and flip of the images at `indices` (padded_images_), normalized: [B,3,32,32] float32.
+  int64_t padded_side() const { return side_ + 2 * border(); }
+  /// Crop and flip of the images at `indices` (padded_images_), normalized: [B,3,S,S] float32.
   torch::Tensor cropped_and_flipped(const torch::Tensor& indices, int64_t start) const;
   /// Cutout: zeroes each image's square, in place; `start` is the batch's first position.
   void cut_out(torch::Tensor& images, int64_t start) const;
 
   ImageSet train_;  // its images are dropped when augmenting (padded_images_ holds them)
   Normalizer normalize_;
+  int64_t side_;  // the images' side, S
   int64_t batch_size_;
   Shard shard_;
+  bool shuffle_;
   bool random_crop_;
   int64_t padding_;
   bool flip_;
   int64_t cutout_;  // side of the cutout square, 0: off
   uint64_t seed_;
   // Fixed, on the device (when augmenting; pixel_index_ with cutout):
-  torch::Tensor padded_images_;  // [N,3,S,S] uint8: the images with their zero border, S = padded_side()
-  torch::Tensor rows_;           // [1,32,1] int64: y * S
-  torch::Tensor columns_;        // [2,1,32] int64: x, and 31 - x for a flipped image
-  torch::Tensor pixel_index_;    // [32] int64: 0..31, the rows and columns cutout compares (with cutout)
+  torch::Tensor padded_images_;  // [N,3,P,P] uint8: the images with their zero border, P = padded_side()
+  torch::Tensor rows_;           // [1,S,1] int64: y * P
+  torch::Tensor columns_;        // [2,1,S] int64: x, and S - 1 - x for a flipped image
+  torch::Tensor pixel_index_;    // [S] int64: 0..S-1, the rows and columns cutout compares (with cutout)
   // Per epoch, on the device, indexed by position in the epoch's order (a batch is a slice):
   torch::Tensor order_;           // [N] int64, the epoch's permutation
   torch::Tensor labels_in_order_;  // [N] int64
-  torch::Tensor crop_offset_;     // [N,1,1] int64: (dy + border) * S + dx + border, the crop's corner in the padded plane
+  torch::Tensor crop_offset_;     // [N,1,1] int64: (dy + border) * P + dx + border, the crop's corner in the padded plane
   torch::Tensor flipped_;         // [N] int64: 1 where the image is mirrored
   torch::Tensor cutout_corner_;   // [N,2] int64 (y, x): the cutout square's top-left corner, maybe outside the image
 };

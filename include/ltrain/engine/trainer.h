@@ -19,6 +19,10 @@ struct TrainResult {
   double train_seconds = 0.0;    ///< time in training steps (no evaluation, no checkpoints)
   double wall_seconds = 0.0;     ///< the whole run after set-up
   double images_per_second = 0.0;  ///< training images / train_seconds
+  /// The device's peak bytes in tensors and held by the caching allocator (CUDA graph pools
+  /// included), since the process started; -1 on the CPU.
+  int64_t peak_memory_bytes = -1;
+  int64_t peak_reserved_bytes = -1;
 };
 
 /// Observers of a run (tests use them to stop a run at a chosen step).
