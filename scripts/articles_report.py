@@ -175,7 +175,7 @@ def plot(runs, path):
         print(f"articles_report: no plot ({exc}); the table does not need it", file=sys.stderr)
         return 0
     recipes = sorted(runs)
-    fig, ax = plt.subplots(figsize=(1.8 + 2.2 * len(recipes), 4.2))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 + 2.2 * len(recipes)), 4.2))
     width = 0.38
     longest, shortest = 0.0, float("inf")
     for i, (side, name) in enumerate(SIDES):

@@ -3,8 +3,10 @@
 #   doctor     `ltrain doctor --json`
 #   matmul     the matmul test (n = 8192, 10 warm-up, 100 timed products per dtype), ltrain and
 #              PyTorch Python alternately, twice each, in this call -> matmul.md
-#   reproduce  `ltrain reproduce` on the ResNet-50 step config with channels_last, its batch search
-#              included -> reproduce/REPORT.md, results.json, batch-search/
+#   reproduce  `ltrain reproduce` on the ResNet-50 step config with channels_last at 32x32 (CIFAR's
+#              size) and 224x224 (ImageNet's, random images), 3 alternating A/B rounds per claim,
+#              8 untimed and 20 timed steps per measurement, its batch search included
+#              -> reproduce/REPORT.md, results.json, claims.png, batch-search/
 #   sweep      the batch sweep of ResNet-50 fp16 with CUDA graphs from 256 to 90% of the memory
 #              (configs/sweeps/batch-resnet50-fp16.json) -> sweep/results.{csv,md,json}
 # Plots are drawn where matplotlib imports (else later, from the JSON files, with
@@ -57,7 +59,7 @@ PY
     reproduce)
       step reproduce
       "$ltrain" reproduce --config configs/bench/resnet50-step.json --set model.channels_last=true \
-        --out "$out/reproduce" >"$out/reproduce.log" 2>&1 || status=1
+        --image-sizes 32,224 --rounds 3 --warmup 8 --steps 20 --out "$out/reproduce" >"$out/reproduce.log" 2>&1 || status=1
       tail -3 "$out/reproduce.log" ;;
     sweep)
       step "batch sweep to 90% of memory"
