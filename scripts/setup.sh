@@ -14,7 +14,7 @@
 # Environment: CMAKE_CUDA_ARCHITECTURES or TORCH_CUDA_ARCH_LIST choose the GPUs the kernels are
 # built for (default sm_80, 86, 89, 90, 100, 120 + PTX); LTRAIN_WERROR=ON makes warnings errors.
 # Packages come from apt, or on a machine without it (an offline GPU host) from the bundle in
-# .carry/debs/ that scripts/make-gpu-bundle.sh makes where apt works.
+# .carry/debs/ that scripts/gpu/make-bundle.sh makes where apt works.
 #
 # Exit codes: 0 ok, 2 usage, 3 a prerequisite missing or unusable (the message says what to do),
 # 4 configure failed, 5 build failed.
@@ -134,14 +134,14 @@ if ((${#missing[@]})) && [[ -n "$torch_cuda" && -f "${bundle_debs[0]}" ]]; then
   args=(--build-dir build)
   [[ -n "$torch_prefix" ]] && args+=(--torch-prefix "$torch_prefix")
   [[ "${LTRAIN_WERROR:-OFF}" == ON ]] || args+=(--no-werror)
-  exec bash scripts/gpu-host-build.sh "${args[@]}"
+  exec bash scripts/gpu/host-build.sh "${args[@]}"
 fi
 if ((${#missing[@]})); then
   info "installing ${missing[*]}"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   { $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; } \
-    || die 3 "apt-get could not install ${missing[*]}: install them, or on a machine without apt access make the bundle elsewhere (bash scripts/make-gpu-bundle.sh) and carry .carry/debs here"
+    || die 3 "apt-get could not install ${missing[*]}: install them, or on a machine without apt access make the bundle elsewhere (bash scripts/gpu/make-bundle.sh) and carry .carry/debs here"
 fi
 
 # cxxopts before 3.0 (Ubuntu 22.04 ships 2.2) lacks the API ltrain uses: Debian 12's header-only

@@ -99,7 +99,7 @@ std::optional<std::string> python_with_matplotlib() {
 int run_plot_script(const std::string& python, const std::string& name, const std::string& args,
                     const std::filesystem::path& log) {
   const std::string command =
-      python + " " LTRAIN_SOURCE_DIR "/scripts/" + name + " " + args + " > '" + log.string() + "' 2>&1";
+      python + " " LTRAIN_SOURCE_DIR "/scripts/report/" + name + " " + args + " > '" + log.string() + "' 2>&1";
   const int status = std::system(command.c_str());
   if (status == -1 || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);

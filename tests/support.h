@@ -54,7 +54,7 @@ int run_ltrain_within(int seconds, const std::string& args, const std::filesyste
 /// where scripts/setup.sh installs python3-matplotlib, else the one on the PATH; nullopt if none.
 std::optional<std::string> python_with_matplotlib();
 
-/// Runs scripts/NAME with `args` (shell words) under python_with_matplotlib(); exit code, output to `log`.
+/// Runs scripts/report/NAME with `args` (shell words) under python_with_matplotlib(); exit code, output to `log`.
 int run_plot_script(const std::string& python, const std::string& name, const std::string& args,
                     const std::filesystem::path& log);
 

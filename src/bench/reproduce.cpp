@@ -570,8 +570,8 @@ std::string write_report(const ReproduceReport& report, const fs::path& out_dir)
   text += "\nRatios are B over A (images/s for speed claims, peak memory for memory claims): the median of the "
           "rounds and, in brackets, their range. A claim holds when every round meets it, does not hold when none "
           "does, and is undecided when the claimed ratio lies within the rounds' range. Plots: `python3 "
-          "scripts/plot_report.py DIR` draws claims.png; the batch search's sweep is in batch-search/ (`python3 "
-          "scripts/plot_sweep.py DIR/batch-search`).\n";
+          "scripts/report/plot_report.py DIR` draws claims.png; the batch search's sweep is in batch-search/ (`python3 "
+          "scripts/report/plot_sweep.py DIR/batch-search`).\n";
   const std::string header = "\n| claim | guide and line | measured here | ratio | verdict |\n|---|---|---|---|---|\n";
   for (const auto& [size, table] : step_tables)
     text += fmt::format("\n## Training steps at {0}x{0}\n", size) + header + table;

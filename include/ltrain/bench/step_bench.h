@@ -36,7 +36,7 @@ inline constexpr int64_t kProfiledSteps = 5;
 
 /// Times `steps` training steps of the config's model, data and optimizer after `warmup` steps.
 /// With a `profile_trace` path, kProfiledSteps more steps then run under LibTorch's profiler and
-/// its Chrome trace is written there (scripts/trace_summary.py reads it); timing is unaffected.
+/// its Chrome trace is written there (scripts/report/trace_summary.py reads it); timing is unaffected.
 StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps,
                             const std::string& profile_trace = "");
 

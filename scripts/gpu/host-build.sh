@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Build ltrain on an offline GPU host (Ubuntu, x86-64, pip torch with CUDA, nvcc, cmake, ninja).
 # The dependencies that the torch wheel lacks travel as Debian packages in .carry/debs/ (made by
-# scripts/make-gpu-bundle.sh where apt works). This script unpacks them with `dpkg -x` into a
+# scripts/gpu/make-bundle.sh where apt works). This script unpacks them with `dpkg -x` into a
 # private prefix (never into /), points CMake at that prefix and at torch, and builds with Ninja.
 # It needs no network.
 #
-#   scripts/gpu-host-build.sh                        # -> build-gpu/ltrain, build-gpu/tests/...
-#   TORCH_PREFIX=/usr/lib/x86_64-linux-gnu/cmake scripts/gpu-host-build.sh --build-dir build-x
+#   scripts/gpu/host-build.sh                        # -> build-gpu/ltrain, build-gpu/tests/...
+#   TORCH_PREFIX=/usr/lib/x86_64-linux-gnu/cmake scripts/gpu/host-build.sh --build-dir build-x
 #
 # About Debian's CMake package files: the only absolute paths in them (spdlog, fmt, GTest,
 # cxxopts, nlohmann_json) are in the "/usr move" guard, which compares the REALPATH of the config
@@ -26,11 +26,11 @@ fmt lib/$MULTIARCH/cmake/fmt
 cxxopts lib/cmake/cxxopts
 GTest lib/$MULTIARCH/cmake/GTest"
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
 usage() {
   cat <<EOF
-Usage: scripts/gpu-host-build.sh [--build-dir DIR] [--prefix DIR] [--debs DIR] [--torch-prefix DIR]
+Usage: scripts/gpu/host-build.sh [--build-dir DIR] [--prefix DIR] [--debs DIR] [--torch-prefix DIR]
                                  [--cuda-arch LIST] [--jobs N] [--werror|--no-werror] [--no-tests]
                                  [--configure-only] [--help] [-- EXTRA_CMAKE_ARGS...]
 
@@ -51,8 +51,8 @@ Exit codes: 0 ok, 2 usage, 3 missing bundle/torch, 4 configure failed, 5 build f
 EOF
 }
 
-die() { local code="$1"; shift; echo "gpu-host-build: $*" >&2; exit "$code"; }
-info() { echo "gpu-host-build: $*"; }
+die() { local code="$1"; shift; echo "host-build: $*" >&2; exit "$code"; }
+info() { echo "host-build: $*"; }
 
 # unpack_bundle DEBS PREFIX: dpkg -x every .deb into PREFIX, unless PREFIX already holds exactly
 # these .debs (a stamp file lists their SHA-256). Unpacks into a temp folder, then renames.
@@ -60,7 +60,7 @@ unpack_bundle() {
   local debs="$1" prefix="$2" stamp deb
   local all=()
   for deb in "$debs"/*.deb; do [[ -f "$deb" ]] && all+=("$deb"); done
-  (( ${#all[@]} )) || die 3 "no .deb files in $debs: run scripts/make-gpu-bundle.sh where apt works and carry .carry/debs/ here"
+  (( ${#all[@]} )) || die 3 "no .deb files in $debs: run scripts/gpu/make-bundle.sh where apt works and carry .carry/debs/ here"
   stamp="$(cd "$debs" && sha256sum -- *.deb)"
 
   case "$(realpath -m "$prefix")" in
@@ -100,12 +100,12 @@ check_runtime_libs() {
   local build="$1" libdir="$2" exe missing=0
   while IFS= read -r exe; do
     if ldd "$exe" 2>/dev/null | grep -q 'not found'; then
-      echo "gpu-host-build: warning: $exe: $(ldd "$exe" | grep 'not found' | awk '{print $1}' | paste -sd' ') not found" >&2
+      echo "host-build: warning: $exe: $(ldd "$exe" | grep 'not found' | awk '{print $1}' | paste -sd' ') not found" >&2
       missing=1
     fi
   done < <(find "$build" -maxdepth 3 -type f -perm -u+x \( -name 'ltrain' -o -name 'ltrain_*' \) 2>/dev/null)
   if (( missing )); then
-    echo "gpu-host-build: run with: export LD_LIBRARY_PATH=$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" >&2
+    echo "host-build: run with: export LD_LIBRARY_PATH=$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" >&2
   else
     info "all shared libraries resolve (the build RPATH covers $libdir); if you move the binaries:"
     info "  export LD_LIBRARY_PATH=$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"

@@ -4,14 +4,14 @@
 # summary.json are kept in OUT/RECIPE/seed-S/ (checkpoints are not), and OUT/accuracy.md gets the
 # table: accuracy at the end (mean, min-max over seeds), best epoch's, run time, training time.
 #
-#   scripts/gpu-accuracy.sh OUT DATA_ROOT "RECIPE.json ..." "SEEDS" [--set KEY=VALUE ...]
-#   scripts/gpu-accuracy.sh out /tmp/cifar/cifar-10-batches-bin "configs/accuracy/resnet18-cifar.json" "0 1 2"
+#   scripts/gpu/accuracy.sh OUT DATA_ROOT "RECIPE.json ..." "SEEDS" [--set KEY=VALUE ...]
+#   scripts/gpu/accuracy.sh out /tmp/cifar/cifar-10-batches-bin "configs/accuracy/resnet18-cifar.json" "0 1 2"
 # GPUS=N overrides the GPU count (default: nvidia-smi -L); RUNS_PER_GPU=N runs N at a time on each
 # GPU (default 1; more only to compare recipes' accuracy, as runs sharing a GPU are slower);
 # LTRAIN=path the binary (build-gpu/ltrain).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out="${1:?usage: scripts/gpu-accuracy.sh OUT DATA_ROOT RECIPES SEEDS [--set KEY=VALUE ...]}"
+cd "$(dirname "$0")/../.." || exit 1
+out="${1:?usage: scripts/gpu/accuracy.sh OUT DATA_ROOT RECIPES SEEDS [--set KEY=VALUE ...]}"
 data_root="${2:?DATA_ROOT: the folder with data_batch_1..5.bin and test_batch.bin}"
 recipes="${3:?RECIPES: config files}"
 seeds="${4:?SEEDS: e.g. \"0 1 2\"}"
@@ -21,13 +21,13 @@ ltrain="${LTRAIN:-build-gpu/ltrain}"
 gpus="${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}"
 ((gpus > 0)) || gpus=1
 runs_per_gpu="${RUNS_PER_GPU:-1}"
-[[ -f "$data_root/test_batch.bin" ]] || { echo "gpu-accuracy: $data_root has no test_batch.bin" >&2; exit 2; }
+[[ -f "$data_root/test_batch.bin" ]] || { echo "accuracy: $data_root has no test_batch.bin" >&2; exit 2; }
 mkdir -p "$out"
 scratch="$(mktemp -d)"  # run directories with their checkpoints, outside OUT
 
 jobs=()
 for recipe in $recipes; do
-  [[ -f "$recipe" ]] || { echo "gpu-accuracy: no recipe $recipe" >&2; exit 2; }
+  [[ -f "$recipe" ]] || { echo "accuracy: no recipe $recipe" >&2; exit 2; }
   for seed in $seeds; do jobs+=("$recipe:$seed"); done
 done
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Table (and plot) of the guides' own recipes against ltrain's, from scripts/gpu-articles.sh's OUT.
+"""Table (and plot) of the guides' own recipes against ltrain's, from scripts/gpu/articles.sh's OUT.
 
-    python3 scripts/articles_report.py OUT [--md FILE] [--plot FILE]
-    python3 scripts/articles_report.py --self-test     # checks the arithmetic on built-in numbers
+    python3 scripts/report/articles_report.py OUT [--md FILE] [--plot FILE]
+    python3 scripts/report/articles_report.py --self-test     # checks the arithmetic on built-in numbers
 
 Reads OUT/RECIPE/{guide,ltrain}-seed-S.json. Per recipe, one row for the guide's code and one for
 ltrain: the seeds that finished, epochs, time to finish (wall seconds from launch to exit, measured
@@ -262,7 +262,7 @@ def self_test():
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("out", nargs="?", help="gpu-articles.sh's OUT folder")
+    p.add_argument("out", nargs="?", help="scripts/gpu/articles.sh's OUT folder")
     p.add_argument("--md", metavar="FILE", help="also write the markdown here")
     p.add_argument("--plot", metavar="FILE", help="grouped bars of time to finish (PNG; needs matplotlib)")
     p.add_argument("--self-test", action="store_true", help="check the arithmetic on built-in numbers")
@@ -272,7 +272,7 @@ def main(argv):
     if not args.out:
         p.error("OUT is required (or --self-test)")
     if not os.path.isdir(args.out):
-        print(f"articles_report: {args.out} is not a folder: give gpu-articles.sh's OUT", file=sys.stderr)
+        print(f"articles_report: {args.out} is not a folder: give scripts/gpu/articles.sh's OUT", file=sys.stderr)
         return 3
     runs = load(args.out)
     if not runs:

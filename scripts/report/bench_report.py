@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Side-by-side Markdown table of ltrain's and PyTorch Python's training-step throughput.
 
-    python3 scripts/bench_report.py --ltrain OUT/ltrain.jsonl --pytorch OUT/pytorch.json
+    python3 scripts/report/bench_report.py --ltrain OUT/ltrain.jsonl --pytorch OUT/pytorch.json
 
-    python3 scripts/bench_report.py --ltrain OUT/ltrain-1.jsonl OUT/ltrain-2.jsonl \
+    python3 scripts/report/bench_report.py --ltrain OUT/ltrain-1.jsonl OUT/ltrain-2.jsonl \
         --pytorch OUT/pytorch-1.json OUT/pytorch-2.json
 
 Rows are matched on (arch, stem, precision, channels_last, checkpoint segments, batch size): each
 ltrain row (eager or graphed) is set beside every PyTorch mode measured for it (eager, compile,
 graph), one table row each; PyTorch's "fp16 (no scaler)" graph pairs with ltrain's fp16 (whose
-graph keeps its GradScaler). With several rounds (file i of each list is round i, run one after the other in one call), the
+graph keeps its GradScaler). With several rounds (file i of each list is round i, run one after the other), the
 table shows medians, and the ratio is the median of the per-round ratios (ltrain img/s over
 PyTorch img/s of the same round), with their range. "host ms" is the time
 ltrain's host took to issue a step: near ms/step, the step is bound by kernel launches.

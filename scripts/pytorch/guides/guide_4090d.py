@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The RTX 4090D guide's PyTorch training recipe, as its text writes it: the baseline for ltrain.
 
-    python3 scripts/guides/guide_4090d.py --data DATA_ROOT [--epochs 10] [--seed 0] [--json OUT] [--device cpu]
+    python3 scripts/pytorch/guides/guide_4090d.py --data DATA_ROOT [--epochs 10] [--seed 0] [--json OUT] [--device cpu]
 
 From the guide's "PyTorch configuration" and training code, unchanged: torch.backends.cudnn.benchmark,
 cudnn.allow_tf32 and cuda.matmul.allow_tf32 all True; a GradScaler; the CIFAR-10 train set with

@@ -44,7 +44,7 @@ from torchvision_models import NUM_CLASSES, build_model
 
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 IMAGE_SIZE = 32
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_TOOL = os.path.join(REPO_ROOT, "build-gpu", "ltrain_parity")
 SHOW_WORST = 8
 
@@ -146,7 +146,7 @@ def run_ltrain(args, batch_path, out_path):
     """Run ltrain_parity; exits 3 with its output when it is missing or fails."""
     tool = args.ltrain_parity
     if not (os.path.isfile(tool) and os.access(tool, os.X_OK)):
-        fail_tool(f"{tool} not found or not executable: build it (scripts/gpu-host-build.sh) "
+        fail_tool(f"{tool} not found or not executable: build it (scripts/gpu/host-build.sh) "
                   "or pass --ltrain-parity PATH")
     cmd = [tool, "--arch", args.arch, "--stem", args.stem, "--device", args.device,
            "--seed", str(args.seed), "--batch-in", batch_path, "--out", out_path]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The RTX 4090 guide's PyTorch training recipe (its last code block), as written: a baseline for ltrain.
 
-    python3 scripts/guides/guide_4090.py --data DATA_ROOT [--epochs 100] [--batch-size 256] [--seed 0]
+    python3 scripts/pytorch/guides/guide_4090.py --data DATA_ROOT [--epochs 100] [--batch-size 256] [--seed 0]
         [--json OUT] [--device cpu]
 
 From the guide's code, unchanged: torchvision's resnet50() (1000 outputs) .cuda(); SGD(lr=0.1) (no

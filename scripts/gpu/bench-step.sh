@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Training-step throughput of ltrain and of PyTorch Python (scripts/bench_pytorch.py) on the same
-# GPU in one call, written side by side: OUT/ltrain-R.jsonl, OUT/pytorch-R.json per round R, and
+# Training-step throughput of ltrain and of PyTorch Python (scripts/pytorch/bench_pytorch.py) on
+# the same GPU in one run, written side by side: OUT/ltrain-R.jsonl, OUT/pytorch-R.json per round R, and
 # OUT/step-table.md (medians over the rounds, and the range of the per-round ratios).
 #
-#   scripts/gpu-bench-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
+#   scripts/gpu/bench-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
 #                             [--batch-sizes "256 512"] [--precision "fp32"] [--channels-last "off"]
 #                             [--segments "0"] [--graph "off"] [--steps 50] [--warmup 15] [--python-modes eager]
 #                             [--rounds 1] [--set KEY=VALUE]...
@@ -12,11 +12,11 @@
 # lists bench_pytorch.py modes (eager compile graph).
 # --set adds a config override to every ltrain run (repeatable), e.g. --set model.fused_batchnorm=false.
 # --rounds N runs the whole grid N times, ltrain then Python in each round: the host's speed
-# drifts within a call (seen on the H200 host), and alternating keeps both sides under the same drift.
+# drifts within a run (seen on the H200 host), and alternating keeps both sides under the same drift.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
-out="${1:?usage: scripts/gpu-bench-step.sh OUT [options]}"
+out="${1:?usage: scripts/gpu/bench-step.sh OUT [options]}"
 shift
 ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json
 batch_sizes="256 512" precisions="fp32" channels_last="off" segments="0" graph=off steps=50 warmup=15 python_modes=eager rounds=1
@@ -35,7 +35,7 @@ while (($#)); do
     --warmup) warmup="$2" ;;
     --rounds) rounds="$2" ;;
     --set) extra_sets+=(--set "$2") ;;
-    *) echo "gpu-bench-step: unknown option $1" >&2; exit 2 ;;
+    *) echo "bench-step: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
 done
@@ -68,10 +68,11 @@ for round in $(seq 1 "$rounds"); do
   arch=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['arch'])" "$out/ltrain-$round.jsonl")
   stem=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['stem'])" "$out/ltrain-$round.jsonl")
   # shellcheck disable=SC2086
-  python3 scripts/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes $batch_sizes --precision $precisions \
-    --channels-last "$python_layout" --checkpoint-segments $segments --modes $python_modes --steps "$steps" \
-    --warmup "$warmup" --json "$out/pytorch-$round.json"
+  python3 scripts/pytorch/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes $batch_sizes \
+    --precision $precisions --channels-last "$python_layout" --checkpoint-segments $segments \
+    --modes $python_modes --steps "$steps" --warmup "$warmup" --json "$out/pytorch-$round.json"
   ltrain_files+=("$out/ltrain-$round.jsonl")
   pytorch_files+=("$out/pytorch-$round.json")
 done
-python3 scripts/bench_report.py --ltrain "${ltrain_files[@]}" --pytorch "${pytorch_files[@]}" | tee "$out/step-table.md"
+python3 scripts/report/bench_report.py --ltrain "${ltrain_files[@]}" --pytorch "${pytorch_files[@]}" \
+  | tee "$out/step-table.md"

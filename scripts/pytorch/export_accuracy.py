@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Test accuracy of an `ltrain export` safetensors file in torchvision, to set beside `ltrain eval`.
 
-    python3 scripts/export_accuracy.py WEIGHTS.safetensors --data data/cifar-10-batches-bin [--device cuda] [--json]
+    python3 scripts/pytorch/export_accuracy.py WEIGHTS.safetensors --data data/cifar-10-batches-bin \
+        [--device cuda] [--json]
 
 Builds torchvision's model from the file's metadata (model.arch, model.stem, model.num_classes,
 written by `ltrain export`), loads the weights with strict=True (every name must match), and

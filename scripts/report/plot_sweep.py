@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws a sweep's results (`ltrain sweep` writes DIR/results.json) as DIR/results.png.
 
-    python3 scripts/plot_sweep.py DIR
+    python3 scripts/report/plot_sweep.py DIR
 
 The x axis is data.batch_size when it was swept, else the first swept key; one line per
 combination of the other keys. Mode bench: images/s and peak memory (reserved, GiB); mode

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws an `ltrain reproduce` report's measured ratios beside the claimed ones as DIR/claims.png.
 
-    python3 scripts/plot_report.py DIR
+    python3 scripts/report/plot_report.py DIR
 
 One bar per claim that is a ratio (images/s for speed claims, peak memory for memory claims, B
 over A: the median of the rounds, their range as an error bar), with the ratio the claim needs

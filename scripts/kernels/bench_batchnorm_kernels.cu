@@ -2,8 +2,11 @@
 // of one kernel captured in a CUDA graph and replayed, so each figure includes its launch gap. Prints
 // the plan batch_norm_nhwc.cu picks, then the grid reduction and clusters of 1, 2, 4 and 8 blocks.
 // Includes the kernels' source to reach their internal launcher. On a GPU host, from the repository:
-//   nvcc -std=c++17 -arch=sm_90 -Iinclude -Isrc/kernels -o /tmp/bench-bn scripts/bench_batchnorm_kernels.cu && /tmp/bench-bn
-#include "../src/kernels/batch_norm_nhwc.cu"
+//   nvcc -std=c++17 -arch=sm_90 -Iinclude -Isrc/kernels -DLTRAIN_CUDA_ARCHITECTURES='"90"' -o /tmp/bench-bn \
+//     scripts/kernels/bench_batchnorm_kernels.cu src/kernels/device_limits.cu src/kernels/device_fit.cpp -lfmt
+//   /tmp/bench-bn
+#include "../../src/kernels/batch_norm_nhwc.cu"
+#include "../../src/kernels/batch_norm_nhwc_kernels.cu"
 #include <cstdio>
 #include <vector>
 using namespace ltrain::kernels;
@@ -59,12 +62,12 @@ int main() {
            (long)plan.row_groups, fewest, cgroups);
     struct Variant { Reduction r; long groups; };
     std::vector<Variant> variants;
-    const KernelPair grid = kernels_of(type, act, Reduction::grid), cluster = kernels_of(type, act, Reduction::cluster);
+    const KernelSet grid = kernels_of(type, act, Reduction::grid), cluster = kernels_of(type, act, Reduction::cluster);
     if (fewest * cgroups <= std::min(resident_blocks(grid.forward), resident_blocks(grid.backward))) variants.push_back({Reduction::grid, fewest});
     for (long gr = fewest; gr <= 8; gr *= 2) if (clusters_at_once(cluster.forward, gr) > 0 && clusters_at_once(cluster.backward, gr) > 0) variants.push_back({Reduction::cluster, gr});
     if (plan.reduction == Reduction::cluster) variants.push_back({Reduction::cluster, plan.row_groups});
     for (const Variant& v : variants) {
-      const KernelPair k = v.r == Reduction::grid ? grid : cluster;
+      const KernelSet k = v.r == Reduction::grid ? grid : cluster;
       const double fw = time_us(s, [&] { return launch(k.forward, v.r, shape, v.groups, f, s); });
       const double bw = time_us(s, [&] { return launch(k.backward, v.r, shape, v.groups, g, s); });
       printf("  %-7s x %2ld (clusters at once %3d): forward %7.2f us  backward %7.2f us\n", v.r == Reduction::grid ? "grid" : "cluster",

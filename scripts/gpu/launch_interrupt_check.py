@@ -5,7 +5,7 @@ Checks that every rank stops after the same step with a checkpoint and the launc
 that `--set checkpoint.resume=auto` continues the run to its end, and that the result is bitwise
 the uninterrupted run's (deterministic settings; on GPUs, one per process and NCCL).
 
-    python3 scripts/launch_interrupt_check.py --ltrain build/ltrain --out OUT [--device cuda] [--processes 2]
+    python3 scripts/gpu/launch_interrupt_check.py --ltrain build/ltrain --out OUT [--device cuda] [--processes 2]
 
 Writes OUT/report.json and the logs; exit 0 when every check holds, 1 otherwise.
 """

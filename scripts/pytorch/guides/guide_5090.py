@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The RTX 5090 guide's PyTorch training recipe, as its text writes it: the baseline for ltrain.
 
-    python3 scripts/guides/guide_5090.py --data DATA_ROOT [--epochs 100] [--seed 0] [--json OUT]
+    python3 scripts/pytorch/guides/guide_5090.py --data DATA_ROOT [--epochs 100] [--seed 0] [--json OUT]
         [--as-written] [--device cpu [--compile]]
 
 From the guide's code block, unchanged: torch.backends.cuda.matmul.allow_tf32 = True; CIFAR-10

@@ -4,21 +4,21 @@
 # than the build), and for sm_89 machine code only (no code for this GPU: every own kernel gives
 # way to LibTorch's and cuDNN's), and the default build planning for an RTX 4090's limits
 # (LTRAIN_GPU_PROFILE=rtx4090: 128 SMs, 100 KiB shared memory per SM, no clusters, 24 GiB).
-# One phase per run, so that each fits in a short session on the GPU host; the binaries of the
+# One phase per run, so that each run on the GPU host stays short; the binaries of the
 # build phases are kept in $LTRAIN_MODES_DIR (default /tmp/ltrain-modes) for the bench phase.
 #
-#   scripts/gpu-portability.sh OUT build-default   # build, what the binary carries, doctor, GPU tests (default, rtx4090)
-#   scripts/gpu-portability.sh OUT build-ptx80     # the same for an sm_80-PTX-only build
-#   scripts/gpu-portability.sh OUT build-noimage   # ... an sm_89-only build, and a graphed fp16 training run
-#   scripts/gpu-portability.sh OUT bench [ROUNDS]  # img/s of each mode at batch 256 and 512, fp16 graphed, rounds alternated
-#   scripts/gpu-portability.sh OUT batch-search    # the batch-size search within an RTX 4090's 24 GiB
-#   scripts/gpu-portability.sh OUT recipes         # each accuracy recipe's step and memory within a 4090's and a 5090's limits
+#   scripts/gpu/portability.sh OUT build-default   # build, what the binary carries, doctor, GPU tests (default, rtx4090)
+#   scripts/gpu/portability.sh OUT build-ptx80     # the same for an sm_80-PTX-only build
+#   scripts/gpu/portability.sh OUT build-noimage   # ... an sm_89-only build, and a graphed fp16 training run
+#   scripts/gpu/portability.sh OUT bench [ROUNDS]  # img/s of each mode at batch 256 and 512, fp16 graphed, rounds alternated
+#   scripts/gpu/portability.sh OUT batch-search    # the batch-size search within an RTX 4090's 24 GiB
+#   scripts/gpu/portability.sh OUT recipes         # each accuracy recipe's step and memory within a 4090's and a 5090's limits
 # Everything is logged under OUT; OUT/results.tar.gz holds it all.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.." || exit 1
 
-out="${1:?usage: scripts/gpu-portability.sh OUT PHASE}"
-phase="${2:?usage: scripts/gpu-portability.sh OUT PHASE}"
+out="${1:?usage: scripts/gpu/portability.sh OUT PHASE}"
+phase="${2:?usage: scripts/gpu/portability.sh OUT PHASE}"
 modes_dir="${LTRAIN_MODES_DIR:-/tmp/ltrain-modes}"
 mkdir -p "$out" "$modes_dir"
 status=0
@@ -31,7 +31,7 @@ build() {
   # The default list: forget an architecture list an earlier build left in the CMake cache.
   if [[ -n "$arch" ]]; then args+=(--cuda-arch "$arch"); else args+=(-- -UCMAKE_CUDA_ARCHITECTURES); fi
   step "build $name (${arch:-default list})"
-  if ! bash scripts/gpu-host-build.sh "${args[@]}" >"$out/build-$name.log" 2>&1; then
+  if ! bash scripts/gpu/host-build.sh "${args[@]}" >"$out/build-$name.log" 2>&1; then
     tail -30 "$out/build-$name.log"
     status=1
     return 1
@@ -146,7 +146,7 @@ for line in open(sys.argv[1]):
         r["peak_reserved_bytes"] / 2**30))
 EOF
     ;;
-  *) echo "gpu-portability: unknown phase $phase" >&2; exit 2 ;;
+  *) echo "portability: unknown phase $phase" >&2; exit 2 ;;
 esac
 
 tar --exclude='*.ltc' -czf "$out/results.tar.gz" -C "$out" --exclude=results.tar.gz .

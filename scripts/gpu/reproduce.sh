@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The material of docs/REPRODUCE-H200.md, on a GPU host after scripts/gpu-host-build.sh:
+# The material of docs/REPRODUCE-H200.md, on a GPU host after scripts/gpu/host-build.sh:
 #   doctor     `ltrain doctor --json`
 #   matmul     the matmul test (n = 8192, 10 warm-up, 100 timed products per dtype), ltrain and
-#              PyTorch Python alternately, twice each, in this call -> matmul.md
+#              PyTorch Python alternately, twice each, in one run -> matmul.md
 #   reproduce  `ltrain reproduce` on the ResNet-50 step config with channels_last at 32x32 (CIFAR's
 #              size) and 224x224 (ImageNet's, random images), 3 alternating A/B rounds per claim,
 #              8 untimed and 20 timed steps per measurement, its batch search included
@@ -10,17 +10,17 @@
 #   sweep      the batch sweep of ResNet-50 fp16 with CUDA graphs from 256 to 90% of the memory
 #              (configs/sweeps/batch-resnet50-fp16.json) -> sweep/results.{csv,md,json}
 # Plots are drawn where matplotlib imports (else later, from the JSON files, with
-# scripts/plot_report.py OUT/reproduce and scripts/plot_sweep.py OUT/sweep).
+# scripts/report/plot_report.py OUT/reproduce and scripts/report/plot_sweep.py OUT/sweep).
 #
-#   scripts/gpu-reproduce.sh OUT [doctor] [matmul] [reproduce] [sweep]   (all four by default)
+#   scripts/gpu/reproduce.sh OUT [doctor] [matmul] [reproduce] [sweep]   (all four by default)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out="${1:?usage: scripts/gpu-reproduce.sh OUT [doctor] [matmul] [reproduce] [sweep]}"
+cd "$(dirname "$0")/../.." || exit 1
+out="${1:?usage: scripts/gpu/reproduce.sh OUT [doctor] [matmul] [reproduce] [sweep]}"
 shift
 parts=("$@")
 ((${#parts[@]})) || parts=(doctor matmul reproduce sweep)
 ltrain=build-gpu/ltrain
-[[ -x "$ltrain" ]] || { echo "gpu-reproduce: no $ltrain; run scripts/gpu-host-build.sh first" >&2; exit 3; }
+[[ -x "$ltrain" ]] || { echo "reproduce: no $ltrain; run scripts/gpu/host-build.sh first" >&2; exit 3; }
 mkdir -p "$out"
 status=0
 step() { echo "== $* ($(date -u +%H:%M:%S))"; }
@@ -34,7 +34,7 @@ for part in "${parts[@]}"; do
       step "matmul, ltrain and PyTorch alternately"
       for round in 1 2; do
         "$ltrain" bench matmul --json >"$out/matmul-ltrain-$round.jsonl" 2>"$out/matmul-ltrain-$round.log" || status=1
-        python3 scripts/bench_pytorch.py --skip-train --matmul --json "$out/matmul-pytorch-$round.json" \
+        python3 scripts/pytorch/bench_pytorch.py --skip-train --matmul --json "$out/matmul-pytorch-$round.json" \
           >"$out/matmul-pytorch-$round.log" 2>&1 || status=1
       done
       python3 - "$out" >"$out/matmul.md" <<'PY' || status=1
@@ -65,13 +65,13 @@ PY
       step "batch sweep to 90% of memory"
       "$ltrain" sweep --config configs/sweeps/batch-resnet50-fp16.json --out "$out/sweep" >"$out/sweep.log" 2>&1 || status=1
       cat "$out/sweep/results.md" 2>/dev/null ;;
-    *) echo "gpu-reproduce: unknown part '$part' (doctor, matmul, reproduce, sweep)" >&2; exit 2 ;;
+    *) echo "reproduce: unknown part '$part' (doctor, matmul, reproduce, sweep)" >&2; exit 2 ;;
   esac
 done
 
 if python3 -c 'import matplotlib' 2>/dev/null; then
-  [[ -d "$out/reproduce" ]] && python3 scripts/plot_report.py "$out/reproduce" >>"$out/plots.log" 2>&1
-  [[ -d "$out/sweep" ]] && python3 scripts/plot_sweep.py "$out/sweep" >>"$out/plots.log" 2>&1
+  [[ -d "$out/reproduce" ]] && python3 scripts/report/plot_report.py "$out/reproduce" >>"$out/plots.log" 2>&1
+  [[ -d "$out/sweep" ]] && python3 scripts/report/plot_sweep.py "$out/sweep" >>"$out/plots.log" 2>&1
 fi
 step "done (status $status)"
 exit "$status"

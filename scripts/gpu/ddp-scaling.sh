@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Data-parallel scaling on one host's GPUs (after scripts/gpu-host-build.sh): ResNet-50 (imagenet
+# Data-parallel scaling on one host's GPUs (after scripts/gpu/host-build.sh): ResNet-50 (imagenet
 # stem, 32x32 synthetic images), fp16 with the GradScaler, channels_last, the whole step in a CUDA
 # graph (collectives captured too), SGD with momentum, a fixed batch per GPU; `ltrain train` on
-# 1 GPU and `ltrain launch -n N -- train` on N, in this call. Throughput is the median img/s of the
+# 1 GPU and `ltrain launch -n N -- train` on N, in one run. Throughput is the median img/s of the
 # logged intervals after the first (which holds the warm-up and the capture).
 #
-#   scripts/gpu-ddp-scaling.sh OUT [BATCH_PER_GPU] [STEPS] [GPU_COUNTS...]   (512 300 1 2)
-#   LTRAIN_SETS="distributed.gradient_dtype=bf16" scripts/gpu-ddp-scaling.sh ...   (more --set, every run)
+#   scripts/gpu/ddp-scaling.sh OUT [BATCH_PER_GPU] [STEPS] [GPU_COUNTS...]   (512 300 1 2)
+#   LTRAIN_SETS="distributed.gradient_dtype=bf16" scripts/gpu/ddp-scaling.sh ...   (more --set, every run)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out="${1:?usage: scripts/gpu-ddp-scaling.sh OUT [BATCH_PER_GPU] [STEPS] [GPU_COUNTS...]}"
+cd "$(dirname "$0")/../.." || exit 1
+out="${1:?usage: scripts/gpu/ddp-scaling.sh OUT [BATCH_PER_GPU] [STEPS] [GPU_COUNTS...]}"
 batch="${2:-512}" steps="${3:-300}"
 shift $(( $# >= 3 ? 3 : $# ))
 counts=("$@")

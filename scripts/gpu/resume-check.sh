@@ -6,15 +6,15 @@
 #     checkpoint.resume=auto ("split"); prints the largest loss difference and whether the loss
 #     scales agree, step by step after the stop.
 #  2. `ltrain export` of whole's last checkpoint, its accuracy in torchvision
-#     (scripts/export_accuracy.py) beside `ltrain eval` of the same checkpoint in fp32.
+#     (scripts/pytorch/export_accuracy.py) beside `ltrain eval` of the same checkpoint in fp32.
 #
-#   scripts/gpu-resume-check.sh OUT [DATA]      (DATA: data/cifar10-mini by default)
+#   scripts/gpu/resume-check.sh OUT [DATA]      (DATA: data/cifar10-mini by default)
 # Exit 1 when a check fails (the stopped run did not exit 130, scales differ, losses differ by
 # more than 1e-3 relative, the accuracies differ by more than 0.1%).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
-out="${1:?usage: scripts/gpu-resume-check.sh OUT [DATA]}"
+out="${1:?usage: scripts/gpu/resume-check.sh OUT [DATA]}"
 data="${2:-data/cifar10-mini}"
 ltrain=build-gpu/ltrain
 mkdir -p "$out"
@@ -62,7 +62,8 @@ PY
 last=$(ls "$out/runs/whole/checkpoints"/step-*.ltc | sort | tail -1)
 "$ltrain" export --checkpoint "$last" --out "$out/whole.safetensors"
 "$ltrain" eval --checkpoint "$last" --set "data.root=$data" --set precision.mode=fp32 --json | tee "$out/ltrain-eval.json"
-python3 scripts/export_accuracy.py "$out/whole.safetensors" --data "$data" --json | tee "$out/torchvision-eval.json"
+python3 scripts/pytorch/export_accuracy.py "$out/whole.safetensors" --data "$data" --json \
+  | tee "$out/torchvision-eval.json"
 python3 - "$out/ltrain-eval.json" "$out/torchvision-eval.json" <<'PY'
 import json, sys
 ours, theirs = (json.load(open(p)) for p in sys.argv[1:])

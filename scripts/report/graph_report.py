@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Issue-4 table: ltrain's whole-step CUDA graph beside ltrain eager and PyTorch Python's eager,
+"""Table of ltrain's whole-step CUDA graph beside ltrain eager and PyTorch Python's eager,
 torch.compile(mode="reduce-overhead") and hand-captured whole-step graph, per precision and batch.
 
-    python3 scripts/graph_report.py --ltrain OUT/ltrain-1.jsonl --pytorch OUT/pytorch-1.json [OUT/pytorch-compile.json]
+    python3 scripts/report/graph_report.py --ltrain OUT/ltrain-1.jsonl \
+        --pytorch OUT/pytorch-1.json [OUT/pytorch-compile.json]
 
 --ltrain: `ltrain bench step --json` lines (graph and eager rows); --pytorch: bench_pytorch.py JSON
-files of the same call (rows of several files are merged; a later file wins). "best Python" is the
+files of the same run (rows of several files are merged; a later file wins). "best Python" is the
 fastest of the three Python modes; PyTorch's graph runs fp16 without a GradScaler (not capturable
 there), ltrain's with one. Achieved TFLOP/s counts GFLOP_PER_IMAGE per image and training step,
-beside the bf16 matmul rate that bench_pytorch.py --matmul measured in the same call.
+beside the bf16 matmul rate that bench_pytorch.py --matmul measured in the same run.
 """
 import argparse
 import json

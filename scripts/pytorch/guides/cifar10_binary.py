@@ -9,7 +9,7 @@ guide's torchvision transforms apply unchanged. Each file is read once into memo
 
 Check a data root (prints the record counts; exit 3 if a file is missing or malformed):
 
-    python3 scripts/guides/cifar10_binary.py /work/shared/data/cifar10-mini
+    python3 scripts/pytorch/guides/cifar10_binary.py /work/shared/data/cifar10-mini
 """
 import os
 import sys

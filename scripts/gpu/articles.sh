@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The guides' own PyTorch recipes (scripts/guides/) beside ltrain's configs of the same recipes
+# The guides' own PyTorch recipes (scripts/pytorch/guides/) beside ltrain's configs of the same recipes
 # (configs/articles/), on one GPU host, run one after the other and timed from outside.
 #
-#   scripts/gpu-articles.sh OUT DATA_ROOT [RECIPE ...] [--seeds "0 1 2"] [--epochs N]
-#   scripts/gpu-articles.sh out/articles /tmp/cifar/cifar-10-batches-bin 4090d --seeds "0 1 2"
+#   scripts/gpu/articles.sh OUT DATA_ROOT [RECIPE ...] [--seeds "0 1 2"] [--epochs N]
+#   scripts/gpu/articles.sh out/articles /tmp/cifar/cifar-10-batches-bin 4090d --seeds "0 1 2"
 #
 # RECIPE is 5090, 4090 or 4090d (default: all three); seeds default to "0 1 2". For each recipe and
 # seed the guide's script runs, then ltrain (guide seed 0, ltrain seed 0, guide seed 1, ...), so
@@ -16,23 +16,23 @@
 #                                      outside_wall_seconds added
 # OUT/RECIPE/ltrain-seed-S.{log,json}  ltrain's output; a record in the same terms as the guide's
 # OUT/RECIPE/ltrain-seed-S/            ltrain's summary.json and metrics.jsonl (not checkpoints)
-# OUT/articles.md, OUT/articles.png    scripts/articles_report.py's table and plot
+# OUT/articles.md, OUT/articles.png    scripts/report/articles_report.py's table and plot
 #
-# Needs scripts/gpu-host-build.sh first (LTRAIN=path overrides build-gpu/ltrain); PYTHON=path
+# Needs scripts/gpu/host-build.sh first (LTRAIN=path overrides build-gpu/ltrain); PYTHON=path
 # overrides the python3 that runs the guides' scripts (it needs torch and torchvision).
 # Exit codes: 0 every run finished, 4 a run failed (the others still ran), 2 usage, 3 missing data,
 # binary, config or script.
 set -uo pipefail
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 readonly repo
 readonly all_recipes="5090 4090 4090d"
 
 usage() {
-  echo "usage: scripts/gpu-articles.sh OUT DATA_ROOT [5090|4090|4090d ...] [--seeds \"0 1 2\"] [--epochs N]" >&2
+  echo "usage: scripts/gpu/articles.sh OUT DATA_ROOT [5090|4090|4090d ...] [--seeds \"0 1 2\"] [--epochs N]" >&2
   exit 2
 }
-die() { local code="$1"; shift; echo "gpu-articles: $*" >&2; exit "$code"; }
+die() { local code="$1"; shift; echo "articles: $*" >&2; exit "$code"; }
 
 positional=()
 seeds="0 1 2"
@@ -44,7 +44,7 @@ while (($#)); do
     --epochs) (($# >= 2)) || usage; epochs="$2"; shift 2 ;;
     --epochs=*) epochs="${1#--epochs=}"; shift ;;
     -h | --help) usage ;;
-    -*) echo "gpu-articles: unknown option $1" >&2; usage ;;
+    -*) echo "articles: unknown option $1" >&2; usage ;;
     *) positional+=("$1"); shift ;;
   esac
 done
@@ -70,10 +70,10 @@ for file in data_batch_{1..5}.bin test_batch.bin; do
 done
 ltrain="${LTRAIN:-$repo/build-gpu/ltrain}"
 python="${PYTHON:-python3}"
-[[ -x "$ltrain" ]] || die 3 "no ltrain binary at $ltrain: run scripts/gpu-host-build.sh or set LTRAIN=path"
+[[ -x "$ltrain" ]] || die 3 "no ltrain binary at $ltrain: run scripts/gpu/host-build.sh or set LTRAIN=path"
 for recipe in "${recipes[@]}"; do
   [[ -f "$repo/configs/articles/$recipe-guide.json" ]] || die 3 "no configs/articles/$recipe-guide.json"
-  [[ -f "$repo/scripts/guides/guide_$recipe.py" ]] || die 3 "no scripts/guides/guide_$recipe.py"
+  [[ -f "$repo/scripts/pytorch/guides/guide_$recipe.py" ]] || die 3 "no scripts/pytorch/guides/guide_$recipe.py"
 done
 
 mkdir -p "$out" || die 3 "cannot make $out"
@@ -142,7 +142,7 @@ for recipe in "${recipes[@]}"; do
     echo "== $recipe seed $seed ($(date -u +%H:%M:%S))"
 
     log="$out/$recipe/guide-seed-$seed.log"
-    cmd=("$python" "$repo/scripts/guides/guide_$recipe.py" --data "$data_root" --seed "$seed"
+    cmd=("$python" "$repo/scripts/pytorch/guides/guide_$recipe.py" --data "$data_root" --seed "$seed"
       --json "$out/$recipe/guide-seed-$seed.json" ${epochs:+--epochs "$epochs"})
     rm -f "$out/$recipe/guide-seed-$seed.json"
     echo "+ ${cmd[*]}" >"$log"
@@ -172,6 +172,6 @@ for recipe in "${recipes[@]}"; do
   done
 done
 
-python3 "$repo/scripts/articles_report.py" "$out" --md "$out/articles.md" --plot "$out/articles.png" ||
+python3 "$repo/scripts/report/articles_report.py" "$out" --md "$out/articles.md" --plot "$out/articles.png" ||
   failures=$((failures + 1))
-((failures == 0)) || { echo "gpu-articles: $failures run(s) failed; see the logs in $out" >&2; exit 4; }
+((failures == 0)) || { echo "articles: $failures run(s) failed; see the logs in $out" >&2; exit 4; }

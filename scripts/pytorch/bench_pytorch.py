@@ -6,7 +6,7 @@ classes, 32x32 inputs; at lr 0.1 both diverge on random labels, and fp16's GradS
 steps, which would time a cheaper step than training does) over a grid of batch sizes, precisions, memory formats and execution modes,
 and reports ms/step, images/s and peak memory per configuration, side by side with ltrain's numbers.
 
-    python3 scripts/bench_pytorch.py --arch resnet50 --stem imagenet --batch-sizes 256 512 \
+    python3 scripts/pytorch/bench_pytorch.py --arch resnet50 --stem imagenet --batch-sizes 256 512 \
         --precision fp32 tf32 fp16 bf16 --channels-last both --modes eager compile graph \
         --steps 50 --warmup 15 --json OUT.json [--checkpoint-segments 0 4] [--matmul]
 
@@ -74,7 +74,7 @@ def parse_args(argv):
     p.add_argument("--json", metavar="OUT", help="write header, rows and matmul results here")
     p.add_argument("--profile-dir", metavar="DIR",
                    help="after timing each configuration, profile PROFILED_STEPS more steps and write "
-                        "their Chrome trace to DIR (scripts/trace_summary.py reads it)")
+                        "their Chrome trace to DIR (scripts/report/trace_summary.py reads it)")
     p.add_argument("--matmul", action="store_true", help="also run the square-matmul TFLOPS test")
     p.add_argument("--matmul-n", type=int, default=8192)
     p.add_argument("--matmul-warmup", type=int, default=10)
@@ -354,7 +354,7 @@ def matmul_tflops(precision, n, warmup, iters, device):
 
 def make_header(device, argv):
     props = torch.cuda.get_device_properties(device)
-    return dict(tool="scripts/bench_pytorch.py", argv=argv,
+    return dict(tool="scripts/pytorch/bench_pytorch.py", argv=argv,
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 host=platform.node(), python=platform.python_version(),
                 torch=torch.__version__, torchvision=torchvision.__version__,

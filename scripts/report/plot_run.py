@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws a run's curves from its run directory (metrics.jsonl) as RUN/curves.png.
 
-    python3 scripts/plot_run.py RUN_DIR [RUN_DIR ...] [--out FILE]
+    python3 scripts/report/plot_run.py RUN_DIR [RUN_DIR ...] [--out FILE]
 
 Four panels against the optimizer step: training loss (per log interval and per epoch) with the
 test loss, training and test accuracy, the learning rate, and images/s. Several run directories

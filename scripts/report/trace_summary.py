@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Where a training step's time goes, from a Chrome trace of LibTorch's or PyTorch's profiler.
 
-    python3 scripts/trace_summary.py TRACE.json --steps 5 [--top 20]
+    python3 scripts/report/trace_summary.py TRACE.json --steps 5 [--top 20]
 
 TRACE.json comes from `ltrain bench step --profile TRACE.json` (5 steps) or from
-torch.profiler's export_chrome_trace (scripts/bench_pytorch.py --profile-dir). Prints, per step:
+torch.profiler's export_chrome_trace (scripts/pytorch/bench_pytorch.py --profile-dir). Prints, per step:
 host operators by self time (time not spent in a nested operator), CUDA runtime calls (launches,
 synchronizations, allocations), and GPU kernels by count and time.
 """

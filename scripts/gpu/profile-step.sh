@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Where the time of one training step goes, ltrain beside PyTorch Python, on a GPU host: both
 # profile a few steps after their timed ones (LibTorch's / torch.profiler's Chrome traces), and
-# scripts/trace_summary.py prints host operators, CUDA runtime calls and kernels per step.
+# scripts/report/trace_summary.py prints host operators, CUDA runtime calls and kernels per step.
 #
-#   scripts/gpu-profile-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
+#   scripts/gpu/profile-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
 #                               [--batch 256] [--precision fp16] [--channels-last on] [--python-mode eager]
 #                               [--graph off]
 # --graph on profiles ltrain's whole-step CUDA graph (cuda_graph.train) and, unless --python-mode
 # says otherwise, PyTorch's hand-captured graph.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
-out="${1:?usage: scripts/gpu-profile-step.sh OUT [options]}"
+out="${1:?usage: scripts/gpu/profile-step.sh OUT [options]}"
 shift
 ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json batch=256 precision=fp16 channels_last=on
 python_mode=""  graph=off
@@ -24,7 +24,7 @@ while (($#)); do
     --channels-last) channels_last="$2" ;;
     --python-mode) python_mode="$2" ;;
     --graph) graph="$2" ;;
-    *) echo "gpu-profile-step: unknown option $1" >&2; exit 2 ;;
+    *) echo "profile-step: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
 done
@@ -37,13 +37,14 @@ name="$precision-$([ "$channels_last" = on ] && echo cl || echo nchw)-b$batch$([
   --set "cuda_graph.train=$([ "$graph" = on ] && echo true || echo false)" \
   --warmup 15 --steps 30 --json --profile "$out/ltrain-$name.json" | tee "$out/ltrain-$name.result.json"
 echo "== ltrain $name"
-python3 scripts/trace_summary.py "$out/ltrain-$name.json" --steps 5
+python3 scripts/report/trace_summary.py "$out/ltrain-$name.json" --steps 5
 
 arch=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['arch'])" "$out/ltrain-$name.result.json")
 stem=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['stem'])" "$out/ltrain-$name.result.json")
-python3 scripts/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes "$batch" --precision "$precision" \
+python3 scripts/pytorch/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes "$batch" --precision "$precision" \
   --channels-last "$channels_last" --modes "$python_mode" --warmup 15 --steps 30 \
   --json "$out/pytorch-$name.result.json" --profile-dir "$out" >/dev/null
 echo "== PyTorch $python_mode $name"
 layout=$([ "$channels_last" = on ] && echo cl || echo nchw)
-python3 scripts/trace_summary.py "$out/pytorch-$arch-$stem-$python_mode-$precision-$layout-seg0-b$batch.json" --steps 5
+python3 scripts/report/trace_summary.py \
+  "$out/pytorch-$arch-$stem-$python_mode-$precision-$layout-seg0-b$batch.json" --steps 5
