@@ -26,7 +26,7 @@ struct alignas(Count) PositionLanes {
 
 /// PoolGeometry in the kernels' index type: 32-bit where every index fits, since the divisions
 /// that split a vector's index into n, h, w and channel group cost several times more in 64 bits
-/// (the backward ran at 0.7 TB/s with 64-bit indices).
+/// (measured on the backward: docs/BENCHMARKS.md).
 template <typename Index>
 struct Geometry {
   Index batch, height, width, channels, out_height, out_width, kernel, stride, padding;

@@ -12,7 +12,8 @@ constexpr int kThreads = 256;
 constexpr int kPerThread = 8;  // independent loads in flight per thread
 constexpr int64_t kChunk = int64_t{kThreads} * kPerThread;  // elements per block of the SGD kernel
 // The inf/NaN check loads 16 bytes at a time, over blocks of 8x the SGD kernel's elements (8
-// loads a thread of fp16/bf16, 16 of float32): scalar loads over small blocks ran at 1.5 TB/s.
+// loads a thread of fp16/bf16, 16 of float32): scalar loads over small blocks fell well short of
+// the memory's bandwidth (measured: docs/BENCHMARKS.md).
 constexpr int kCheckVectorBytes = 16;
 constexpr int64_t kCheckChunk = kChunk * 8;  // elements per block of the inf/NaN check
 

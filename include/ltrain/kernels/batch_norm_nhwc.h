@@ -1,9 +1,9 @@
 // Training-mode BatchNorm over NHWC (channels_last) fp16/bf16 tensors, with the ReLU, or the
 // residual add and the ReLU, that follow it in a ResNet: one kernel forward and one backward.
 //
-// Why: in a graphed fp16 ResNet-50 step (H200, 2026-11-30) cuDNN's fused BatchNorm took 106
-// kernels, and before each one cuDNN sets a 4-byte counter: 114 memsets, a quarter of the step's
-// 512 graph nodes, each costing about a microsecond of launch gap beside its own time. Here each
+// Why: in a graphed fp16 ResNet-50 step, cuDNN's fused BatchNorm sets a 4-byte counter before each
+// of its kernels: a memset node per BatchNorm kernel, a large share of the step's graph nodes, each
+// adding a launch gap beside its own time (measured: docs/BENCHMARKS.md). Here each
 // direction is one launch that needs no zeroed memory: every thread loads its rows (at most 8)
 // into registers and sums them, the blocks that share channels combine their sums, and each
 // thread writes its rows' results from its registers. The blocks combine their sums in one of

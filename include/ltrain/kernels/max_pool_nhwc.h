@@ -1,7 +1,7 @@
 // Max pooling of NHWC (channels_last) tensors that keeps the arg-max as one byte per output
 // element: its position in the window, kh * kernel + kw. ATen's channels_last kernels keep an
-// int64 index per output element, and its backward took 0.165 ms of a 5.2 ms graphed ResNet-50
-// step at batch 1024 (H200, fp16, 2026-11-30): more than any other single kernel of the step.
+// int64 index per output element, and their backward took longer than any other single kernel of
+// a graphed fp16 ResNet-50 step (measured: docs/BENCHMARKS.md).
 // Plain CUDA (no LibTorch headers); models/max_pool.cpp wraps it as an autograd function.
 #pragma once
 

@@ -2,10 +2,10 @@
 // read in the precision the backward pass produced it (float32, or the fp16/bf16 gradient of an
 // autocast weight), and the GradScaler's inf/NaN check over the same gradients, read-only.
 //
-// Why: in a graphed fp16 ResNet-50 step at batch 1024 (H200, 2026-11-30) the optimizer's tail
-// took 0.32 ms of 5.5: a copy of every fp16 weight gradient into a float32 one (0.05 ms), ATen's
-// inf check, which also writes every gradient back multiplied by 1 (0.07 ms), and ATen's fused
-// SGD, which needs all its lists in one dtype (0.20 ms). Here the check only reads, and the step
+// Why: in a graphed fp16 ResNet-50 step the optimizer's tail was three passes over the gradients
+// (measured: docs/BENCHMARKS.md): a copy of every fp16 weight gradient into a float32 one, ATen's
+// inf check, which also writes every gradient back multiplied by 1, and ATen's fused SGD, which
+// needs all its lists in one dtype. Here the check only reads, and the step
 // reads the fp16 gradients where they are, so neither the copy nor the write-back happens.
 //
 // Plain CUDA (no LibTorch headers); optim/gradient_kernels.cpp wraps it for torch tensors.

@@ -1,0 +1,576 @@
+// The device side of ltrain's BatchNorm over NHWC tensors: the register and streaming kernels, forward
+// and backward, and the device helpers they share. The host side (planning, caches, launches) is
+// batch_norm_nhwc.cu; it reaches these kernels only through kernels_of() (batch_norm_nhwc_kernels.cuh).
+#include "batch_norm_nhwc_kernels.cuh"
+
+#include <cooperative_groups.h>
+
+#include "element_access.cuh"
+
+namespace ltrain::kernels::batch_norm_nhwc_detail {
+namespace {
+
+namespace cg = cooperative_groups;
+
+/// A thread's share of [rows, channels]. The grid is (row groups, channel groups): block (r, g)
+/// covers channels [g * group_channels, (g + 1) * group_channels) of rows r * lanes + lane, then
+/// every gridDim.x * lanes rows after it, at most kRowsPerThread of them; a thread covers 8
+/// adjacent channels of those rows.
+struct Place {
+  int64_t first_channel;  // the thread's first channel in the tensor
+  int channel_in_group;   // ... and in its block's group
+  int group_channels;
+  int lane;
+  int lanes;
+};
+
+__device__ Place place_of(int64_t channels) {
+  const int group_channels = group_channels_of(channels);
+  const int vectors = group_channels / kVector;
+  const int channel_in_group = static_cast<int>(threadIdx.x % vectors) * kVector;
+  return {static_cast<int64_t>(blockIdx.y) * group_channels + channel_in_group, channel_in_group, group_channels,
+          static_cast<int>(threadIdx.x / vectors), kThreads / vectors};
+}
+
+/// Where the i-th row of the thread's share starts its 8 channels (an element index), or -1 past
+/// the tensor's end. Recomputed where needed rather than kept: registers hold the rows' values.
+__device__ int64_t element_of(const Place& place, int i, const BatchNormShape& shape) {
+  const int64_t row = (static_cast<int64_t>(i) * gridDim.x + blockIdx.x) * place.lanes + place.lane;
+  return row < shape.rows ? row * shape.channels + place.first_channel : -1;
+}
+
+/// 8 elements at `base` + `offset` (16-byte aligned), as loaded. Only for memory no thread of
+/// this kernel writes (read through the non-coherent cache).
+template <typename T>
+__device__ inline uint4 load_raw(const void* base, int64_t offset) {
+  return __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(base) + offset));
+}
+
+template <typename T>
+__device__ inline void unpack(const uint4& raw, float (&out)[kVector]) {
+  const T* elements = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) out[k] = to_float(elements[k]);
+}
+
+template <typename T>
+__device__ inline uint4 pack(const float (&in)[kVector]) {
+  uint4 raw;
+  T* elements = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) elements[k] = from_float<T>(in[k]);
+  return raw;
+}
+
+/// a + b elementwise, each sum rounded to T once.
+template <typename T>
+__device__ inline uint4 add_raw(const uint4& a, const uint4& b) {
+  float left[kVector], right[kVector];
+  unpack<T>(a, left);
+  unpack<T>(b, right);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) left[k] += right[k];
+  return pack<T>(left);
+}
+
+template <typename T>
+__device__ inline void store_raw(void* base, int64_t offset, const uint4& raw) {
+  *reinterpret_cast<uint4*>(static_cast<T*>(base) + offset) = raw;
+}
+
+/// Adds up the block's lanes of each thread's partial sums over its rows (first[], second[] for
+/// its 8 channels): shuffles within each warp, then the warps through shared memory. Returns, in
+/// threads below 2 * group_channels, the block's sum of [which = thread / group_channels]
+/// [channel = thread % group_channels]; 0 elsewhere.
+__device__ float sum_over_block(float (&first)[kVector], float (&second)[kVector], const Place& place) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float warp_sums[2][kWarps * kGroupChannels];  // [which][warp * group_channels + channel]
+  // A warp holds 32 / vectors lanes of the same channels.
+  const int vectors = place.group_channels / kVector;
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    for (int offset = vectors; offset < 32; offset *= 2) {
+      first[k] += __shfl_xor_sync(0xffffffffu, first[k], offset);
+      second[k] += __shfl_xor_sync(0xffffffffu, second[k], offset);
+    }
+  }
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  if (static_cast<int>(threadIdx.x % 32) < vectors) {
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) {
+      warp_sums[0][warp * place.group_channels + place.channel_in_group + k] = first[k];
+      warp_sums[1][warp * place.group_channels + place.channel_in_group + k] = second[k];
+    }
+  }
+  __syncthreads();
+  float total = 0.0f;
+  if (static_cast<int>(threadIdx.x) < 2 * place.group_channels) {
+    const int which = static_cast<int>(threadIdx.x) / place.group_channels;
+    const int channel = static_cast<int>(threadIdx.x) % place.group_channels;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += warp_sums[which][w * place.group_channels + channel];
+  }
+  return total;
+}
+
+/// Turns each thread's partial sums over its rows into the sums over all rows of its channels.
+/// Reduction::cluster: the row groups of a channel group are one thread-block cluster; each block
+/// adds up the cluster's block sums from distributed shared memory, in rank order (repeatable).
+/// The caller ends with finish_sums(), so that no block leaves while another still reads it.
+/// Reduction::grid: the blocks add their sums into the accumulators and meet the whole grid.
+template <Reduction kReduction>
+__device__ void sum_over_rows(float (&first)[kVector], float (&second)[kVector], const Place& place, int64_t channels,
+                              Accumulators* accumulators) {
+  const bool summing_thread = static_cast<int>(threadIdx.x) < 2 * place.group_channels;
+  if constexpr (kReduction == Reduction::cluster) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    __shared__ float block_sums[2 * kGroupChannels];    // [which * group_channels + channel], this block's
+    __shared__ float cluster_sums[2 * kGroupChannels];  // ... and the cluster's
+    const float block_sum = sum_over_block(first, second, place);
+    if (summing_thread) block_sums[threadIdx.x] = block_sum;
+    const cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's sums are in its shared memory
+    if (summing_thread) {
+      float total = 0.0f;
+      for (unsigned int rank = 0; rank < cluster.num_blocks(); ++rank)
+        total += *cluster.map_shared_rank(&block_sums[threadIdx.x], rank);
+      cluster_sums[threadIdx.x] = total;
+    }
+    cluster.barrier_arrive();  // done reading the other blocks; finish_sums() waits for them all
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) {
+      first[k] = cluster_sums[place.channel_in_group + k];
+      second[k] = cluster_sums[place.group_channels + place.channel_in_group + k];
+    }
+#else
+    __trap();  // clusters need sm_90; the host side launches this only on such devices
+#endif
+  } else {
+    const unsigned int parity = __ldcg(&accumulators->parity);
+    float* sums = accumulators->sums[parity];
+    const bool first_block = blockIdx.x == 0 && blockIdx.y == 0;
+    if (first_block) {
+      for (int i = threadIdx.x; i < 2 * kMaxChannels; i += kThreads) accumulators->sums[parity ^ 1u][i] = 0.0f;
+    }
+    const float block_sum = sum_over_block(first, second, place);
+    if (summing_thread) {
+      const int which = static_cast<int>(threadIdx.x) / place.group_channels;
+      const int channel = static_cast<int>(threadIdx.x) % place.group_channels;
+      atomicAdd(&sums[which * channels + blockIdx.y * place.group_channels + channel], block_sum);
+    }
+    cg::this_grid().sync();  // fences first: every block's additions are in, and every block has read the parity
+    if (first_block && threadIdx.x == 0) accumulators->parity = parity ^ 1u;
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) {
+      first[k] = __ldcg(&sums[place.first_channel + k]);
+      second[k] = __ldcg(&sums[channels + place.first_channel + k]);
+    }
+  }
+}
+
+/// The end of a kernel that called sum_over_rows: a cluster's blocks wait until all have read
+/// each other's sums (their shared memory lives as long as the block).
+template <Reduction kReduction>
+__device__ void finish_sums() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+  if constexpr (kReduction == Reduction::cluster) cg::this_cluster().barrier_wait();
+#endif
+}
+
+// Per-row and per-channel steps that the register kernels and the streaming kernels share.
+
+/// The thread's 8 channels of a per-channel float32 vector (weight, bias, saved statistics).
+__device__ __forceinline__ void load_channels(const float* values, const Place& place, float (&out)[kVector]) {
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) out[k] = values[place.first_channel + k];
+}
+
+/// Adds one row's 8 channels, as d = x - shift, into the sums of d and d^2.
+template <typename T>
+__device__ __forceinline__ void add_shifted_row(const uint4& x_raw, const float (&shift)[kVector], float (&sum)[kVector],
+                                                float (&sum_of_squares)[kVector]) {
+  float x[kVector];
+  unpack<T>(x_raw, x);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    const float d = x[k] - shift[k];
+    sum[k] += d;
+    sum_of_squares[k] += d * d;
+  }
+}
+
+/// From the sums over all rows of d = x - shift and d^2: turns scale and offset, given as the
+/// weight and bias, into y = x * scale + offset before the activation. Block 0's lane 0 writes the
+/// batch statistics and moves the running ones. float32 throughout, as ATen's kernels.
+__device__ __forceinline__ void normalize_statistics(const float (&sum)[kVector], const float (&sum_of_squares)[kVector],
+                                                     const float (&shift)[kVector], const Place& place,
+                                                     const BatchNormShape& shape, const BatchNormForward& a,
+                                                     float (&scale)[kVector], float (&offset)[kVector]) {
+  const bool writes_statistics = blockIdx.x == 0 && place.lane == 0;
+  const float count = static_cast<float>(shape.rows);
+  const float momentum = static_cast<float>(a.momentum);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    const float shifted_mean = sum[k] / count;
+    const float variance = fmaxf(sum_of_squares[k] / count - shifted_mean * shifted_mean, 0.0f);  // biased
+    const float mean = shift[k] + shifted_mean;
+    const float inv_std = 1.0f / sqrtf(variance + static_cast<float>(a.eps));
+    scale[k] *= inv_std;
+    offset[k] -= mean * scale[k];
+    if (writes_statistics) {
+      const int64_t channel = place.first_channel + k;
+      a.saved_mean[channel] = mean;
+      a.saved_inv_std[channel] = inv_std;
+      a.running_mean[channel] = (1.0f - momentum) * a.running_mean[channel] + momentum * mean;
+      a.running_var[channel] =
+          (1.0f - momentum) * a.running_var[channel] + momentum * variance * (count / (count - 1.0f));
+    }
+  }
+}
+
+/// One row of y: x * scale + offset, then the activation (residual: add_relu only).
+template <typename T, BatchNormActivation kActivation>
+__device__ __forceinline__ uint4 normalized_row(const uint4& x_raw, const uint4& residual_raw,
+                                                const float (&scale)[kVector], const float (&offset)[kVector]) {
+  float values[kVector], residual[kVector];
+  unpack<T>(x_raw, values);
+  if (kActivation == BatchNormActivation::add_relu) unpack<T>(residual_raw, residual);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    float value = values[k] * scale[k] + offset[k];
+    if (kActivation == BatchNormActivation::add_relu) value += residual[k];
+    // fmaxf would turn NaN into 0; ReLU keeps it, as torch's does.
+    if (kActivation != BatchNormActivation::none) value = value > 0.0f || value != value ? value : 0.0f;
+    values[k] = value;
+  }
+  return pack<T>(values);
+}
+
+// The first pass loads a thread's rows into registers and sums them, the blocks meet, and the
+// second pass writes the elementwise result from the registers: the tensor is read once.
+
+template <typename T, BatchNormActivation kActivation, Reduction kReduction>
+__global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape shape, BatchNormForward a,
+                                                           Accumulators* accumulators) {
+  const int64_t channels = shape.channels;
+  const Place place = place_of(channels);
+  uint4 x_rows[kRowsPerThread], residual_rows[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t at = element_of(place, i, shape);
+    if (at < 0) continue;
+    x_rows[i] = load_raw<T>(a.x, at);
+    if (kActivation == BatchNormActivation::add_relu) residual_rows[i] = load_raw<T>(a.residual, at);
+  }
+  // Sums of x - x[row 0] rather than of x: a channel's mean can be large beside its spread, and
+  // E[d^2] - E[d]^2 then cancels less.
+  float shift[kVector];
+  unpack<T>(load_raw<T>(a.x, place.first_channel), shift);
+  float sum[kVector] = {}, sum_of_squares[kVector] = {};
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i)
+    if (element_of(place, i, shape) >= 0) add_shifted_row<T>(x_rows[i], shift, sum, sum_of_squares);
+  // y = x * scale + offset before the activation; loaded before the barrier, to overlap its wait.
+  float scale[kVector], offset[kVector];
+  load_channels(a.weight, place, scale);
+  load_channels(a.bias, place, offset);
+  sum_over_rows<kReduction>(sum, sum_of_squares, place, channels, accumulators);
+
+  normalize_statistics(sum, sum_of_squares, shift, place, shape, a, scale, offset);
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t at = element_of(place, i, shape);
+    if (at >= 0) store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[i], residual_rows[i], scale, offset));
+  }
+  finish_sums<kReduction>();
+}
+
+/// grad_y for one row, plus grad_y_second where given.
+template <typename T, bool kSecondGradient>
+__device__ __forceinline__ uint4 incoming_gradient(const BatchNormBackward& a, int64_t at) {
+  const uint4 gradient_raw = load_raw<T>(a.grad_y, at);
+  if constexpr (kSecondGradient) return add_raw<T>(gradient_raw, load_raw<T>(a.grad_y_second, at));
+  return gradient_raw;
+}
+
+/// Zeroes the gradient where the ReLU's output y is not positive: torch's threshold_backward, where
+/// NaN outputs pass no gradient (exact in T).
+template <typename T>
+__device__ __forceinline__ void mask_by_relu(uint4& gradient_raw, const uint4& y_raw) {
+  const T* y = reinterpret_cast<const T*>(&y_raw);
+  T* gradient = reinterpret_cast<T*>(&gradient_raw);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k)
+    if (!(to_float(y[k]) > 0.0f)) gradient[k] = from_float<T>(0.0f);
+}
+
+/// Adds one row's 8 channels into the sums of g and of g * (x - mean).
+template <typename T>
+__device__ __forceinline__ void add_gradient_row(const uint4& gradient_raw, const uint4& x_raw,
+                                                 const float (&mean)[kVector], float (&sum)[kVector],
+                                                 float (&sum_times_centered)[kVector]) {
+  float gradient[kVector], x[kVector];
+  unpack<T>(gradient_raw, gradient);
+  unpack<T>(x_raw, x);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    sum[k] += gradient[k];
+    sum_times_centered[k] += gradient[k] * (x[k] - mean[k]);
+  }
+}
+
+/// grad_x = w * inv_std * (g - mean(g) - x_hat * mean(g * x_hat)), x_hat = (x - mean) * inv_std,
+/// with mean(g) = grad_bias / rows and mean(g * x_hat) = grad_weight / rows:
+/// grad_x = gain * g + slope * (x - mean) + constant. From the sums over all rows of g and of
+/// g * (x - mean); block 0's lane 0 writes grad_weight and grad_bias.
+__device__ __forceinline__ void input_gradient_coefficients(const float (&sum)[kVector],
+                                                            const float (&sum_times_centered)[kVector],
+                                                            const float (&inv_std)[kVector],
+                                                            const float (&weight)[kVector], const Place& place,
+                                                            const BatchNormShape& shape, const BatchNormBackward& a,
+                                                            float (&gain)[kVector], float (&slope)[kVector],
+                                                            float (&constant)[kVector]) {
+  const bool writes_gradients = blockIdx.x == 0 && place.lane == 0;
+  const float count = static_cast<float>(shape.rows);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    const float grad_weight = sum_times_centered[k] * inv_std[k];
+    if (writes_gradients) {
+      a.grad_bias[place.first_channel + k] = sum[k];
+      a.grad_weight[place.first_channel + k] = grad_weight;
+    }
+    gain[k] = weight[k] * inv_std[k];
+    slope[k] = -gain[k] * inv_std[k] * (grad_weight / count);
+    constant[k] = -gain[k] * (sum[k] / count);
+  }
+}
+
+/// One row of grad_x from g and x.
+template <typename T>
+__device__ __forceinline__ uint4 input_gradient_row(const uint4& gradient_raw, const uint4& x_raw,
+                                                    const float (&mean)[kVector], const float (&gain)[kVector],
+                                                    const float (&slope)[kVector], const float (&constant)[kVector]) {
+  float gradient[kVector], x[kVector];
+  unpack<T>(gradient_raw, gradient);
+  unpack<T>(x_raw, x);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) gradient[k] = gain[k] * gradient[k] + slope[k] * (x[k] - mean[k]) + constant[k];
+  return pack<T>(gradient);
+}
+
+// kSecondGradient: grad_y_second is given (add_relu only). A template argument, not a test of the
+// pointer: the test alone, compiled into every backward kernel, made all of them spill more and run
+// slower, the ones that never get a second gradient included (measured: docs/BENCHMARKS.md).
+template <typename T, BatchNormActivation kActivation, Reduction kReduction, bool kSecondGradient>
+__global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape shape, BatchNormBackward a,
+                                                            Accumulators* accumulators) {
+  const int64_t channels = shape.channels;
+  const Place place = place_of(channels);
+  // Per row: g, the gradient after the activation, and x. (x is loaded before y: loading y first
+  // made nvcc spill far more.)
+  uint4 gradient_rows[kRowsPerThread], x_rows[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t at = element_of(place, i, shape);
+    if (at < 0) continue;
+    gradient_rows[i] = incoming_gradient<T, kSecondGradient>(a, at);
+    x_rows[i] = load_raw<T>(a.x, at);
+    if (kActivation != BatchNormActivation::none) mask_by_relu<T>(gradient_rows[i], load_raw<T>(a.y, at));
+  }
+  float mean[kVector], inv_std[kVector], weight[kVector];
+  load_channels(a.saved_mean, place, mean);
+  load_channels(a.saved_inv_std, place, inv_std);
+  load_channels(a.weight, place, weight);
+  float sum[kVector] = {}, sum_times_centered[kVector] = {};
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i)
+    if (element_of(place, i, shape) >= 0) add_gradient_row<T>(gradient_rows[i], x_rows[i], mean, sum, sum_times_centered);
+  sum_over_rows<kReduction>(sum, sum_times_centered, place, channels, accumulators);
+  float gain[kVector], slope[kVector], constant[kVector];
+  input_gradient_coefficients(sum, sum_times_centered, inv_std, weight, place, shape, a, gain, slope, constant);
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t at = element_of(place, i, shape);
+    if (at < 0) continue;
+    // Stored after the sums, not before: the grid barrier's fence would wait for these stores.
+    if (kActivation == BatchNormActivation::add_relu) store_raw<T>(a.grad_residual, at, gradient_rows[i]);
+    store_raw<T>(a.grad_x, at, input_gradient_row<T>(gradient_rows[i], x_rows[i], mean, gain, slope, constant));
+  }
+  finish_sums<kReduction>();
+}
+
+// Streaming: for tensors larger than one resident grid holds in registers (Reduction::streaming).
+// Each thread reads its rows kStreamRows at a time and sums them, the whole grid meets as in
+// Reduction::grid, and the second pass reads the rows again, last row first: what the first pass
+// read last is the likeliest to be still in L2 (50 MB on an H200, beside 34 MB for a 16.8M-element
+// fp16 tensor).
+constexpr int kStreamRows = 4;
+// Launch bounds of 2 blocks an SM (up to 128 registers): at 3 (80 registers) the backward spills,
+// at 2 no streaming kernel does. 512 threads an SM, each with kStreamRows 16-byte loads of every
+// input in flight, still cover HBM's latency.
+constexpr int kStreamBlocksPerSm = 2;
+
+/// How many rows of the tensor each thread covers in a streaming kernel.
+__device__ inline int streamed_rows_of(const Place& place, const BatchNormShape& shape) {
+  const int64_t rows_per_step = static_cast<int64_t>(gridDim.x) * place.lanes;
+  return static_cast<int>((shape.rows + rows_per_step - 1) / rows_per_step);
+}
+
+/// The first row of the last group of kStreamRows (where the second pass starts).
+__device__ inline int last_stream_step(int streamed_rows) {
+  return streamed_rows == 0 ? -1 : (streamed_rows - 1) / kStreamRows * kStreamRows;
+}
+
+/// 8 elements this kernel's own thread stored earlier (read through L2, not the non-coherent cache).
+template <typename T>
+__device__ inline uint4 load_stored(const void* base, int64_t offset) {
+  return __ldcg(reinterpret_cast<const uint4*>(static_cast<const T*>(base) + offset));
+}
+
+template <typename T, BatchNormActivation kActivation>
+__global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
+    streaming_forward_kernel(BatchNormShape shape, BatchNormForward a, Accumulators* accumulators) {
+  const Place place = place_of(shape.channels);
+  const int streamed_rows = streamed_rows_of(place, shape);
+  float shift[kVector];  // as in forward_kernel: sums around each channel's first value
+  unpack<T>(load_raw<T>(a.x, place.first_channel), shift);
+  float sum[kVector] = {}, sum_of_squares[kVector] = {};
+  for (int step = 0; step < streamed_rows; step += kStreamRows) {
+    uint4 x_rows[kStreamRows];
+#pragma unroll
+    for (int j = 0; j < kStreamRows; ++j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at >= 0) x_rows[j] = load_raw<T>(a.x, at);
+    }
+#pragma unroll
+    for (int j = 0; j < kStreamRows; ++j)
+      if (element_of(place, step + j, shape) >= 0) add_shifted_row<T>(x_rows[j], shift, sum, sum_of_squares);
+  }
+  float scale[kVector], offset[kVector];
+  load_channels(a.weight, place, scale);
+  load_channels(a.bias, place, offset);
+  sum_over_rows<Reduction::grid>(sum, sum_of_squares, place, shape.channels, accumulators);
+  normalize_statistics(sum, sum_of_squares, shift, place, shape, a, scale, offset);
+  for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
+    uint4 x_rows[kStreamRows], residual_rows[kStreamRows];
+#pragma unroll
+    for (int j = kStreamRows - 1; j >= 0; --j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at < 0) continue;
+      x_rows[j] = load_raw<T>(a.x, at);
+      if (kActivation == BatchNormActivation::add_relu) residual_rows[j] = load_raw<T>(a.residual, at);
+    }
+#pragma unroll
+    for (int j = kStreamRows - 1; j >= 0; --j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at >= 0) store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[j], residual_rows[j], scale, offset));
+    }
+  }
+}
+
+// The first pass stores g where the second pass reads it back: in grad_residual after add_relu (its
+// value), in grad_x after relu (overwritten by the second pass); without an activation g is grad_y.
+template <typename T, BatchNormActivation kActivation, bool kSecondGradient>
+__global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
+    streaming_backward_kernel(BatchNormShape shape, BatchNormBackward a, Accumulators* accumulators) {
+  const Place place = place_of(shape.channels);
+  const int streamed_rows = streamed_rows_of(place, shape);
+  void* const kept_gradient = kActivation == BatchNormActivation::add_relu ? a.grad_residual : a.grad_x;
+  float mean[kVector];
+  load_channels(a.saved_mean, place, mean);
+  float sum[kVector] = {}, sum_times_centered[kVector] = {};
+  for (int step = 0; step < streamed_rows; step += kStreamRows) {
+    uint4 gradient_rows[kStreamRows], x_rows[kStreamRows];
+#pragma unroll
+    for (int j = 0; j < kStreamRows; ++j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at < 0) continue;
+      gradient_rows[j] = incoming_gradient<T, kSecondGradient>(a, at);
+      x_rows[j] = load_raw<T>(a.x, at);
+      if (kActivation != BatchNormActivation::none) mask_by_relu<T>(gradient_rows[j], load_raw<T>(a.y, at));
+    }
+#pragma unroll
+    for (int j = 0; j < kStreamRows; ++j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at < 0) continue;
+      if (kActivation != BatchNormActivation::none) store_raw<T>(kept_gradient, at, gradient_rows[j]);
+      add_gradient_row<T>(gradient_rows[j], x_rows[j], mean, sum, sum_times_centered);
+    }
+  }
+  float inv_std[kVector], weight[kVector];
+  load_channels(a.saved_inv_std, place, inv_std);
+  load_channels(a.weight, place, weight);
+  sum_over_rows<Reduction::grid>(sum, sum_times_centered, place, shape.channels, accumulators);
+  float gain[kVector], slope[kVector], constant[kVector];
+  input_gradient_coefficients(sum, sum_times_centered, inv_std, weight, place, shape, a, gain, slope, constant);
+  for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
+    uint4 gradient_rows[kStreamRows], x_rows[kStreamRows];
+#pragma unroll
+    for (int j = kStreamRows - 1; j >= 0; --j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at < 0) continue;
+      gradient_rows[j] = kActivation == BatchNormActivation::none ? load_raw<T>(a.grad_y, at)
+                                                                   : load_stored<T>(kept_gradient, at);
+      x_rows[j] = load_raw<T>(a.x, at);
+    }
+#pragma unroll
+    for (int j = kStreamRows - 1; j >= 0; --j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at >= 0)
+        store_raw<T>(a.grad_x, at, input_gradient_row<T>(gradient_rows[j], x_rows[j], mean, gain, slope, constant));
+    }
+  }
+}
+
+template <typename T, BatchNormActivation kActivation, Reduction kReduction>
+KernelSet register_kernels_of() {
+  KernelSet kernels{reinterpret_cast<const void*>(&forward_kernel<T, kActivation, kReduction>),
+                     reinterpret_cast<const void*>(&backward_kernel<T, kActivation, kReduction, false>)};
+  if constexpr (kActivation == BatchNormActivation::add_relu)
+    kernels.backward_second = reinterpret_cast<const void*>(&backward_kernel<T, kActivation, kReduction, true>);
+  return kernels;
+}
+
+template <typename T, BatchNormActivation kActivation>
+KernelSet streaming_kernels_of() {
+  KernelSet kernels{reinterpret_cast<const void*>(&streaming_forward_kernel<T, kActivation>),
+                    reinterpret_cast<const void*>(&streaming_backward_kernel<T, kActivation, false>)};
+  if constexpr (kActivation == BatchNormActivation::add_relu)
+    kernels.backward_second = reinterpret_cast<const void*>(&streaming_backward_kernel<T, kActivation, true>);
+  return kernels;
+}
+
+template <typename T, BatchNormActivation kActivation, Reduction kReduction>
+KernelSet kernels_of_reduction() {
+  if constexpr (kReduction == Reduction::streaming) return streaming_kernels_of<T, kActivation>();
+  else return register_kernels_of<T, kActivation, kReduction>();
+}
+
+template <typename T, Reduction kReduction>
+KernelSet kernels_of(BatchNormActivation activation) {
+  switch (activation) {
+    case BatchNormActivation::none: return kernels_of_reduction<T, BatchNormActivation::none, kReduction>();
+    case BatchNormActivation::relu: return kernels_of_reduction<T, BatchNormActivation::relu, kReduction>();
+    case BatchNormActivation::add_relu: return kernels_of_reduction<T, BatchNormActivation::add_relu, kReduction>();
+  }
+  return {};
+}
+
+template <Reduction kReduction>
+KernelSet kernels_of(ElementType type, BatchNormActivation activation) {
+  if (type == ElementType::float16) return kernels_of<__half, kReduction>(activation);
+  if (type == ElementType::bfloat16) return kernels_of<__nv_bfloat16, kReduction>(activation);
+  return {};
+}
+
+}  // namespace
+
+KernelSet kernels_of(ElementType type, BatchNormActivation activation, Reduction reduction) {
+  if (reduction == Reduction::cluster) return kernels_of<Reduction::cluster>(type, activation);
+  if (reduction == Reduction::grid) return kernels_of<Reduction::grid>(type, activation);
+  if (reduction == Reduction::streaming) return kernels_of<Reduction::streaming>(type, activation);
+  return {};
+}
+
+}  // namespace ltrain::kernels::batch_norm_nhwc_detail
