@@ -24,12 +24,10 @@
 #include "ltrain/core/log.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/dist/launch.h"
-#include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/device_report.h"
-#include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/saved_model.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/trainer.h"
-#include "ltrain/io/tensor_file.h"
 #include "ltrain/kernels/device_fit.h"
 
 namespace {
@@ -119,22 +117,16 @@ int run_eval(int argc, char** argv) {
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
   const std::string path = required(*args, "checkpoint", "ltrain eval");
-  const ltrain::engine::Checkpoint checkpoint = ltrain::engine::read_checkpoint(path);
-  const auto loaded = ltrain::config::load_json(checkpoint.meta.config, path + " (its saved config)", overrides(*args));
-  const torch::Device device = ltrain::engine::resolve_device(loaded);
-  ltrain::models::ResNet model = ltrain::engine::build_model(loaded, device);
-  ltrain::engine::load_state_dict(*model, ltrain::engine::evaluation_weights(checkpoint), path);
-  const ltrain::data::TrainTestSets sets = ltrain::engine::load_data(loaded.config, device);
-  const ltrain::data::EvalLoader loader(sets.test, loaded.config.data);
-  const ltrain::engine::EvalResult result = ltrain::engine::evaluate(model, loader, loaded.config);
+  const ltrain::engine::CheckpointEvaluation evaluation = ltrain::engine::evaluate_checkpoint(path, overrides(*args));
+  const ltrain::engine::EvalResult& result = evaluation.result;
   if (args->count("json")) {
-    std::cout << nlohmann::json{{"checkpoint", path},          {"step", checkpoint.meta.step},
+    std::cout << nlohmann::json{{"checkpoint", path},          {"step", evaluation.step},
                                 {"accuracy", result.accuracy}, {"loss", result.loss},
                                 {"correct", result.correct},   {"images", result.images}}
                      .dump()
               << "\n";
   } else {
-    std::cout << fmt::format("{} (step {}): test accuracy {:.2f}% ({}/{}), loss {:.4f}\n", path, checkpoint.meta.step,
+    std::cout << fmt::format("{} (step {}): test accuracy {:.2f}% ({}/{}), loss {:.4f}\n", path, evaluation.step,
                              100.0 * result.accuracy, result.correct, result.images, result.loss);
   }
   return 0;
@@ -153,21 +145,8 @@ int run_export(int argc, char** argv) {
     throw ltrain::ConfigError(fmt::format("ltrain export --out {}: {}; give the path of a new or regular file "
                                           "(.safetensors)",
                                           out, problem));
-  const ltrain::engine::Checkpoint checkpoint = ltrain::engine::read_checkpoint(path);
-  const nlohmann::json& model = checkpoint.meta.config.value("model", nlohmann::json::object());
-  std::map<std::string, std::string> metadata{{"format", "pt"},
-                                              {"producer", "ltrain " LTRAIN_VERSION},
-                                              {"source_checkpoint", path},
-                                              {"step", std::to_string(checkpoint.meta.step)}};
-  for (const auto& [key, value] : model.items())
-    metadata["model." + key] = value.is_string() ? value.get<std::string>() : value.dump();
-  // How the inputs were scaled, so that a reader can feed the weights what they were trained on.
-  const nlohmann::json& data = checkpoint.meta.config.value("data", nlohmann::json::object());
-  for (const char* key : {"normalize", "mean", "std"})
-    if (data.contains(key)) metadata[std::string("data.") + key] = data[key].dump();
-  const ltrain::optim::NamedTensors& weights = ltrain::engine::evaluation_weights(checkpoint);
-  ltrain::io::write_safetensors(out, weights, metadata);
-  std::cout << fmt::format("wrote {} ({} tensors)\n", out, weights.size());
+  const size_t tensors = ltrain::engine::export_weights(path, out);
+  std::cout << fmt::format("wrote {} ({} tensors)\n", out, tensors);
   return 0;
 }
 
@@ -269,7 +248,7 @@ int run_sweep(int argc, char** argv) {
                            "Run a config sweep: a base config and keys with lists of values (a grid), timed steps "
                            "(mode bench) or full runs (mode train) per point, or a batch-size search up to a "
                            "fraction of GPU memory. Writes results.csv, results.md and results.json; "
-                           "scripts/plot_sweep.py draws results.png.");
+                           "scripts/report/plot_sweep.py draws results.png.");
   options.add_options()("config", "sweep description (JSON; the format is in include/ltrain/bench/sweep.h)",
                         cxxopts::value<std::string>(), "FILE")(
       "out", "results folder (default: sweeps/NAME, NAME the sweep file's name)", cxxopts::value<std::string>(), "DIR");
@@ -281,7 +260,7 @@ int run_sweep(int argc, char** argv) {
       args->count("out") ? std::filesystem::path((*args)["out"].as<std::string>()) : "sweeps" / file.stem();
   const ltrain::bench::SweepResult result = ltrain::bench::run_sweep(file, out, overrides(*args));
   std::cout << ltrain::bench::write_sweep_results(result, out);
-  std::cout << fmt::format("{} point(s), {} failed; results in {} (plot: python3 scripts/plot_sweep.py {})\n",
+  std::cout << fmt::format("{} point(s), {} failed; results in {} (plot: python3 scripts/report/plot_sweep.py {})\n",
                            result.points.size(),
                            std::count_if(result.points.begin(), result.points.end(),
                                          [](const auto& point) { return !point.error.empty(); }),

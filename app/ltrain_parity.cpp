@@ -1,5 +1,5 @@
 // ltrain_parity: one fp32 training forward/backward of ltrain's ResNet on a given batch, written
-// out for scripts/parity_torchvision.py to compare against torchvision's resnet with the same
+// out for scripts/pytorch/parity_torchvision.py to compare against torchvision's resnet with the same
 // weights. A development tool, not part of the user-facing CLI.
 #include <iostream>
 
@@ -10,14 +10,15 @@
 #include "ltrain/config/load.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/run.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/io/tensor_file.h"
 
 namespace {
 
-torch::Tensor require_tensor(const ltrain::io::NamedTensors& tensors, const std::string& name, const std::string& file) {
-  const torch::Tensor* tensor = ltrain::optim::find_tensor(tensors, name);
+torch::Tensor require_tensor(const ltrain::NamedTensors& tensors, const std::string& name, const std::string& file) {
+  const torch::Tensor* tensor = ltrain::find_tensor(tensors, name);
   if (!tensor) throw ltrain::DataError(fmt::format("{}: has no tensor \"{}\"", file, name));
   return *tensor;
 }
@@ -39,7 +40,11 @@ int run(int argc, char** argv) {
       nlohmann::json::object(), "ltrain_parity",
       {"model.arch=" + args["arch"].as<std::string>(), "model.stem=" + args["stem"].as<std::string>(),
        "run.device=" + args["device"].as<std::string>(), "run.seed=" + std::to_string(args["seed"].as<int64_t>())});
-  const torch::Device device = ltrain::engine::resolve_device(loaded);
+  ltrain::engine::RunParts parts;
+  parts.data = false;
+  parts.training = false;
+  ltrain::engine::Run run(loaded, parts);
+  const torch::Device& device = run.device();
   ltrain::compat::set_tf32(false, false);  // plain float32 arithmetic on both sides
   ltrain::compat::set_cudnn(false, true);
 
@@ -48,8 +53,8 @@ int run(int argc, char** argv) {
   const torch::Tensor images = require_tensor(batch, "images", batch_file).to(device);  // [B,3,H,W] float32
   const torch::Tensor labels = require_tensor(batch, "labels", batch_file).to(device);  // [B] int64
 
-  ltrain::models::ResNet model = ltrain::engine::build_model(loaded, device);
-  ltrain::io::NamedTensors out;
+  ltrain::models::ResNet& model = run.model();
+  ltrain::NamedTensors out;
   for (const auto& [name, tensor] : ltrain::engine::state_dict(*model))
     out.emplace_back("weights." + name, tensor.detach().clone());  // before the forward updates BN statistics
   model->train();

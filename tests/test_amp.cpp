@@ -1,5 +1,7 @@
 // Mixed precision and memory features on the CPU: GradScaler semantics, the autocast guard,
 // gradient accumulation, activation checkpointing, clipping.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -33,7 +35,7 @@ amp::GradScalerOptions scaler_options(double init, int64_t interval) {
 /// One parameter vector p with loss (p * x).sum(): its gradient is x (times the scale).
 struct LinearProblem {
   torch::Tensor p = torch::ones({4}).requires_grad_();
-  optim::NamedTensors named{{"p", p}};
+  NamedTensors named{{"p", p}};
   void backward(amp::GradScaler& scaler, const torch::Tensor& x) {
     if (p.grad().defined()) p.mutable_grad().zero_();
     scaler.scale_loss((p * x).sum()).backward();
@@ -106,7 +108,7 @@ TEST(GradScaler, CheckOnlyLeavesGradientsScaled) {
   problem.backward(scaler, torch::ones({4}));
   scaler.check({problem.p.grad()});
   EXPECT_TRUE(torch::allclose(problem.p.grad(), torch::full({4}, 8.0f)));
-  const optim::ScalerState state = scaler.step_state(/*gradients_unscaled=*/false);
+  const amp::ScalerState state = scaler.step_state(/*gradients_unscaled=*/false);
   ASSERT_TRUE(state.grad_scale.defined());
   // The portable optimizer divides by grad_scale itself: the same step as with unscaled gradients.
   auto optimizer = optim::make_optimizer(plain_sgd(0.1, 0.0), problem.named);
@@ -132,23 +134,23 @@ TEST(GradScaler, StateRoundTrips) {
 }
 
 TEST(Autocast, GuardSetsAndRestoresStateEvenThroughExceptions) {
-  const bool enabled_before = compat::autocast_enabled(torch::kCPU);
-  const auto dtype_before = compat::autocast_dtype(torch::kCPU);
+  const bool enabled_before = amp::autocast_enabled(torch::kCPU);
+  const auto dtype_before = amp::autocast_dtype(torch::kCPU);
   ASSERT_FALSE(enabled_before);
   try {
     const amp::AutocastGuard outer(torch::kCPU, torch::kBFloat16);
-    EXPECT_TRUE(compat::autocast_enabled(torch::kCPU));
-    EXPECT_EQ(compat::autocast_dtype(torch::kCPU), torch::kBFloat16);
+    EXPECT_TRUE(amp::autocast_enabled(torch::kCPU));
+    EXPECT_EQ(amp::autocast_dtype(torch::kCPU), torch::kBFloat16);
     EXPECT_EQ(torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(), torch::kBFloat16);
     {
       const amp::AutocastGuard disabled(torch::kCPU, torch::kBFloat16, /*enabled=*/false);
-      EXPECT_TRUE(compat::autocast_enabled(torch::kCPU));  // a disabled guard changes nothing
+      EXPECT_TRUE(amp::autocast_enabled(torch::kCPU));  // a disabled guard changes nothing
     }
     throw std::runtime_error("escapes the guard");
   } catch (const std::runtime_error&) {
   }
-  EXPECT_EQ(compat::autocast_enabled(torch::kCPU), enabled_before);
-  EXPECT_EQ(compat::autocast_dtype(torch::kCPU), dtype_before);
+  EXPECT_EQ(amp::autocast_enabled(torch::kCPU), enabled_before);
+  EXPECT_EQ(amp::autocast_dtype(torch::kCPU), dtype_before);
   EXPECT_EQ(torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(), torch::kFloat32);
 }
 
@@ -247,10 +249,10 @@ TEST(ActivationCheckpointing, SplitsLikeCheckpointSequential) {
   EXPECT_EQ(uneven[2].size(), 6u);
 }
 
-/// Two micro-batches under autocast to `dtype`: through the mirrors, the float32 gradients must be
+/// Two micro-batches under autocast to `dtype`: through the low-precision copies, the float32 gradients must be
 /// autocast's own (float32 sums of the same low-precision gradients), and the layers must get
 /// their float32 weights back afterwards.
-void expect_mirrors_give_autocasts_gradients(const config::LoadedConfig& loaded, torch::ScalarType dtype,
+void expect_copies_give_autocasts_gradients(const config::LoadedConfig& loaded, torch::ScalarType dtype,
                                              double tolerance) {
   const torch::Device device = engine::resolve_device(loaded);
   engine::apply_runtime_settings(loaded.config);
@@ -265,12 +267,12 @@ void expect_mirrors_give_autocasts_gradients(const config::LoadedConfig& loaded,
   models::ResNet reference = engine::build_model(loaded, device);
   for (int64_t k = 0; k < 2; ++k) backward(reference, k);
 
-  models::ResNet mirrored = engine::build_model(loaded, device);
-  amp::LowPrecisionWeights weights(*mirrored, dtype);
+  models::ResNet with_copies = engine::build_model(loaded, device);
+  amp::LowPrecisionWeights weights(*with_copies, dtype);
   size_t convolutions = 0;
-  for (const auto& module : mirrored->modules(false)) convolutions += module->as<torch::nn::Conv2d>() ? 1 : 0;
+  for (const auto& module : with_copies->modules(false)) convolutions += module->as<torch::nn::Conv2d>() ? 1 : 0;
   EXPECT_EQ(weights.size(), convolutions + 2);  // every conv weight, the fc's weight and bias
-  const auto modules = mirrored->named_modules();
+  const auto modules = with_copies->named_modules();
   const torch::Tensor& conv1_weight = modules["conv1"]->as<torch::nn::Conv2d>()->weight;  // what forward reads
   const torch::Tensor& fc_bias = modules["fc"]->as<torch::nn::Linear>()->bias;
   {
@@ -278,64 +280,103 @@ void expect_mirrors_give_autocasts_gradients(const config::LoadedConfig& loaded,
     EXPECT_EQ(conv1_weight.scalar_type(), dtype);
     EXPECT_EQ(fc_bias.scalar_type(), dtype);
     for (int64_t k = 0; k < 2; ++k) {
-      backward(mirrored, k);
+      backward(with_copies, k);
       weights.collect_gradients(/*first_micro_batch=*/k == 0);
     }
   }
-  const auto parameters = mirrored->named_parameters();
+  const auto parameters = with_copies->named_parameters();
   EXPECT_TRUE(conv1_weight.is_same(parameters["conv1.weight"]));
   EXPECT_TRUE(fc_bias.is_same(parameters["fc.bias"]));
-  for (const auto& p : mirrored->parameters()) EXPECT_EQ(p.grad().scalar_type(), torch::kFloat32);
-  expect_all_close(gradients_of(mirrored), gradients_of(reference), tolerance, tolerance);
+  for (const auto& p : with_copies->parameters()) EXPECT_EQ(p.grad().scalar_type(), torch::kFloat32);
+  expect_all_close(gradients_of(with_copies), gradients_of(reference), tolerance, tolerance);
 }
 
 TEST(LowPrecisionWeights, SameGradientsAsAutocastsOwnCasts) {
-  expect_mirrors_give_autocasts_gradients(tiny(), torch::kBFloat16, 0.0);
+  expect_copies_give_autocasts_gradients(tiny(), torch::kBFloat16, 0.0);
 }
 
 TEST(LowPrecisionWeights, SameGradientsAsAutocastsOwnCastsOnTheGpu_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   // fp16, channels_last (the multi-tensor copies need equal strides), deterministic cuDNN so that
   // both runs pick the same algorithms.
-  expect_mirrors_give_autocasts_gradients(
+  expect_copies_give_autocasts_gradients(
       tiny({"run.device=cuda", "model.channels_last=true", "precision.deterministic=true"}), torch::kFloat16, 1e-6);
 }
 
-TEST(LowPrecisionWeights, SkipsTheCastOnlyWhileTheOptimizerKeepsTheMirrorsAndNoWeightChanged) {
+TEST(LowPrecisionWeights, SkipsTheCastOnlyWhileTheOptimizerKeepsTheCopiesAndNoWeightChanged) {
   const config::LoadedConfig loaded = tiny();
   models::ResNet model = engine::build_model(loaded, torch::kCPU);
   amp::LowPrecisionWeights weights(*model, torch::kBFloat16);
   torch::Tensor master = model->named_parameters()["conv1.weight"];
-  const torch::Tensor mirror = weights.mirror_of(master);
-  ASSERT_TRUE(mirror.defined());
+  const torch::Tensor copy = weights.copy_of(master);
+  ASSERT_TRUE(copy.defined());
   torch::NoGradGuard no_grad;
-  auto mirror_is_cast_of_master = [&] { return torch::equal(mirror, master.to(torch::kBFloat16)); };
+  auto copy_is_cast_of_master = [&] { return torch::equal(copy, master.to(torch::kBFloat16)); };
 
   { const amp::LowPrecisionWeights::InUse in_use(weights); }
-  EXPECT_TRUE(mirror_is_cast_of_master());
-  // Until the optimizer is said to write the mirrors, every InUse casts.
-  mirror.fill_(7.0);
-  weights.note_mirrors_written();
+  EXPECT_TRUE(copy_is_cast_of_master());
+  // Until the optimizer is said to write the copies, every InUse casts.
+  copy.fill_(7.0);
+  weights.note_copies_written();
   { const amp::LowPrecisionWeights::InUse in_use(weights); }
-  EXPECT_TRUE(mirror_is_cast_of_master());
+  EXPECT_TRUE(copy_is_cast_of_master());
 
-  weights.set_mirrors_written_by_optimizer(true);
-  // As if the optimizer had written both: the next InUse must leave the mirror alone (the
+  weights.set_copies_written_by_optimizer(true);
+  // As if the optimizer had written both: the next InUse must leave the copy alone (the
   // marker would otherwise be overwritten by the cast).
-  mirror.fill_(7.0);
-  weights.note_mirrors_written();
+  copy.fill_(7.0);
+  weights.note_copies_written();
   { const amp::LowPrecisionWeights::InUse in_use(weights); }
-  EXPECT_TRUE(torch::all(mirror == 7.0).item<bool>());
+  EXPECT_TRUE(torch::all(copy == 7.0).item<bool>());
 
   master.mul_(2.0);  // an in-place change: a checkpoint load, a weight average swapped in
   weights.refresh();
-  EXPECT_TRUE(mirror_is_cast_of_master());
+  EXPECT_TRUE(copy_is_cast_of_master());
 
-  mirror.fill_(7.0);
-  weights.note_mirrors_written();
+  copy.fill_(7.0);
+  weights.note_copies_written();
   master.set_data(master.clone() + 1.0);  // new storage, no in-place operator
   weights.refresh();
-  EXPECT_TRUE(mirror_is_cast_of_master());
+  EXPECT_TRUE(copy_is_cast_of_master());
+}
+
+TEST(LowPrecisionWeights, CopiesAndTheirGradientsFollowTheGivenParameterOrder) {
+  const config::LoadedConfig loaded = tiny();
+  models::ResNet model = engine::build_model(loaded, torch::kCPU);
+  std::vector<torch::Tensor> order = model->parameters();
+  std::reverse(order.begin(), order.end());  // fc.bias first: any order the optimizer has
+  amp::LowPrecisionWeights weights(*model, torch::kBFloat16, order);
+  ASSERT_EQ(weights.copies().size(), order.size());
+  size_t with_copy = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const torch::Tensor& copy = weights.copies()[i];
+    EXPECT_EQ(copy.defined(), weights.copy_of(order[i]).defined());
+    if (!copy.defined()) {
+      EXPECT_EQ(order[i].dim(), 1);  // BatchNorm weights and biases have none
+      continue;
+    }
+    ++with_copy;
+    EXPECT_TRUE(copy.is_same(weights.copy_of(order[i])));
+    EXPECT_EQ(copy.scalar_type(), torch::kBFloat16);
+    EXPECT_EQ(copy.sizes(), order[i].sizes());
+  }
+  EXPECT_EQ(with_copy, weights.size());
+
+  {
+    const amp::LowPrecisionWeights::InUse in_use(weights);
+    const amp::AutocastGuard autocast(torch::kCPU, torch::kBFloat16);
+    model->forward(torch::randn({2, 3, 32, 32})).sum().backward();
+  }
+  const std::vector<torch::Tensor> gradients = weights.take_copy_gradients();
+  ASSERT_EQ(gradients.size(), order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const bool has_copy = weights.copies()[i].defined();
+    EXPECT_EQ(gradients[i].scalar_type(), has_copy ? torch::kBFloat16 : torch::kFloat32) << i;
+    EXPECT_EQ(gradients[i].sizes(), order[i].sizes()) << i;
+    // Moved out: the next backward pass writes fresh gradients instead of adding to these.
+    EXPECT_FALSE((has_copy ? weights.copies()[i] : order[i]).grad().defined()) << i;
+  }
+  EXPECT_GT(gradients.front().abs().sum().item<double>(), 0.0);  // fc.bias takes a gradient
 }
 
 TEST(RuntimeSettings, PrecisionSectionReachesCudnnAndTf32Switches) {

@@ -290,7 +290,7 @@ TEST(Cli, TrainEvalExportOnSyntheticData) {
   ASSERT_EQ(run_ltrain("export --checkpoint " + checkpoint.string() + " --out " + weights.string(), dir.path() / "x.out"),
             0);
   std::map<std::string, std::string> metadata;
-  const io::NamedTensors tensors = io::read_safetensors(weights, &metadata);
+  const NamedTensors tensors = io::read_safetensors(weights, &metadata);
   EXPECT_EQ(tensors.front().first, "conv1.weight");
   EXPECT_EQ(tensors.back().first, "fc.bias");
   EXPECT_EQ(metadata.at("model.arch"), "resnet18");

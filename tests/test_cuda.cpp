@@ -21,6 +21,7 @@
 #include "ltrain/models/own_batchnorm.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/optim/gradient_kernels.h"
+#include "ltrain/optim/torch_fused.h"
 #include "support.h"
 
 // Skips a test of ltrain's own kernels where they do not run (a build without an image for this GPU),
@@ -82,7 +83,7 @@ TEST(MixedPrecision, Fp16AndBf16LossesAreFiniteAndFall_CUDA) {
 
 TEST(MixedPrecision, FusedAndPortableOptimizersAgree_CUDA) {
   LTRAIN_REQUIRE_CUDA();
-  if (!compat::has_fused_optimizers()) GTEST_SKIP() << "this LibTorch has no fused optimizers";
+  if (!optim::has_fused_optimizers()) GTEST_SKIP() << "this LibTorch has no fused optimizers";
   // The same parameters and the same scaled gradients go through both paths; step 1 carries an
   // inf (found_inf = 1) that both must skip on the device. Only the update arithmetic differs,
   // so the weights and the optimizer state must agree to float32 rounding.
@@ -91,7 +92,7 @@ TEST(MixedPrecision, FusedAndPortableOptimizersAgree_CUDA) {
   for (int64_t i = 0; i < 70; ++i) shapes.push_back({i % 5 + 1, 3});
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   torch::manual_seed(3);
-  optim::NamedTensors initial;
+  NamedTensors initial;
   for (size_t i = 0; i < shapes.size(); ++i) initial.emplace_back("p" + std::to_string(i), torch::randn(shapes[i], cuda));
   const double scale = 1024.0;
   std::vector<std::vector<torch::Tensor>> scaled_grads(4);  // per step, per parameter
@@ -107,7 +108,7 @@ TEST(MixedPrecision, FusedAndPortableOptimizersAgree_CUDA) {
     options.weight_decay = 5e-4;
     options.no_decay_norm_and_bias = true;
     auto run = [&](bool fused) {
-      optim::NamedTensors params;
+      NamedTensors params;
       for (const auto& [key, tensor] : initial) params.emplace_back(key, tensor.clone().requires_grad_(true));
       options.fused = fused;
       auto optimizer = optim::make_optimizer(options, params);
@@ -125,11 +126,11 @@ TEST(MixedPrecision, FusedAndPortableOptimizersAgree_CUDA) {
         const torch::Tensor found_inf = torch::full({1}, step == 1 ? 1.0 : 0.0, cuda);
         optimizer->step({grad_scale, found_inf});
       }
-      optim::NamedTensors out = params;
+      NamedTensors out = params;
       for (const auto& entry : optimizer->state()) out.push_back(entry);
       return out;
     };
-    const optim::NamedTensors fused = run(true), portable = run(false);
+    const NamedTensors fused = run(true), portable = run(false);
     ASSERT_EQ(fused.size(), portable.size()) << name;
     for (size_t i = 0; i < fused.size(); ++i) {
       EXPECT_EQ(fused[i].first, portable[i].first);
@@ -162,7 +163,7 @@ TEST(MixedPrecision, SgdKernelReadsLowPrecisionGradientsAsTheirFloat32Values_CUD
         grads.push_back(widen ? low[i].to(torch::kFloat32) : low[i]);
       }
       const torch::Tensor lr = torch::full({}, 0.1, cuda);
-      const optim::ScalerState scaler{torch::full({1}, 512.0, cuda), torch::zeros({1}, cuda)};
+      const amp::ScalerState scaler{torch::full({1}, 512.0, cuda), torch::zeros({1}, cuda)};
       for (int step = 0; step < 3; ++step)
         optim::sgd_step(params, grads, buffers, {5e-4, 0.0, 5e-4}, 0.9, true, lr, scaler);
       params.insert(params.end(), buffers.begin(), buffers.end());
@@ -189,7 +190,7 @@ TEST(MixedPrecision, SgdKernelPairsGradientAndParameterElementsWhateverTheirLayo
       std::vector<torch::Tensor> buffers{torch::zeros_like(params[0])};
       const torch::Tensor lr = torch::full({}, 0.1, cuda);
       for (int step = 0; step < 2; ++step)
-        optim::sgd_step(params, {grad}, buffers, {5e-4}, 0.9, false, lr, optim::ScalerState{});
+        optim::sgd_step(params, {grad}, buffers, {5e-4}, 0.9, false, lr, amp::ScalerState{});
       return params[0];
     };
     EXPECT_TRUE(torch::equal(step_with(gradient), step_with(gradient.contiguous(at::MemoryFormat::ChannelsLast))));
@@ -218,7 +219,7 @@ TEST(MixedPrecision, SgdKernelWritesEachParametersLowPrecisionCopyUnlessTheStepI
     const bool skipped = step == 1;
     if (skipped)
       for (size_t i = 0; i < 2; ++i) copies[i].fill_(3.0);
-    const optim::ScalerState scaler{torch::full({1}, 1.0, cuda), torch::full({1}, skipped ? 1.0 : 0.0, cuda)};
+    const amp::ScalerState scaler{torch::full({1}, 1.0, cuda), torch::full({1}, skipped ? 1.0 : 0.0, cuda)};
     optim::sgd_step(params, grads, buffers, {5e-4, 5e-4, 0.0}, 0.9, false, lr, scaler, copies);
     for (size_t i = 0; i < 2; ++i) {
       SCOPED_TRACE(::testing::Message() << "step " << step << ", parameter " << i);

@@ -39,10 +39,10 @@ StepRecord run_steps(const config::LoadedConfig& loaded, const std::vector<data:
   engine::apply_runtime_settings(loaded.config);
   const torch::Device device = engine::resolve_device(loaded);
   models::ResNet model = engine::build_model(loaded, device);
-  const optim::NamedTensors params = engine::named_parameters(*model);
+  const NamedTensors params = engine::named_parameters(*model);
   const torch::Tensor gradient_factor = torch::ones({}, torch::TensorOptions().device(device));  // [] float32
   if (inf_step >= 0) {
-    torch::Tensor bn1_weight = *optim::find_tensor(params, "bn1.weight");
+    torch::Tensor bn1_weight = *find_tensor(params, "bn1.weight");
     bn1_weight.register_hook([gradient_factor](const torch::Tensor& grad) { return grad * gradient_factor; });
   }
   auto optimizer = optim::make_optimizer(loaded.config.optim, params);

@@ -123,26 +123,26 @@ TEST(GradientReducer, AveragesTheLastMicroBatchPlusTheAccumulatedGradients) {
   settings.timeout_s = 20;
   Group group(environment, settings, torch::Device(torch::kCPU));
 
-  // Three parameters; the second computes through a bf16 "mirror" leaf as under autocast; the
+  // Three parameters; the second computes through a bf16 low-precision copy as under autocast; the
   // third is channels_last and stays unused in the backward pass. Tiny buckets: one per parameter.
   torch::Tensor a = torch::randn({3}).requires_grad_(true);
   torch::Tensor b = torch::randn({2, 2}).requires_grad_(true);
-  torch::Tensor b_mirror = b.detach().to(torch::kBFloat16).requires_grad_(true);
+  torch::Tensor b_copy = b.detach().to(torch::kBFloat16).requires_grad_(true);
   torch::Tensor c = torch::randn({2, 3, 2, 2}).contiguous(torch::MemoryFormat::ChannelsLast).requires_grad_(true);
-  GradientReducer reducer(group, {{a, a}, {b, b_mirror}, {c, c}}, /*bucket_mb=*/1e-6);
+  GradientReducer reducer(group, {{a, a}, {b, b_copy}, {c, c}}, /*bucket_mb=*/1e-6);
   EXPECT_EQ(reducer.bucket_count(), 3u);
 
-  // The mirror's gradient goes into b's float32 gradient after each backward, as collect_gradients does.
+  // The copy's gradient goes into b's float32 gradient after each backward, as collect_gradients does.
   auto micro_batch = [&](double weight) {
-    torch::Tensor loss = (a * weight).square().sum() + (b_mirror.to(torch::kFloat32) * weight).sum();
+    torch::Tensor loss = (a * weight).square().sum() + (b_copy.to(torch::kFloat32) * weight).sum();
     loss.backward();
-    const torch::Tensor mirror_grad = b_mirror.grad().to(torch::kFloat32);
+    const torch::Tensor copy_grad = b_copy.grad().to(torch::kFloat32);
     if (b.grad().defined()) {
-      b.mutable_grad().add_(mirror_grad);
+      b.mutable_grad().add_(copy_grad);
     } else {
-      b.mutable_grad() = mirror_grad.clone();
+      b.mutable_grad() = copy_grad.clone();
     }
-    b_mirror.mutable_grad() = torch::Tensor();
+    b_copy.mutable_grad() = torch::Tensor();
   };
   micro_batch(1.0);  // not armed: nothing is sent
   reducer.arm(/*accumulated=*/true);
@@ -225,7 +225,7 @@ TEST(Distributed, TwoProcessesMatchOneWithTheSameGlobalBatch) {
 
 TEST(Distributed, FourAndEightProcessesMatchOneWithTheSameGlobalBatch) {
   SKIP_WITHOUT_GLOO();
-  // The code paths of 4 and 8 ranks (issue 9's machines are not available): 4 x 4 and 8 x 2
+  // The code paths of 4 and 8 ranks (without a machine of that many GPUs): 4 x 4 and 8 x 2
   // images per step against 1 x 16, SyncBatchNorm over all of them.
   TempDir dir;
   const std::string train = "train --config " + write_config(dir).string();

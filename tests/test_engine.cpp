@@ -7,6 +7,8 @@
 #include "ltrain/config/load.h"
 #include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/run.h"
+#include "ltrain/engine/saved_model.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/trainer.h"
 #include "ltrain/engine/weight_average.h"
@@ -122,10 +124,10 @@ TEST(WeightAverage, FollowsTheEmaRuleAndIsSwappedInForEvaluation) {
       {"run.device=cpu", "model.arch=resnet18", "model.stem=cifar", "model.width=8"}, {});
   models::ResNet model = build_model(loaded, torch::kCPU);
   WeightAverage average(*model, 0.9);
-  const optim::NamedTensors state = state_dict(*model);
-  const torch::Tensor& weight = optim::find_tensor(state, "conv1.weight")->detach();
-  const torch::Tensor& running_mean = optim::find_tensor(state, "bn1.running_mean")->detach();
-  const torch::Tensor& counter = optim::find_tensor(state, "bn1.num_batches_tracked")->detach();
+  const NamedTensors state = state_dict(*model);
+  const torch::Tensor& weight = find_tensor(state, "conv1.weight")->detach();
+  const torch::Tensor& running_mean = find_tensor(state, "bn1.running_mean")->detach();
+  const torch::Tensor& counter = find_tensor(state, "bn1.num_batches_tracked")->detach();
   const torch::Tensor weight_before = weight.clone(), mean_before = running_mean.clone();
   {
     torch::NoGradGuard no_grad;
@@ -134,10 +136,10 @@ TEST(WeightAverage, FollowsTheEmaRuleAndIsSwappedInForEvaluation) {
     counter.add_(5);
   }
   average.update();  // 0.9 * before + 0.1 * (before + 1) = before + 0.1
-  const optim::NamedTensors averaged = average.averaged_state_dict();
-  EXPECT_TRUE(torch::allclose(*optim::find_tensor(averaged, "conv1.weight"), weight_before + 0.1, 1e-6, 1e-6));
-  EXPECT_TRUE(torch::allclose(*optim::find_tensor(averaged, "bn1.running_mean"), mean_before + 0.1, 1e-6, 1e-6));
-  EXPECT_EQ(optim::find_tensor(averaged, "bn1.num_batches_tracked")->item<int64_t>(), 5);  // the model's own
+  const NamedTensors averaged = average.averaged_state_dict();
+  EXPECT_TRUE(torch::allclose(*find_tensor(averaged, "conv1.weight"), weight_before + 0.1, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(*find_tensor(averaged, "bn1.running_mean"), mean_before + 0.1, 1e-6, 1e-6));
+  EXPECT_EQ(find_tensor(averaged, "bn1.num_batches_tracked")->item<int64_t>(), 5);  // the model's own
   {
     const WeightAverage::Applied applied(average);
     EXPECT_TRUE(torch::allclose(weight, weight_before + 0.1, 1e-6, 1e-6));
@@ -148,9 +150,9 @@ TEST(WeightAverage, FollowsTheEmaRuleAndIsSwappedInForEvaluation) {
   // load: the averaged values of a checkpoint, or a DataError naming what is missing.
   WeightAverage fresh(*model, 0.9);
   fresh.load(averaged, "x.ltc");
-  EXPECT_TRUE(torch::equal(*optim::find_tensor(fresh.averaged_state_dict(), "conv1.weight"),
-                           *optim::find_tensor(averaged, "conv1.weight")));
-  optim::NamedTensors incomplete = averaged;
+  EXPECT_TRUE(torch::equal(*find_tensor(fresh.averaged_state_dict(), "conv1.weight"),
+                           *find_tensor(averaged, "conv1.weight")));
+  NamedTensors incomplete = averaged;
   incomplete.erase(incomplete.begin());
   EXPECT_THROW(fresh.load(incomplete, "x.ltc"), DataError);
 }
@@ -164,8 +166,8 @@ TEST(Trainer, WithEmaTheCheckpointsAveragedWeightsAreWhatTheRunEvaluated) {
   const Checkpoint checkpoint = read_checkpoint(result.run_dir / "checkpoints" / checkpoint_file_name(8));
   ASSERT_FALSE(checkpoint.averaged_weights.empty());
   EXPECT_EQ(&evaluation_weights(checkpoint), &checkpoint.averaged_weights);
-  EXPECT_FALSE(torch::equal(*optim::find_tensor(checkpoint.averaged_weights, "conv1.weight"),
-                            *optim::find_tensor(checkpoint.model, "conv1.weight")));
+  EXPECT_FALSE(torch::equal(*find_tensor(checkpoint.averaged_weights, "conv1.weight"),
+                            *find_tensor(checkpoint.model, "conv1.weight")));
   const auto loaded = config::load_json(checkpoint.meta.config, "checkpoint");
   models::ResNet model = build_model(loaded, torch::kCPU);
   load_state_dict(*model, evaluation_weights(checkpoint), "checkpoint");
@@ -218,12 +220,73 @@ TEST(Trainer, Bf16AutocastChannelsLastAccumulationAndCheckpointingOnTheCpu) {
   EXPECT_LT(losses[1], losses[0]);  // random labels, but a small set is memorized
 }
 
+/// A tiny model on a small synthetic set, for what a Run builds.
+config::LoadedConfig synthetic_run(const std::vector<std::string>& extra = {}) {
+  return testing::config_from({"run.device=cpu", "model.arch=resnet18", "model.stem=cifar", "model.width=4",
+                               "data.source=synthetic", "data.synthetic_train_size=64",
+                               "data.synthetic_test_size=40", "data.batch_size=16"},
+                              extra);
+}
+
+TEST(Run, BuildsThePartsItIsAskedFor) {
+  engine::Run training(synthetic_run(), RunParts{});
+  EXPECT_EQ(training.sets().train.size(), 64);
+  EXPECT_EQ(training.train_loader().batches_per_epoch(), 4);
+  EXPECT_EQ(training.eval_loader().size(), 40);
+  EXPECT_EQ(training.optimizer().groups().front().params.front().data_ptr(),
+            training.model()->parameters().front().data_ptr());
+  EXPECT_FALSE(training.scaler().enabled());  // fp32: no loss scaling
+  EXPECT_EQ(training.group(), nullptr);
+  EXPECT_TRUE(training.main_process());
+
+  RunParts evaluation_parts;
+  evaluation_parts.training = false;
+  engine::Run evaluation(synthetic_run(), evaluation_parts);
+  EXPECT_EQ(evaluation.eval_loader().size(), 40);
+  EXPECT_THROW(evaluation.train_loader(), std::bad_optional_access);
+  EXPECT_THROW(evaluation.optimizer(), std::bad_optional_access);
+
+  RunParts model_only;
+  model_only.data = false;
+  model_only.training = false;
+  engine::Run bare(synthetic_run(), model_only);
+  EXPECT_THROW(bare.sets(), std::bad_optional_access);
+  EXPECT_GT(models::count_parameters(*bare.model()), 0);
+}
+
+TEST(Run, CallerLoadedWeightsSkipInitFrom) {
+  // model.init_from naming no file stops a run, unless the caller loads the weights itself (a
+  // resumed run, an evaluated checkpoint).
+  const config::LoadedConfig loaded = synthetic_run({"model.init_from=/nonexistent/weights.safetensors"});
+  RunParts parts;
+  parts.training = false;
+  EXPECT_THROW(engine::Run(loaded, parts), ConfigError);
+  parts.weights_from_caller = true;
+  engine::Run run(loaded, parts);
+  EXPECT_EQ(run.config().model.init_from, "/nonexistent/weights.safetensors");  // kept for the record
+}
+
+TEST(SavedModel, ExportMetadataNamesTheModelAndTheInputScaling) {
+  Checkpoint checkpoint;
+  checkpoint.meta.step = 42;
+  checkpoint.meta.config = config::to_json(synthetic_run({"model.width=8", "data.normalize=true"}).config);
+  const std::map<std::string, std::string> metadata = export_metadata(checkpoint, "runs/a/step-42.ltc");
+  EXPECT_EQ(metadata.at("format"), "pt");
+  EXPECT_EQ(metadata.at("step"), "42");
+  EXPECT_EQ(metadata.at("source_checkpoint"), "runs/a/step-42.ltc");
+  EXPECT_EQ(metadata.at("model.arch"), "resnet18");
+  EXPECT_EQ(metadata.at("model.width"), "8");
+  EXPECT_EQ(metadata.at("data.normalize"), "true");
+  EXPECT_EQ(nlohmann::json::parse(metadata.at("data.mean")).size(), 3u);
+  EXPECT_EQ(metadata.count("data.batch_size"), 0u);  // only what a reader needs to feed the model
+}
+
 TEST(Checkpoint, LoadStateDictNamesTheMismatch) {
   config::ModelSection small;
   small.arch = config::Arch::resnet18;
   small.width = 4;
   models::ResNet model(small);
-  optim::NamedTensors tensors = state_dict(*model);
+  NamedTensors tensors = state_dict(*model);
   tensors.back().second = torch::zeros({3});  // fc.bias with the wrong number of classes
   try {
     load_state_dict(*model, tensors, "w.safetensors");
@@ -242,7 +305,7 @@ TEST(Checkpoint, StateDictOrderIsPyTorchs) {
   small.arch = config::Arch::resnet18;
   small.width = 4;
   models::ResNet model(small);
-  const optim::NamedTensors state = state_dict(*model);
+  const NamedTensors state = state_dict(*model);
   ASSERT_GE(state.size(), 7u);
   const std::vector<std::string> first{"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
                                        "bn1.running_var", "bn1.num_batches_tracked", "layer1.0.conv1.weight"};

@@ -360,7 +360,8 @@ TEST(ResNet, BatchNormForwardReluIsReluOfNormPlusResidual) {
   ResNet model(options);
   for (const auto& module : model->modules(/*include_self=*/false))
     if (auto* norm = module->as<BatchNorm2d>()) {
-      EXPECT_FALSE(norm->fuse_relu);
+      EXPECT_FALSE(norm->policy().cudnn_fused_relu);
+      EXPECT_TRUE(norm->policy().own_kernels);
     }
 }
 

@@ -493,7 +493,7 @@ TEST(InitFrom, StartsFromSafetensorsAndNamesWhatDoesNotFit) {
 
   models::ResNet started = build_model(resumable_run(dir.path(), "run", {"model.init_from=" + weights.string()}),
                                        torch::kCPU);
-  const optim::NamedTensors a = state_dict(*source), b = state_dict(*started);
+  const NamedTensors a = state_dict(*source), b = state_dict(*started);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
 

@@ -3,12 +3,36 @@
 #include <fmt/format.h>
 
 #include "ltrain/core/errors.h"
-#include "ltrain/optim/gradient_kernels.h"
+
+#if LTRAIN_WITH_CUDA
+#include "ltrain/kernels/torch_bridge.h"
+#endif
 
 namespace ltrain::amp {
 namespace {
 torch::TensorOptions on(const torch::Device& device, torch::ScalarType type) {
   return torch::TensorOptions().dtype(type).device(device);
+}
+
+/// ltrain's inf/NaN check (kernels/sgd_step.h) over `gradients` in any mix of float32, fp16 and
+/// bf16, read-only: found_inf ([1] float32) becomes 1 on any inf or NaN and is left as it is
+/// otherwise. False, doing nothing, where the kernel cannot read them (a CPU build, a GPU without
+/// the kernels, sparse or non-dense tensors).
+bool check_with_own_kernel(const std::vector<torch::Tensor>& gradients, const torch::Tensor& found_inf) {
+#if LTRAIN_WITH_CUDA
+  if (!found_inf.is_cuda() || !kernels::gradient_kernels_read(gradients)) return false;
+  std::vector<kernels::GradientView> views;
+  views.reserve(gradients.size());
+  for (const torch::Tensor& gradient : gradients) views.push_back(kernels::gradient_view_of(gradient));
+  kernels::throw_on_error(kernels::find_non_finite(views.data(), static_cast<int64_t>(views.size()),
+                                                   found_inf.data_ptr<float>(), kernels::current_stream_of(found_inf)),
+                          "inf/NaN check kernel");
+  return true;
+#else
+  (void)gradients;
+  (void)found_inf;
+  return false;
+#endif
 }
 }  // namespace
 
@@ -49,15 +73,12 @@ void GradScaler::unscale(const std::vector<torch::Tensor>& grads) {
 void GradScaler::check(const std::vector<torch::Tensor>& grads) {
   if (!options_.enabled) return;
   torch::NoGradGuard no_grad;
-  if (found_inf_.is_cuda() && optim::takes_gradient_kernels(grads)) {
-    found_inf_.zero_();
-    optim::find_non_finite(grads, found_inf_);  // reads the gradients, in any float dtype, and writes nothing back
-    return;
-  }
+  found_inf_.zero_();
+  if (check_with_own_kernel(grads, found_inf_)) return;
   find_non_finite(grads, torch::ones({1}, on(scale_.device(), torch::kFloat32)));
 }
 
-optim::ScalerState GradScaler::step_state(bool gradients_unscaled) const {
+ScalerState GradScaler::step_state(bool gradients_unscaled) const {
   if (!options_.enabled) return {};
   return {gradients_unscaled ? torch::Tensor() : scale_, found_inf_};
 }
@@ -84,17 +105,17 @@ void GradScaler::update() {
   growth_tracker_.copy_(torch::where(bad.logical_or(interval_reached), torch::zeros_like(clean_steps), clean_steps));
 }
 
-optim::NamedTensors GradScaler::state() const {
+NamedTensors GradScaler::state() const {
   return {{"scale", scale_},
           {"growth_tracker", growth_tracker_},
           {"skipped_steps", skipped_steps_},
           {"consecutive_skips", consecutive_skips_}};
 }
 
-void GradScaler::load_state(const optim::NamedTensors& saved) {
+void GradScaler::load_state(const NamedTensors& saved) {
   torch::NoGradGuard no_grad;
   for (auto& [name, tensor] : state()) {
-    const torch::Tensor* stored = optim::find_tensor(saved, name);
+    const torch::Tensor* stored = find_tensor(saved, name);
     if (!stored) throw DataError(fmt::format("checkpoint has no GradScaler state \"{}\"", name));
     tensor.copy_(*stored);
   }

@@ -1,12 +1,16 @@
 #include "ltrain/amp/low_precision_weights.h"
 
+#include <utility>
+
 #include "ltrain/core/torch_compat.h"
 
 namespace ltrain::amp {
 
-LowPrecisionWeights::LowPrecisionWeights(torch::nn::Module& model, torch::ScalarType dtype) {
+LowPrecisionWeights::LowPrecisionWeights(torch::nn::Module& model, torch::ScalarType dtype,
+                                         std::vector<torch::Tensor> parameter_order)
+    : ordered_parameters_(parameter_order.empty() ? model.parameters() : std::move(parameter_order)) {
   torch::NoGradGuard no_grad;
-  auto mirror = [&](torch::Tensor* member) {
+  auto add_copy = [&](torch::Tensor* member) {
     if (!member->defined()) return;
     const torch::Tensor& master = *member;
     // empty_like keeps sizes and strides: the multi-tensor copies need them equal pairwise.
@@ -15,12 +19,14 @@ LowPrecisionWeights::LowPrecisionWeights(torch::nn::Module& model, torch::Scalar
   };
   for (const auto& module : model.modules(/*include_self=*/false)) {
     if (auto* conv = module->as<torch::nn::Conv2d>()) {
-      mirror(&conv->weight);
+      add_copy(&conv->weight);
     } else if (auto* linear = module->as<torch::nn::Linear>()) {
-      mirror(&linear->weight);
-      mirror(&linear->bias);
+      add_copy(&linear->weight);
+      add_copy(&linear->bias);
     }
   }
+  ordered_copies_.reserve(ordered_parameters_.size());
+  for (const torch::Tensor& parameter : ordered_parameters_) ordered_copies_.push_back(copy_of(parameter));
 }
 
 std::vector<LowPrecisionWeights::MasterState> LowPrecisionWeights::masters_now() const {
@@ -32,27 +38,27 @@ std::vector<LowPrecisionWeights::MasterState> LowPrecisionWeights::masters_now()
 
 void LowPrecisionWeights::refresh() {
   std::vector<MasterState> now;
-  if (mirrors_written_by_optimizer_) {
+  if (copies_written_by_optimizer_) {
     now = masters_now();
-    if (now == mirrored_masters_) return;
+    if (now == matched_masters_) return;
   }
-  std::vector<torch::Tensor> mirrors, masters;
+  std::vector<torch::Tensor> copies, masters;
   for (auto& slot : slots_) {
-    mirrors.push_back(slot.mirror);
+    copies.push_back(slot.copy);
     masters.push_back(slot.master);
   }
   torch::NoGradGuard no_grad;
-  compat::foreach_copy(mirrors, masters);  // one cast for the whole model
-  if (mirrors_written_by_optimizer_) mirrored_masters_ = std::move(now);  // the copy changed no master
+  compat::foreach_copy(copies, masters);  // one cast for the whole model
+  if (copies_written_by_optimizer_) matched_masters_ = std::move(now);  // the cast changed no master
 }
 
-void LowPrecisionWeights::note_mirrors_written() {
-  if (mirrors_written_by_optimizer_) mirrored_masters_ = masters_now();
+void LowPrecisionWeights::note_copies_written() {
+  if (copies_written_by_optimizer_) matched_masters_ = masters_now();
 }
 
 LowPrecisionWeights::InUse::InUse(LowPrecisionWeights& weights) : weights_(weights) {
   weights_.refresh();
-  for (auto& slot : weights_.slots_) *slot.layer_member = slot.mirror;
+  for (auto& slot : weights_.slots_) *slot.layer_member = slot.copy;
 }
 
 LowPrecisionWeights::InUse::~InUse() {
@@ -63,17 +69,17 @@ void LowPrecisionWeights::collect_gradients(bool first_micro_batch) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> targets, gradients;
   for (auto& slot : slots_) {
-    // Made on first use: a step that hands the optimizer the mirrors' own gradients never calls
+    // Made on first use: a step that hands the optimizer the copies' own gradients never calls
     // this, and would otherwise hold 4 bytes a weight for nothing (100 MB for ResNet-50).
     if (!slot.master_grad.defined()) slot.master_grad = torch::zeros_like(slot.master);
     slot.master.mutable_grad() = slot.master_grad;  // the optimizer may have dropped it (set_to_none)
-    torch::Tensor gradient = slot.mirror.grad();
+    torch::Tensor gradient = slot.copy.grad();
     if (!gradient.defined()) {
       // A layer the forward pass did not use (never so in a ResNet's step) gets a zero gradient.
       if (first_micro_batch) slot.master_grad.zero_();
       continue;
     }
-    slot.mirror.mutable_grad() = torch::Tensor();
+    slot.copy.mutable_grad() = torch::Tensor();
     targets.push_back(slot.master_grad);
     gradients.push_back(std::move(gradient));
   }
@@ -84,9 +90,21 @@ void LowPrecisionWeights::collect_gradients(bool first_micro_batch) {
   }
 }
 
-torch::Tensor LowPrecisionWeights::mirror_of(const torch::Tensor& master) const {
+std::vector<torch::Tensor> LowPrecisionWeights::take_copy_gradients() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> gradients;
+  gradients.reserve(ordered_parameters_.size());
+  for (size_t i = 0; i < ordered_parameters_.size(); ++i) {
+    torch::Tensor& leaf = ordered_copies_[i].defined() ? ordered_copies_[i] : ordered_parameters_[i];
+    torch::Tensor gradient = std::exchange(leaf.mutable_grad(), torch::Tensor());
+    gradients.push_back(gradient.defined() ? gradient : torch::zeros_like(leaf));
+  }
+  return gradients;
+}
+
+torch::Tensor LowPrecisionWeights::copy_of(const torch::Tensor& master) const {
   for (const Slot& slot : slots_)
-    if (slot.master.is_same(master)) return slot.mirror;
+    if (slot.master.is_same(master)) return slot.copy;
   return {};
 }
 

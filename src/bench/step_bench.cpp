@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "ltrain/amp/precision.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/run.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
 
@@ -25,15 +25,10 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
     compat::start_profiler(device.is_cuda());
     compat::stop_profiler(profile_trace);
   }
-  engine::apply_runtime_settings(loaded);
-  engine::limit_gpu_memory(config, device);
-  const data::TrainTestSets sets = engine::load_data(config, device);
-  data::TrainLoader loader = engine::make_train_loader(loaded, sets.train);
-  models::ResNet model = engine::build_model(loaded, device);
-  const auto optimizer = optim::make_optimizer(config.optim, engine::named_parameters(*model));
-  optimizer->set_lr(config.optim.lr);
-  amp::GradScaler scaler(amp::scaler_options(config.precision), device);
-  engine::TrainStep train_step(model, *optimizer, scaler, config);
+  engine::Run run(loaded, engine::RunParts{});
+  data::TrainLoader& loader = run.train_loader();
+  run.optimizer().set_lr(config.optim.lr);
+  engine::TrainStep train_step(run.model(), run.optimizer(), run.scaler(), config);
 
   int64_t epoch = 0;
   int64_t index = 0;

@@ -203,8 +203,8 @@ void Group::close() {
   try {
     // The backend's destructor stops its threads (NCCL: aborts the communicators, after a warning
     // that destroy_process_group() was not called). Any CUDA graph that captured this group's
-    // collectives must be gone first: with one alive, the teardown never returned on the 2-GPU
-    // host (2026-11-30), so the trainer destroys its graphs before calling close().
+    // collectives must be gone first: with one alive, the NCCL teardown does not return, so the
+    // trainer destroys its graphs before calling close().
     impl_->backend.reset();
     const std::string closed = "ltrain/closed";
     if (!is_main()) {

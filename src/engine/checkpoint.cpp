@@ -51,7 +51,7 @@ std::vector<fs::path> step_checkpoints(const fs::path& folder) {
 
 void save_checkpoint(const fs::path& file, const torch::nn::Module& model, const optim::Optimizer* optimizer,
                      const amp::GradScaler* scaler, const CheckpointMeta& meta,
-                     const optim::NamedTensors& averaged_weights) {
+                     const NamedTensors& averaged_weights) {
   io::TensorArchive archive;
   archive.info = {{"kind", kKind},
                   {"checkpoint_version", kCheckpointVersion},
@@ -64,7 +64,7 @@ void save_checkpoint(const fs::path& file, const torch::nn::Module& model, const
                   {"config", meta.config},
                   {"metrics", meta.metrics},
                   {"progress", meta.progress}};
-  const optim::NamedTensors weights = state_dict(model);
+  const NamedTensors weights = state_dict(model);
   for (const auto& [name, tensor] : weights) archive.tensors.emplace_back(kModelPrefix + name, tensor);
   if (optimizer)
     for (const auto& [name, tensor] : optimizer->state()) archive.tensors.emplace_back(kOptimizerPrefix + name, tensor);
@@ -95,7 +95,7 @@ Checkpoint read_checkpoint(const fs::path& file) {
   meta.config = archive.info["config"];
   meta.metrics = archive.info.value("metrics", nlohmann::json::object());
   meta.progress = archive.info.value("progress", nlohmann::json::object());
-  const std::vector<std::pair<const char*, optim::NamedTensors*>> sections{{kModelPrefix, &checkpoint.model},
+  const std::vector<std::pair<const char*, NamedTensors*>> sections{{kModelPrefix, &checkpoint.model},
                                                                            {kOptimizerPrefix, &checkpoint.optimizer},
                                                                            {kScalerPrefix, &checkpoint.scaler},
                                                                            {kRngPrefix, &checkpoint.rng},
@@ -106,7 +106,7 @@ Checkpoint read_checkpoint(const fs::path& file) {
   return checkpoint;
 }
 
-const optim::NamedTensors& evaluation_weights(const Checkpoint& checkpoint) {
+const NamedTensors& evaluation_weights(const Checkpoint& checkpoint) {
   return checkpoint.averaged_weights.empty() ? checkpoint.model : checkpoint.averaged_weights;
 }
 
@@ -134,14 +134,14 @@ void restore_training_state(const Checkpoint& checkpoint, const fs::path& file, 
   } catch (const DataError& error) {
     throw DataError(fmt::format("{}: {}", file.string(), error.what()));
   }
-  const torch::Tensor* cpu = optim::find_tensor(checkpoint.rng, kCpuRng);
+  const torch::Tensor* cpu = find_tensor(checkpoint.rng, kCpuRng);
   if (!cpu) throw DataError(fmt::format("{}: has no CPU random generator state", file.string()));
   compat::set_cpu_rng_state(*cpu);
-  const optim::NamedTensors weights = state_dict(model);
+  const NamedTensors weights = state_dict(model);
   if (!weights.empty() && weights.front().second.is_cuda()) {
     const torch::Device device = weights.front().second.device();
     // A checkpoint from the CPU or another GPU index leaves this GPU's generator as seeded.
-    if (const torch::Tensor* cuda = optim::find_tensor(checkpoint.rng, device.str()))
+    if (const torch::Tensor* cuda = find_tensor(checkpoint.rng, device.str()))
       compat::set_cuda_rng_state(device.index(), *cuda);
   }
 }

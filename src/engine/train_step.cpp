@@ -35,27 +35,21 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
       clip_grad_norm_(config.optim.clip_grad_norm),
       label_smoothing_(config.loss.label_smoothing),
       group_(group) {
-  std::vector<torch::Tensor> params, mirrors;  // per optimizer parameter in group order; mirrors may be undefined
   if (precision_.autocast) {
-    low_precision_weights_.emplace(*model_, precision_.dtype);
-    for (const optim::ParamGroup& param_group : optimizer_.groups()) {
-      for (const torch::Tensor& param : param_group.params) {
-        params.push_back(param);
-        mirrors.push_back(low_precision_weights_->mirror_of(param));
-      }
-    }
-    low_precision_weights_->set_mirrors_written_by_optimizer(optimizer_.write_low_precision_copies(mirrors));
+    std::vector<torch::Tensor> optimizer_order;  // the optimizer's parameters, group by group
+    for (const optim::ParamGroup& param_group : optimizer_.groups())
+      optimizer_order.insert(optimizer_order.end(), param_group.params.begin(), param_group.params.end());
+    low_precision_weights_.emplace(*model_, precision_.dtype, std::move(optimizer_order));
+    low_precision_weights_->set_copies_written_by_optimizer(
+        optimizer_.write_low_precision_copies(low_precision_weights_->copies()));
   }
   low_precision_gradients_ = low_precision_weights_ && accumulation_steps_ == 1 && clip_grad_norm_ == 0.0 &&
                              group_ == nullptr && optimizer_.takes_low_precision_gradients();
-  if (low_precision_gradients_) {
-    for (size_t i = 0; i < params.size(); ++i) gradient_leaves_.push_back(mirrors[i].defined() ? mirrors[i] : params[i]);
-  }
   if (group_) {
     std::vector<dist::GradientSource> sources;
     for (const torch::Tensor& param : model_->parameters()) {
-      const torch::Tensor mirror = low_precision_weights_ ? low_precision_weights_->mirror_of(param) : torch::Tensor();
-      sources.push_back({param, mirror.defined() ? mirror : param});
+      const torch::Tensor copy = low_precision_weights_ ? low_precision_weights_->copy_of(param) : torch::Tensor();
+      sources.push_back({param, copy.defined() ? copy : param});
     }
     const config::GradientDtype wire = config.distributed.gradient_dtype;
     reducer_ = std::make_unique<dist::GradientReducer>(
@@ -75,9 +69,9 @@ void TrainStep::run(const data::Batch& batch) {
     enqueue(batch.images, batch.labels);
     return;
   }
-  // Where the optimizer writes the mirrors, the capture left the weights' cast out; anything that
+  // Where the optimizer writes the copies, the capture left the weights' cast out; anything that
   // changed the weights since (a checkpoint load, say) needs it now.
-  if (low_precision_weights_ && low_precision_weights_->mirrors_written_by_optimizer())
+  if (low_precision_weights_ && low_precision_weights_->copies_written_by_optimizer())
     low_precision_weights_->refresh();
   graph_->run(batch, [&](const torch::Tensor& images, const torch::Tensor& labels) { enqueue(images, labels); });
 }
@@ -108,7 +102,8 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
   }
   low_precision.reset();
 
-  const std::vector<torch::Tensor> grads = low_precision_gradients_ ? take_leaf_gradients() : optimizer_.gradients();
+  const std::vector<torch::Tensor> grads =
+      low_precision_gradients_ ? low_precision_weights_->take_copy_gradients() : optimizer_.gradients();
   if (clip_grad_norm_ > 0.0) {
     scaler_.unscale(grads);  // clipping needs the true gradients
     clip_grad_norm(grads, clip_grad_norm_);
@@ -120,20 +115,8 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
     scaler_.unscale(grads);
     optimizer_.step(scaler_.step_state(/*gradients_unscaled=*/true));
   }
-  if (low_precision_weights_) low_precision_weights_->note_mirrors_written();  // where the optimizer wrote them
+  if (low_precision_weights_) low_precision_weights_->note_copies_written();  // where the optimizer wrote them
   scaler_.update();
-}
-
-std::vector<torch::Tensor> TrainStep::take_leaf_gradients() {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  grads.reserve(gradient_leaves_.size());
-  for (torch::Tensor& leaf : gradient_leaves_) {
-    // The leaves keep no gradient: the next backward pass writes fresh ones instead of adding.
-    torch::Tensor grad = std::exchange(leaf.mutable_grad(), torch::Tensor());
-    grads.push_back(grad.defined() ? grad : torch::zeros_like(leaf));  // a layer the forward pass skipped
-  }
-  return grads;
 }
 
 StepTotals TrainStep::take_totals() {

@@ -166,41 +166,6 @@ StartPoint choose_start(const config::LoadedConfig& loaded) {
   return start;
 }
 
-/// The data-parallel process group when torchrun's variables name more than one process.
-std::unique_ptr<dist::Group> join_group(const config::LoadedConfig& loaded, torch::Device& device) {
-  const std::optional<dist::Environment> environment = dist::read_environment();
-  if (!environment || environment->world_size == 1) return nullptr;
-  // One GPU per process: "auto" and "cuda" mean this process's LOCAL_RANK.
-  const std::string& name = loaded.config.run.device;
-  if (device.is_cuda() && (name == "auto" || name == "cuda")) {
-    if (environment->local_rank >= compat::cuda_device_count())
-      throw config::config_error(loaded, "run.device",
-                                 fmt::format("LOCAL_RANK {} but this machine has {} CUDA device(s): start at most one "
-                                             "process per GPU",
-                                             environment->local_rank, compat::cuda_device_count()));
-    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(environment->local_rank));
-  }
-  auto group = std::make_unique<dist::Group>(*environment, loaded.config.distributed, device);
-  // Every process must train the same thing: compare the resolved configs.
-  const std::vector<std::string> configs = group->all_gather_text("config", config::to_json(loaded.config).dump());
-  for (size_t rank = 1; rank < configs.size(); ++rank)
-    if (configs[rank] != configs[0]) {
-      const std::vector<std::string> changes =
-          config::changed_settings(nlohmann::json::parse(configs[0]), nlohmann::json::parse(configs[rank]));
-      throw ConfigError(fmt::format("rank {}'s config differs from rank 0's: {}; every process must run the same "
-                                    "config and --set flags",
-                                    rank, fmt::join(changes, ", ")));
-    }
-  return group;
-}
-
-/// Rank `rank`'s contiguous part of `set` when it is split into `count` parts (sizes differ by at most one).
-data::ImageSet shard_of(const data::ImageSet& set, int64_t rank, int64_t count) {
-  const int64_t begin = set.size() * rank / count;
-  const int64_t end = set.size() * (rank + 1) / count;
-  return {set.images.narrow(0, begin, end - begin), set.labels.narrow(0, begin, end - begin)};
-}
-
 /// True on every rank when `value` is true on any (a collective: every rank must call it).
 bool any_rank(dist::Group& group, bool value, const torch::Device& device) {
   torch::Tensor flag = torch::full({1}, value ? 1 : 0, torch::TensorOptions().dtype(torch::kInt32).device(device));
@@ -228,351 +193,418 @@ std::vector<torch::Tensor> model_state(const torch::nn::Module& model) {
   return tensors;
 }
 
-}  // namespace
+/// One training run: the loop's state, and the parts of the loop as methods in the order a run
+/// meets them. Built from a Run (the objects) and a StartPoint (where it begins).
+class Trainer {
+ public:
+  Trainer(Run& run, StartPoint start, const TrainHooks& hooks);
 
-TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
-  const config::RunConfig& config = loaded.config;
-  // From here SIGINT/SIGTERM are requests polled below: before anything is written, after each step.
-  const interrupt::StopRequests stop_requests;
+  /// Start-up (weights, run directory, logs), then the epochs, then the summary.
+  TrainResult train();
 
-  // ---- Set-up: everything that can fail on bad input fails before the run directory exists ----
-  torch::Device device = resolve_device(loaded);
-  const std::unique_ptr<dist::Group> group = join_group(loaded, device);
-  const bool main_process = !group || group->is_main();
-  const int64_t ranks = group ? group->size() : 1;
-  const int64_t rank = group ? group->rank() : 0;
-  StartPoint start = choose_start(loaded);
-  apply_runtime_settings(loaded);
-  const int64_t gpu_memory_limit = limit_gpu_memory(config, device);
-  const data::TrainTestSets sets = load_data(config, device);
-  data::TrainLoader train_loader = make_train_loader(loaded, sets.train, {rank, ranks});
-  const data::EvalLoader eval_loader(shard_of(sets.test, rank, ranks), config.data);
-  const int64_t steps_per_epoch = train_loader.batches_per_epoch();
-  // A resumed run takes its weights from the checkpoint: model.init_from need not exist any more.
-  config::LoadedConfig model_source = loaded;
-  if (start.resume) model_source.config.model.init_from.clear();
-  models::ResNet model = build_model(model_source, device);
-  const std::unique_ptr<optim::Optimizer> optimizer = optim::make_optimizer(config.optim, named_parameters(*model));
-  const int64_t total_steps = config.run.max_steps > 0 ? std::min(config.run.max_steps, config.run.epochs * steps_per_epoch)
-                                                       : config.run.epochs * steps_per_epoch;
-  const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
-  const optim::LrSchedule schedule(config.schedule, config.optim.lr, total_steps, steps_per_epoch);
-  amp::GradScaler scaler(amp::scaler_options(config.precision), device);
-  RunningSums sums;
-  int64_t first_epoch = 1, first_index = 0, step = 0;  // where the loop begins
-  if (start.resume) {
-    const Checkpoint& checkpoint = start.resume->checkpoint;
-    restore_training_state(checkpoint, start.resume->file, *model, *optimizer, scaler);
-    sums = RunningSums::from_json(checkpoint.meta.progress);
-    first_epoch = checkpoint.meta.epoch + 1;
-    first_index = checkpoint.meta.epoch_steps_done;
-    step = checkpoint.meta.step;
-  }
-  if (group) {
-    // Every rank starts from rank 0's weights and buffers (a resumed run: the same file anyway).
-    group->broadcast_from_main(model_state(*model));
-    if (config.distributed.sync_batchnorm) {
-      dist::Group* sync_group = group.get();
-      models::synchronize_batchnorm(*model, [sync_group](const torch::Tensor& values) {
-        return dist::all_reduce_sum_differentiable(*sync_group, values);
-      });
-    }
-  }
-  // optim.ema_decay: from the (broadcast, or resumed) weights on.
-  std::optional<WeightAverage> average;
-  if (config.optim.ema_decay > 0.0) {
-    average.emplace(*model, config.optim.ema_decay);
-    if (start.resume) {
-      const Checkpoint& checkpoint = start.resume->checkpoint;
-      if (checkpoint.averaged_weights.empty()) {
-        spdlog::warn("{}: no averaged weights in the checkpoint; optim.ema_decay starts its average from the resumed "
-                     "weights",
-                     start.resume->file.string());
-      } else {
-        average->load(checkpoint.averaged_weights, start.resume->file);
-      }
-    }
-  }
-  // Optional only to be destroyed before the group closes (see the end).
-  std::optional<TrainStep> train_step(std::in_place, model, *optimizer, scaler, config, group.get());
-  std::optional<Evaluator> evaluator(std::in_place, model, eval_loader, config, group.get());
+ private:
+  // ---- Start-up ----
+  void restore_or_share_weights();
+  void open_run_directory();
+  void log_start() const;
+
+  // ---- Epochs ----
+  void train_epoch(int64_t epoch);
+  /// The log interval ending at step_: the loop's only host sync. Reads the step totals, logs,
+  /// writes metrics, and a checkpoint where one is due (or a stop was asked for).
+  void end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps, bool stop, bool periodic_checkpoint);
+  /// Evaluation where due, with the EMA weights where kept; updates the best result.
+  std::optional<EvalResult> evaluate(int64_t epoch, bool last_epoch, bool& new_best);
+  void end_epoch(int64_t epoch, bool last_epoch, const std::optional<EvalResult>& evaluation, bool new_best);
+
+  // ---- Checkpoints and the end ----
+  /// A checkpoint of the state after step_: `epochs_done` whole epochs and `steps_done` of the next.
+  void write_checkpoint(const fs::path& file, int64_t epochs_done, int64_t steps_done,
+                        const std::map<std::string, double>& values);
+  [[noreturn]] void stop_for_signal(const fs::path& file) const;
+  TrainResult summarize();
+
+  Run& run_;
+  const config::RunConfig& config_;
+  StartPoint start_;
+  const TrainHooks& hooks_;
+  int64_t steps_per_epoch_;
+  int64_t total_steps_;
+  int64_t epochs_;
+  optim::LrSchedule schedule_;
+  RunningSums sums_;
+  int64_t first_epoch_ = 1, first_index_ = 0, step_ = 0;  // where the loop begins; step_ then counts
+  std::optional<WeightAverage> average_;                 // optim.ema_decay
+  // Optional only to be destroyed before the group closes (see train()).
+  std::optional<TrainStep> train_step_;
+  std::optional<Evaluator> evaluator_;
+  fs::path run_dir_, checkpoint_dir_;
+  std::optional<io::MetricsLog> metrics_;
+  std::optional<Progress> progress_;
+  TrainResult result_;
+  Clock::time_point run_start_;
+  Clock::time_point interval_start_;
+};
+
+Trainer::Trainer(Run& run, StartPoint start, const TrainHooks& hooks)
+    : run_(run),
+      config_(run.config()),
+      start_(std::move(start)),
+      hooks_(hooks),
+      steps_per_epoch_(run.train_loader().batches_per_epoch()),
+      total_steps_(config_.run.max_steps > 0 ? std::min(config_.run.max_steps, config_.run.epochs * steps_per_epoch_)
+                                             : config_.run.epochs * steps_per_epoch_),
+      epochs_((total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_),
+      schedule_(config_.schedule, config_.optim.lr, total_steps_, steps_per_epoch_) {}
+
+TrainResult Trainer::train() {
+  restore_or_share_weights();
+  train_step_.emplace(run_.model(), run_.optimizer(), run_.scaler(), config_, run_.group());
+  evaluator_.emplace(run_.model(), run_.eval_loader(), config_, run_.group());
   // A stop asked for during set-up ends the run here, before anything is written.
-  if (hooks.after_setup) hooks.after_setup();
-  if (stop_requested_anywhere(group.get(), device))
+  if (hooks_.after_setup) hooks_.after_setup();
+  if (stop_requested_anywhere(run_.group(), run_.device()))
     throw Interrupted(fmt::format("stopped by {} during set-up, before step {}; nothing was written: run the same "
                                   "command again",
-                                  stop_cause(), step + 1));
+                                  stop_cause(), step_ + 1));
+  open_run_directory();
+  log_start();
 
-  // Only rank 0 writes: the run directory, logs, metrics and checkpoints; the others log warnings
-  // and errors only.
-  if (!main_process) spdlog::set_level(spdlog::level::warn);
-  fs::path run_dir = start.run_dir;
-  if (!main_process) {
-    run_dir = group->all_gather_text("run_dir", "")[0];
-  } else if (run_dir.empty()) {
-    run_dir = io::create_run_dir(config.run.out_dir, config.run.name);
-  } else {
-    std::error_code error;
-    fs::create_directories(run_dir, error);
-    if (error)
-      throw RunError(fmt::format("{}: cannot create the run folder ({}); set run.out_dir to a writable folder",
-                                 run_dir.string(), error.message()));
-    // Rows written after the checkpoint (or by an attempt without one) will be written again.
-    io::truncate_metrics(run_dir, step, /*epoch_row_at_step_kept=*/first_index == 0);
-  }
-  if (group && main_process) group->all_gather_text("run_dir", run_dir.string());
-  const fs::path checkpoint_dir = run_dir / "checkpoints";
-  if (main_process) {
-    std::error_code error;
-    fs::create_directories(checkpoint_dir, error);
-    if (error) throw files::write_error(checkpoint_dir, "create the folder", error.value());
-    log::add_file(run_dir / "train.log");
-    // Unfinished writes of a run that was killed (SIGKILL, a power cut): never of a living process.
-    for (const fs::path& folder : {run_dir, checkpoint_dir})
-      for (const fs::path& file : files::remove_stale_temporaries(folder))
-        spdlog::info("removed {}: an unfinished write of a process that no longer runs", file.string());
-  }
-  spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads", LTRAIN_VERSION, compat::torch_version(),
-               device.str(), torch::get_num_threads());
-  spdlog::info("run directory {}", run_dir.string());
-  if (const std::string limits = describe_gpu_limits(device, gpu_memory_limit); !limits.empty())
-    spdlog::info("GPU limits: {}", limits);
-  if (start.resume) {
-    spdlog::info("resuming from {}: step {}, epoch {} ({} of its {} steps done)", start.resume->file.string(), step,
-                 first_epoch, first_index, steps_per_epoch);
-    // Resuming is what checkpoint.resume asks for: its own change is no news.
-    nlohmann::json saved = start.resume->checkpoint.meta.config;
-    saved["checkpoint"]["resume"] = config.checkpoint.resume;
-    const std::vector<std::string> changes = config::changed_settings(saved, config::to_json(config));
-    if (!changes.empty())
-      spdlog::warn("settings changed since the checkpoint (the run will not repeat an uninterrupted one exactly): {}",
-                   fmt::join(changes, ", "));
-  } else if (config.checkpoint.resume == "auto") {
-    spdlog::info("checkpoint.resume auto: no valid checkpoint in {}, starting afresh", checkpoint_dir.string());
-  }
-  spdlog::info("resolved config:\n{}", config::format_table(loaded));
-  if (main_process) io::write_text_file(run_dir / "config.json", config::to_json(config).dump(2) + "\n");
-  if (group)
-    spdlog::info("data-parallel: {} processes ({}), {} images per process per step{}", ranks, group->backend_name(),
-                 train_loader.batch_size(), config.distributed.sync_batchnorm ? ", SyncBatchNorm" : "");
-  spdlog::info("model {} ({} stem, width {}): {} parameters{}", config::to_string(config.model.arch),
-               config::to_string(config.model.stem), config.model.width, models::count_parameters(*model),
-               config.model.init_from.empty() ? "" : fmt::format(", weights from {}", config.model.init_from));
-  spdlog::info("data {}: {} training images, {} test images; {} steps per epoch of {} images ({} x {} accumulated), "
-               "{} steps in {} epoch(s)",
-               config::to_string(config.data.source), sets.train.size(), sets.test.size(), steps_per_epoch,
-               train_loader.batch_size() * ranks, config.optim.accumulation_steps, config.data.batch_size * ranks,
-               total_steps, epochs);
-  spdlog::info("precision {}{}{} | optimizer step: {}{}{}", config::to_string(config.precision.mode),
-               scaler.enabled() ? " with a GradScaler" : "", config.model.channels_last ? " | channels_last" : "",
-               optimizer->step_kernel(),
-               config.cuda_graph.train
-                   ? fmt::format(" | CUDA graph of the training step after {} eager steps", config.cuda_graph.warmup_steps)
-                   : "",
-               config.cuda_graph.eval ? " | CUDA graph of evaluation" : "");
-  log::throw_if_file_failed();
-
-  std::optional<io::MetricsLog> metrics;
-  if (main_process) metrics.emplace(run_dir);
-  Progress progress(main_process && stderr_is_terminal());
-  TrainResult result;
-  result.run_dir = run_dir;
-  result.epochs = std::min(first_epoch - 1, epochs);
-  const auto run_start = Clock::now();
-
-  // A checkpoint of the state after `step`: `epochs_done` whole epochs and `steps_done` of the next.
-  auto write_checkpoint = [&](const fs::path& file, int64_t epochs_done, int64_t steps_done,
-                              const std::map<std::string, double>& values) {
-    if (!main_process) return;
-    CheckpointMeta meta;
-    meta.epoch = epochs_done;
-    meta.step = step;
-    meta.epoch_steps_done = steps_done;
-    meta.config = config::to_json(config);
-    meta.progress = sums.to_json();
-    for (const auto& [key, value] : values) meta.metrics[key] = value;
-    save_checkpoint(file, *model, optimizer.get(), &scaler, meta,
-                    average ? average->averaged_state_dict() : optim::NamedTensors{});
-    spdlog::info("checkpoint {}", file.string());
-  };
-  auto stop_for_signal = [&](const fs::path& file) {
-    throw Interrupted(fmt::format("stopped by {} after step {}; checkpoint {} written: run the same command with "
-                                  "--set checkpoint.resume=auto (or ={}) to continue",
-                                  stop_cause(), step, file.string(), file.string()));
-  };
-
+  if (run_.main_process()) metrics_.emplace(run_dir_);
+  progress_.emplace(run_.main_process() && stderr_is_terminal());
+  result_.run_dir = run_dir_;
+  result_.epochs = std::min(first_epoch_ - 1, epochs_);
+  run_start_ = Clock::now();
   try {
-    for (int64_t epoch = first_epoch; epoch <= epochs; ++epoch) {
-      // ---- Training steps of one epoch ----
-      train_loader.set_epoch(epoch - 1);
-      const int64_t epoch_steps = std::min(steps_per_epoch, total_steps - (epoch - 1) * steps_per_epoch);
-      const int64_t first = epoch == first_epoch ? first_index : 0;
-      if (first == 0) {
-        sums.epoch = StepTotals();
-        sums.epoch_seconds = 0.0;
-      }
-      auto interval_start = Clock::now();
-      for (int64_t index = first; index < epoch_steps; ++index) {
-        const double lr = schedule.at(step);
-        optimizer->set_lr(lr);
-        train_step->run(train_loader.batch(index));
-        if (average) average->update();
-        ++step;
-        if (hooks.after_step) hooks.after_step(step);
-        const bool last_of_epoch = index + 1 == epoch_steps;
-        // Several processes act on a signal together, at the next log interval, where they agree.
-        bool stop = !group && interrupt::stop_requested();
-        // Steps checkpoints inside the epoch; one at its last step waits for the evaluation.
-        const bool periodic_checkpoint =
-            config.checkpoint.every_steps > 0 && step % config.checkpoint.every_steps == 0 && !last_of_epoch;
-        if (step % config.run.log_every_steps != 0 && !last_of_epoch && !periodic_checkpoint && !stop) continue;
-
-        // ---- Log interval: the loop's only host sync ----
-        const StepTotals totals = train_step->take_totals();
-        if (group) stop = stop_requested_anywhere(group.get(), device);
-        const bool checkpoint_now = stop || periodic_checkpoint;
-        const double interval_seconds = seconds_since(interval_start);
-        interval_start = Clock::now();
-        sums.epoch_seconds += interval_seconds;
-        sums.epoch.loss_sum += totals.loss_sum;
-        sums.epoch.correct += totals.correct;
-        sums.epoch.images += totals.images;
-        check_numerics(config, totals, step, epoch, checkpoint_dir);
-        const double images_per_second = static_cast<double>(totals.images) / interval_seconds;
-        const double seconds_per_step =
-            (sums.train_seconds + sums.epoch_seconds) / static_cast<double>(std::max<int64_t>(step, 1));
-        progress.update({epoch, epochs, step, total_steps, index + 1, epoch_steps, totals.mean_loss(),
-                         totals.accuracy(), lr, images_per_second,
-                         seconds_per_step * static_cast<double>(total_steps - step)});
-        std::map<std::string, double> values{{"lr", lr},
-                                             {"train_loss", totals.mean_loss()},
-                                             {"train_acc", totals.accuracy()},
-                                             {"img_per_s", images_per_second},
-                                             {"elapsed_s", seconds_since(run_start)}};
-        if (scaler.enabled()) {
-          values["loss_scale"] = totals.loss_scale;
-          values["skipped_steps"] = static_cast<double>(totals.skipped_steps);
-          sums.last_scale = totals.loss_scale;
-          sums.skipped_steps = totals.skipped_steps;
-        }
-        if (metrics) metrics->write({"step", epoch, step, values});
-        if (checkpoint_now) {
-          progress.clear();
-          const fs::path file = checkpoint_dir / checkpoint_file_name(step);
-          write_checkpoint(file, epoch - 1, index + 1, values);
-          if (main_process) prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
-          if (stop) stop_for_signal(file);
-        }
-        log::throw_if_file_failed();
-      }
-      progress.clear();
-      sums.train_seconds += sums.epoch_seconds;
-      result.epochs = epoch;
-      const bool last_epoch = epoch == epochs;
-
-      // ---- Evaluation ----
-      std::optional<EvalResult> evaluation;
+    for (int64_t epoch = first_epoch_; epoch <= epochs_; ++epoch) {
+      train_epoch(epoch);
+      const bool last_epoch = epoch == epochs_;
       bool new_best = false;
-      if (due(epoch, config.run.eval_every_epochs, last_epoch)) {
-        std::optional<WeightAverage::Applied> averaged;  // with optim.ema_decay: evaluate the average
-        if (average) averaged.emplace(*average);
-        // Without SyncBatchNorm each rank's running statistics are its own: all evaluate (and
-        // rank 0 saves) rank 0's, as DistributedDataParallel's broadcast_buffers does.
-        if (group) group->broadcast_from_main(model->buffers());
-        evaluation = evaluator->run();
-        averaged.reset();
-        sums.final_test_accuracy = evaluation->accuracy;
-        sums.final_test_loss = evaluation->loss;
-        if (evaluation->accuracy > sums.best_test_accuracy || sums.best_epoch == 0) {
-          sums.best_test_accuracy = evaluation->accuracy;
-          sums.best_epoch = epoch;
-        }
-        if (config.checkpoint.best_metric != config::BestMetric::none) {
-          const bool accuracy = config.checkpoint.best_metric == config::BestMetric::test_acc;
-          const double value = accuracy ? evaluation->accuracy : evaluation->loss;
-          new_best = !sums.has_best_metric || (accuracy ? value > sums.best_metric : value < sums.best_metric);
-          if (new_best) {
-            sums.best_metric = value;
-            sums.has_best_metric = true;
-          }
-        }
-      }
-
-      // ---- Epoch log and metrics ----
-      const double epoch_images_per_second = static_cast<double>(sums.epoch.images) / sums.epoch_seconds;
-      std::map<std::string, double> epoch_values{{"lr", schedule.at(std::max<int64_t>(step - 1, 0))},
-                                                 {"train_loss", sums.epoch.mean_loss()},
-                                                 {"train_acc", sums.epoch.accuracy()},
-                                                 {"img_per_s", epoch_images_per_second},
-                                                 {"elapsed_s", seconds_since(run_start)}};
-      std::string test_text;
-      if (scaler.enabled()) {
-        epoch_values["loss_scale"] = sums.last_scale;
-        epoch_values["skipped_steps"] = static_cast<double>(sums.skipped_steps);
-        test_text += fmt::format(" | scale {:g}, {} skipped", sums.last_scale, sums.skipped_steps);
-      }
-      if (evaluation) {
-        epoch_values["test_loss"] = evaluation->loss;
-        epoch_values["test_acc"] = evaluation->accuracy;
-        test_text += fmt::format(" | test loss {:.4f} acc {:.2f}%", evaluation->loss, 100.0 * evaluation->accuracy);
-      }
-      spdlog::info("epoch {}/{} | train loss {:.4f} acc {:.2f}%{} | {:.0f} img/s | {} elapsed", epoch, epochs,
-                   sums.epoch.mean_loss(), 100.0 * sums.epoch.accuracy(), test_text, epoch_images_per_second,
-                   format_duration(seconds_since(run_start)));
-      if (metrics) metrics->write({"epoch", epoch, step, epoch_values});
-
-      // ---- Checkpoints: the state after this epoch ----
-      const bool stop = stop_requested_anywhere(group.get(), device);
-      sums.epoch = StepTotals();
-      sums.epoch_seconds = 0.0;
-      const fs::path file = checkpoint_dir / checkpoint_file_name(step);
-      if (due(epoch, config.checkpoint.every_epochs, last_epoch) || stop ||
-          (config.checkpoint.every_steps > 0 && step % config.checkpoint.every_steps == 0)) {
-        write_checkpoint(file, epoch, 0, epoch_values);
-        if (main_process) prune_checkpoints(checkpoint_dir, config.checkpoint.keep_last);
-      }
-      if (new_best) write_checkpoint(checkpoint_dir / kBestCheckpointName, epoch, 0, epoch_values);
-      log::throw_if_file_failed();
-      if (stop && !last_epoch) stop_for_signal(file);
+      const std::optional<EvalResult> evaluation = evaluate(epoch, last_epoch, new_best);
+      end_epoch(epoch, last_epoch, evaluation, new_best);
     }
   } catch (const c10::Error& error) {
-    if (compat::is_out_of_memory(error)) throw out_of_memory_error(config, error);
+    if (compat::is_out_of_memory(error)) throw out_of_memory_error(config_, error);
     throw;
   } catch (const files::WriteError& error) {
     throw files::WriteError(fmt::format("{}; the checkpoints already in {} are intact: once it is fixed, the same "
                                         "command with --set checkpoint.resume=auto continues the run",
-                                        error.what(), checkpoint_dir.string()));
+                                        error.what(), checkpoint_dir_.string()));
   }
+  TrainResult result = summarize();
+  // Their CUDA graphs hold all-reduces captured on the group's NCCL communicators, whose teardown
+  // does not return while the graphs are alive.
+  train_step_.reset();
+  evaluator_.reset();
+  run_.close_group();  // no process leaves while another may still need it
+  return result;
+}
 
-  // ---- Summary ----
-  result.steps = step;
-  result.final_test_accuracy = sums.final_test_accuracy;
-  result.final_test_loss = sums.final_test_loss;
-  result.best_test_accuracy = sums.best_test_accuracy;
-  result.best_epoch = sums.best_epoch;
-  result.train_seconds = sums.train_seconds;
-  result.wall_seconds = seconds_since(run_start);
+void Trainer::restore_or_share_weights() {
+  models::ResNet& model = run_.model();
+  if (start_.resume) {
+    const Checkpoint& checkpoint = start_.resume->checkpoint;
+    restore_training_state(checkpoint, start_.resume->file, *model, run_.optimizer(), run_.scaler());
+    sums_ = RunningSums::from_json(checkpoint.meta.progress);
+    first_epoch_ = checkpoint.meta.epoch + 1;
+    first_index_ = checkpoint.meta.epoch_steps_done;
+    step_ = checkpoint.meta.step;
+  }
+  if (dist::Group* group = run_.group()) {
+    // Every rank starts from rank 0's weights and buffers (a resumed run: the same file anyway).
+    group->broadcast_from_main(model_state(*model));
+    if (config_.distributed.sync_batchnorm)
+      model->synchronize_batchnorm(
+          [group](const torch::Tensor& values) { return dist::all_reduce_sum_differentiable(*group, values); });
+  }
+  // optim.ema_decay: from the (broadcast, or resumed) weights on.
+  if (config_.optim.ema_decay <= 0.0) return;
+  average_.emplace(*model, config_.optim.ema_decay);
+  if (!start_.resume) return;
+  const Checkpoint& checkpoint = start_.resume->checkpoint;
+  if (checkpoint.averaged_weights.empty()) {
+    spdlog::warn("{}: no averaged weights in the checkpoint; optim.ema_decay starts its average from the resumed "
+                 "weights",
+                 start_.resume->file.string());
+  } else {
+    average_->load(checkpoint.averaged_weights, start_.resume->file);
+  }
+}
+
+/// Only rank 0 writes: the run directory, logs, metrics and checkpoints; the others log warnings
+/// and errors only.
+void Trainer::open_run_directory() {
+  const bool main_process = run_.main_process();
+  if (!main_process) spdlog::set_level(spdlog::level::warn);
+  run_dir_ = start_.run_dir;
+  if (!main_process) {
+    run_dir_ = run_.group()->all_gather_text("run_dir", "")[0];
+  } else if (run_dir_.empty()) {
+    run_dir_ = io::create_run_dir(config_.run.out_dir, config_.run.name);
+  } else {
+    std::error_code error;
+    fs::create_directories(run_dir_, error);
+    if (error)
+      throw RunError(fmt::format("{}: cannot create the run folder ({}); set run.out_dir to a writable folder",
+                                 run_dir_.string(), error.message()));
+    // Rows written after the checkpoint (or by an attempt without one) will be written again.
+    io::truncate_metrics(run_dir_, step_, /*epoch_row_at_step_kept=*/first_index_ == 0);
+  }
+  if (run_.group() && main_process) run_.group()->all_gather_text("run_dir", run_dir_.string());
+  checkpoint_dir_ = run_dir_ / "checkpoints";
+  if (!main_process) return;
+  std::error_code error;
+  fs::create_directories(checkpoint_dir_, error);
+  if (error) throw files::write_error(checkpoint_dir_, "create the folder", error.value());
+  log::add_file(run_dir_ / "train.log");
+  // Unfinished writes of a run that was killed (SIGKILL, a power cut): never of a living process.
+  for (const fs::path& folder : {run_dir_, checkpoint_dir_})
+    for (const fs::path& file : files::remove_stale_temporaries(folder))
+      spdlog::info("removed {}: an unfinished write of a process that no longer runs", file.string());
+  io::write_text_file(run_dir_ / "config.json", config::to_json(config_).dump(2) + "\n");
+}
+
+void Trainer::log_start() const {
+  const torch::Device& device = run_.device();
+  spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads", LTRAIN_VERSION, compat::torch_version(),
+               device.str(), torch::get_num_threads());
+  spdlog::info("run directory {}", run_dir_.string());
+  if (const std::string limits = describe_gpu_limits(device, run_.gpu_memory_limit()); !limits.empty())
+    spdlog::info("GPU limits: {}", limits);
+  if (start_.resume) {
+    spdlog::info("resuming from {}: step {}, epoch {} ({} of its {} steps done)", start_.resume->file.string(), step_,
+                 first_epoch_, first_index_, steps_per_epoch_);
+    // Resuming is what checkpoint.resume asks for: its own change is no news.
+    nlohmann::json saved = start_.resume->checkpoint.meta.config;
+    saved["checkpoint"]["resume"] = config_.checkpoint.resume;
+    const std::vector<std::string> changes = config::changed_settings(saved, config::to_json(config_));
+    if (!changes.empty())
+      spdlog::warn("settings changed since the checkpoint (the run will not repeat an uninterrupted one exactly): {}",
+                   fmt::join(changes, ", "));
+  } else if (config_.checkpoint.resume == "auto") {
+    spdlog::info("checkpoint.resume auto: no valid checkpoint in {}, starting afresh", checkpoint_dir_.string());
+  }
+  spdlog::info("resolved config:\n{}", config::format_table(run_.loaded()));
+  const data::TrainLoader& loader = run_.train_loader();
+  const int64_t ranks = run_.ranks();
+  if (run_.group())
+    spdlog::info("data-parallel: {} processes ({}), {} images per process per step{}", ranks,
+                 run_.group()->backend_name(), loader.batch_size(),
+                 config_.distributed.sync_batchnorm ? ", SyncBatchNorm" : "");
+  spdlog::info("model {} ({} stem, width {}): {} parameters{}", config::to_string(config_.model.arch),
+               config::to_string(config_.model.stem), config_.model.width, models::count_parameters(*run_.model()),
+               config_.model.init_from.empty() ? "" : fmt::format(", weights from {}", config_.model.init_from));
+  spdlog::info("data {}: {} training images, {} test images; {} steps per epoch of {} images ({} x {} accumulated), "
+               "{} steps in {} epoch(s)",
+               config::to_string(config_.data.source), run_.sets().train.size(), run_.sets().test.size(),
+               steps_per_epoch_, loader.batch_size() * ranks, config_.optim.accumulation_steps,
+               config_.data.batch_size * ranks, total_steps_, epochs_);
+  const std::string train_graph =
+      config_.cuda_graph.train
+          ? fmt::format(" | CUDA graph of the training step after {} eager steps", config_.cuda_graph.warmup_steps)
+          : "";
+  spdlog::info("precision {}{}{} | optimizer step: {}{}{}", config::to_string(config_.precision.mode),
+               run_.scaler().enabled() ? " with a GradScaler" : "", config_.model.channels_last ? " | channels_last" : "",
+               run_.optimizer().step_kernel(), train_graph, config_.cuda_graph.eval ? " | CUDA graph of evaluation" : "");
+  log::throw_if_file_failed();
+}
+
+void Trainer::train_epoch(int64_t epoch) {
+  data::TrainLoader& loader = run_.train_loader();
+  loader.set_epoch(epoch - 1);
+  const int64_t epoch_steps = std::min(steps_per_epoch_, total_steps_ - (epoch - 1) * steps_per_epoch_);
+  const int64_t first = epoch == first_epoch_ ? first_index_ : 0;
+  if (first == 0) {
+    sums_.epoch = StepTotals();
+    sums_.epoch_seconds = 0.0;
+  }
+  interval_start_ = Clock::now();
+  for (int64_t index = first; index < epoch_steps; ++index) {
+    run_.optimizer().set_lr(schedule_.at(step_));
+    train_step_->run(loader.batch(index));
+    if (average_) average_->update();
+    ++step_;
+    if (hooks_.after_step) hooks_.after_step(step_);
+    const bool last_of_epoch = index + 1 == epoch_steps;
+    // Several processes act on a signal together, at the next log interval, where they agree.
+    const bool stop = !run_.group() && interrupt::stop_requested();
+    // Steps checkpoints inside the epoch; one at its last step waits for the evaluation.
+    const bool periodic_checkpoint =
+        config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0 && !last_of_epoch;
+    if (step_ % config_.run.log_every_steps == 0 || last_of_epoch || periodic_checkpoint || stop)
+      end_log_interval(epoch, index, epoch_steps, stop, periodic_checkpoint);
+  }
+  progress_->clear();
+  sums_.train_seconds += sums_.epoch_seconds;
+  result_.epochs = epoch;
+}
+
+void Trainer::end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps, bool stop, bool periodic_checkpoint) {
+  const StepTotals totals = train_step_->take_totals();
+  if (run_.group()) stop = stop_requested_anywhere(run_.group(), run_.device());
+  const double interval_seconds = seconds_since(interval_start_);
+  interval_start_ = Clock::now();
+  sums_.epoch_seconds += interval_seconds;
+  sums_.epoch.loss_sum += totals.loss_sum;
+  sums_.epoch.correct += totals.correct;
+  sums_.epoch.images += totals.images;
+  check_numerics(config_, totals, step_, epoch, checkpoint_dir_);
+  const double lr = schedule_.at(step_ - 1);
+  const double images_per_second = static_cast<double>(totals.images) / interval_seconds;
+  const double seconds_per_step =
+      (sums_.train_seconds + sums_.epoch_seconds) / static_cast<double>(std::max<int64_t>(step_, 1));
+  progress_->update({epoch, epochs_, step_, total_steps_, index + 1, epoch_steps, totals.mean_loss(), totals.accuracy(),
+                     lr, images_per_second, seconds_per_step * static_cast<double>(total_steps_ - step_)});
+  std::map<std::string, double> values{{"lr", lr},
+                                       {"train_loss", totals.mean_loss()},
+                                       {"train_acc", totals.accuracy()},
+                                       {"img_per_s", images_per_second},
+                                       {"elapsed_s", seconds_since(run_start_)}};
+  if (run_.scaler().enabled()) {
+    values["loss_scale"] = totals.loss_scale;
+    values["skipped_steps"] = static_cast<double>(totals.skipped_steps);
+    sums_.last_scale = totals.loss_scale;
+    sums_.skipped_steps = totals.skipped_steps;
+  }
+  if (metrics_) metrics_->write({"step", epoch, step_, values});
+  if (stop || periodic_checkpoint) {
+    progress_->clear();
+    const fs::path file = checkpoint_dir_ / checkpoint_file_name(step_);
+    write_checkpoint(file, epoch - 1, index + 1, values);
+    if (run_.main_process()) prune_checkpoints(checkpoint_dir_, config_.checkpoint.keep_last);
+    if (stop) stop_for_signal(file);
+  }
+  log::throw_if_file_failed();
+}
+
+std::optional<EvalResult> Trainer::evaluate(int64_t epoch, bool last_epoch, bool& new_best) {
+  new_best = false;
+  if (!due(epoch, config_.run.eval_every_epochs, last_epoch)) return std::nullopt;
+  std::optional<WeightAverage::Applied> averaged;  // with optim.ema_decay: evaluate the average
+  if (average_) averaged.emplace(*average_);
+  // Without SyncBatchNorm each rank's running statistics are its own: all evaluate (and rank 0
+  // saves) rank 0's, as DistributedDataParallel's broadcast_buffers does.
+  if (run_.group()) run_.group()->broadcast_from_main(run_.model()->buffers());
+  const EvalResult evaluation = evaluator_->run();
+  averaged.reset();
+  sums_.final_test_accuracy = evaluation.accuracy;
+  sums_.final_test_loss = evaluation.loss;
+  if (evaluation.accuracy > sums_.best_test_accuracy || sums_.best_epoch == 0) {
+    sums_.best_test_accuracy = evaluation.accuracy;
+    sums_.best_epoch = epoch;
+  }
+  if (config_.checkpoint.best_metric != config::BestMetric::none) {
+    const bool accuracy = config_.checkpoint.best_metric == config::BestMetric::test_acc;
+    const double value = accuracy ? evaluation.accuracy : evaluation.loss;
+    new_best = !sums_.has_best_metric || (accuracy ? value > sums_.best_metric : value < sums_.best_metric);
+    if (new_best) {
+      sums_.best_metric = value;
+      sums_.has_best_metric = true;
+    }
+  }
+  return evaluation;
+}
+
+/// The epoch's log line and metrics row, then its checkpoints: the state after this epoch.
+void Trainer::end_epoch(int64_t epoch, bool last_epoch, const std::optional<EvalResult>& evaluation, bool new_best) {
+  const double epoch_images_per_second = static_cast<double>(sums_.epoch.images) / sums_.epoch_seconds;
+  std::map<std::string, double> epoch_values{{"lr", schedule_.at(std::max<int64_t>(step_ - 1, 0))},
+                                             {"train_loss", sums_.epoch.mean_loss()},
+                                             {"train_acc", sums_.epoch.accuracy()},
+                                             {"img_per_s", epoch_images_per_second},
+                                             {"elapsed_s", seconds_since(run_start_)}};
+  std::string test_text;
+  if (run_.scaler().enabled()) {
+    epoch_values["loss_scale"] = sums_.last_scale;
+    epoch_values["skipped_steps"] = static_cast<double>(sums_.skipped_steps);
+    test_text += fmt::format(" | scale {:g}, {} skipped", sums_.last_scale, sums_.skipped_steps);
+  }
+  if (evaluation) {
+    epoch_values["test_loss"] = evaluation->loss;
+    epoch_values["test_acc"] = evaluation->accuracy;
+    test_text += fmt::format(" | test loss {:.4f} acc {:.2f}%", evaluation->loss, 100.0 * evaluation->accuracy);
+  }
+  spdlog::info("epoch {}/{} | train loss {:.4f} acc {:.2f}%{} | {:.0f} img/s | {} elapsed", epoch, epochs_,
+               sums_.epoch.mean_loss(), 100.0 * sums_.epoch.accuracy(), test_text, epoch_images_per_second,
+               format_duration(seconds_since(run_start_)));
+  if (metrics_) metrics_->write({"epoch", epoch, step_, epoch_values});
+
+  const bool stop = stop_requested_anywhere(run_.group(), run_.device());
+  sums_.epoch = StepTotals();
+  sums_.epoch_seconds = 0.0;
+  const fs::path file = checkpoint_dir_ / checkpoint_file_name(step_);
+  if (due(epoch, config_.checkpoint.every_epochs, last_epoch) || stop ||
+      (config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0)) {
+    write_checkpoint(file, epoch, 0, epoch_values);
+    if (run_.main_process()) prune_checkpoints(checkpoint_dir_, config_.checkpoint.keep_last);
+  }
+  if (new_best) write_checkpoint(checkpoint_dir_ / kBestCheckpointName, epoch, 0, epoch_values);
+  log::throw_if_file_failed();
+  if (stop && !last_epoch) stop_for_signal(file);
+}
+
+void Trainer::write_checkpoint(const fs::path& file, int64_t epochs_done, int64_t steps_done,
+                               const std::map<std::string, double>& values) {
+  if (!run_.main_process()) return;
+  CheckpointMeta meta;
+  meta.epoch = epochs_done;
+  meta.step = step_;
+  meta.epoch_steps_done = steps_done;
+  meta.config = config::to_json(config_);
+  meta.progress = sums_.to_json();
+  for (const auto& [key, value] : values) meta.metrics[key] = value;
+  save_checkpoint(file, *run_.model(), &run_.optimizer(), &run_.scaler(), meta,
+                  average_ ? average_->averaged_state_dict() : NamedTensors{});
+  spdlog::info("checkpoint {}", file.string());
+}
+
+void Trainer::stop_for_signal(const fs::path& file) const {
+  throw Interrupted(fmt::format("stopped by {} after step {}; checkpoint {} written: run the same command with "
+                                "--set checkpoint.resume=auto (or ={}) to continue",
+                                stop_cause(), step_, file.string(), file.string()));
+}
+
+TrainResult Trainer::summarize() {
+  TrainResult result = result_;
+  result.steps = step_;
+  result.final_test_accuracy = sums_.final_test_accuracy;
+  result.final_test_loss = sums_.final_test_loss;
+  result.best_test_accuracy = sums_.best_test_accuracy;
+  result.best_epoch = sums_.best_epoch;
+  result.train_seconds = sums_.train_seconds;
+  result.wall_seconds = seconds_since(run_start_);
   result.images_per_second =
-      result.train_seconds > 0 ? static_cast<double>(step * train_loader.batch_size() * ranks) / result.train_seconds
-                               : 0.0;
-  result.peak_memory_bytes = compat::peak_memory_bytes(device);
-  result.peak_reserved_bytes = compat::peak_reserved_bytes(device);
+      result.train_seconds > 0
+          ? static_cast<double>(step_ * run_.train_loader().batch_size() * run_.ranks()) / result.train_seconds
+          : 0.0;
+  result.peak_memory_bytes = compat::peak_memory_bytes(run_.device());
+  result.peak_reserved_bytes = compat::peak_reserved_bytes(run_.device());
   spdlog::info("done: {} epoch(s), {} steps in {} (training {}) | test accuracy {:.2f}%, best {:.2f}% (epoch {}) | "
                "{:.0f} img/s",
                result.epochs, result.steps, format_duration(result.wall_seconds),
                format_duration(result.train_seconds), 100.0 * result.final_test_accuracy,
                100.0 * result.best_test_accuracy, result.best_epoch, result.images_per_second);
-  if (main_process) {
-    io::write_text_file(run_dir / "summary.json", result_json(result).dump(2) + "\n");
+  if (run_.main_process()) {
+    io::write_text_file(run_dir_ / "summary.json", result_json(result).dump(2) + "\n");
     log::throw_if_file_failed();
     log::remove_file();
   }
-  // Their CUDA graphs hold all-reduces captured on the group's NCCL communicators; with the graphs
-  // alive, tearing the communicators down never returned (2 H200s, 2026-11-30).
-  train_step.reset();
-  evaluator.reset();
-  if (group) group->close();  // no process leaves while another may still need it
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
+  // From here SIGINT/SIGTERM are requests polled below: before anything is written, after each step.
+  const interrupt::StopRequests stop_requests;
+  // Everything that can fail on bad input fails here, before the run directory exists.
+  StartPoint start = choose_start(loaded);
+  RunParts parts;
+  parts.data_parallel = true;
+  parts.weights_from_caller = start.resume.has_value();  // a resumed run takes the checkpoint's weights
+  Run run(loaded, parts);
+  Trainer trainer(run, std::move(start), hooks);
+  return trainer.train();
 }
 
 }  // namespace ltrain::engine

@@ -38,17 +38,17 @@ WeightAverage::Applied::~Applied() {
   for (size_t i = 0; i < saved_.size(); ++i) average_.live_[i].detach().copy_(saved_[i]);
 }
 
-optim::NamedTensors WeightAverage::averaged_state_dict() const {
-  optim::NamedTensors out = model_state_;
+NamedTensors WeightAverage::averaged_state_dict() const {
+  NamedTensors out = model_state_;
   for (size_t i = 0; i < averaged_index_.size(); ++i) out[averaged_index_[i]].second = averages_[i];
   return out;
 }
 
-void WeightAverage::load(const optim::NamedTensors& averaged, const std::filesystem::path& file) {
+void WeightAverage::load(const NamedTensors& averaged, const std::filesystem::path& file) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < averaged_index_.size(); ++i) {
     const std::string& name = model_state_[averaged_index_[i]].first;
-    const torch::Tensor* saved = optim::find_tensor(averaged, name);
+    const torch::Tensor* saved = find_tensor(averaged, name);
     if (!saved || saved->sizes() != averages_[i].sizes())
       throw DataError(fmt::format("{}: the averaged weights (optim.ema_decay) lack \"{}\" or have another shape; "
                                   "resume without optim.ema_decay, or start a new run",

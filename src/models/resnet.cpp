@@ -45,7 +45,8 @@ struct Stages {
 /// shortcut whenever stride or channels change. Modules are created in torchvision's order
 /// (a block's downsample before its convs), so the random init draws come in the same order.
 template <class Block>
-Stages make_stages(int64_t width, const std::array<int64_t, 4>& blocks_per_stage) {
+Stages make_stages(int64_t width, const std::array<int64_t, 4>& blocks_per_stage,
+                   const std::shared_ptr<const BatchNormPolicy>& batchnorm) {
   Stages stages{{}, width};
   int64_t in_channels = width;  // the stem's output
   for (size_t stage = 0; stage < stages.layers.size(); ++stage) {
@@ -56,9 +57,9 @@ Stages make_stages(int64_t width, const std::array<int64_t, 4>& blocks_per_stage
       const int64_t stride = (stage > 0 && index == 0) ? 2 : 1;
       torch::nn::Sequential projection{nullptr};
       if (stride != 1 || in_channels != out_channels)
-        projection =
-            torch::nn::Sequential(conv_no_bias(in_channels, out_channels, 1, stride), BatchNorm2d(out_channels));
-      layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection)));
+        projection = torch::nn::Sequential(conv_no_bias(in_channels, out_channels, 1, stride),
+                                           BatchNorm2d(out_channels, batchnorm));
+      layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection), batchnorm));
       in_channels = out_channels;
     }
     stages.layers[stage] = layer;
@@ -81,7 +82,10 @@ BatchNormParameters kernel_parameters_of(const BatchNorm2dImpl& norm) {
 
 }  // namespace
 
-BatchNorm2dImpl::BatchNorm2dImpl(int64_t channels) : channels_(channels) { reset(); }
+BatchNorm2dImpl::BatchNorm2dImpl(int64_t channels, std::shared_ptr<const BatchNormPolicy> policy)
+    : channels_(channels), policy_(std::move(policy)) {
+  reset();
+}
 
 void BatchNorm2dImpl::reset() {
   // PyTorch's registration order: weight, bias, running_mean, running_var, num_batches_tracked.
@@ -93,8 +97,8 @@ void BatchNorm2dImpl::reset() {
 }
 
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
-  if (sum_over_ranks && is_training()) return synchronized_forward(x);
-  if (own_kernels && is_training()) {
+  if (policy_->sum_over_ranks && is_training()) return synchronized_forward(x);
+  if (policy_->own_kernels && is_training()) {
     torch::Tensor y = try_own_batchnorm(x, {}, /*relu=*/false, kernel_parameters_of(*this));
     if (y.defined()) return y;
   }
@@ -104,11 +108,11 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual,
                                             torch::Tensor* second_output) {
-  if (is_training() && !sum_over_ranks) {
+  if (is_training() && !policy_->sum_over_ranks) {
     const BatchNormParameters parameters = kernel_parameters_of(*this);
     torch::Tensor fused;
-    if (own_kernels) fused = try_own_batchnorm(x, residual, /*relu=*/true, parameters, second_output);
-    if (!fused.defined() && fuse_relu) fused = try_fused_batchnorm_relu(x, residual, parameters);
+    if (policy_->own_kernels) fused = try_own_batchnorm(x, residual, /*relu=*/true, parameters, second_output);
+    if (!fused.defined() && policy_->cudnn_fused_relu) fused = try_fused_batchnorm_relu(x, residual, parameters);
     if (fused.defined()) return fused;
   }
   // In place, as torchvision does: BatchNorm's backward needs its input, not its output, so its
@@ -123,7 +127,7 @@ torch::Tensor BatchNorm2dImpl::synchronized_forward(const torch::Tensor& x) {
   const std::vector<int64_t> reduced{0, 2, 3};
   const double local_count = static_cast<double>(x.numel() / channels_);
   // [2C+1]: per-channel sums and sums of squares, and the number of values per channel.
-  const torch::Tensor stats = sum_over_ranks(torch::cat(
+  const torch::Tensor stats = policy_->sum_over_ranks(torch::cat(
       {x32.sum(reduced), x32.square().sum(reduced), torch::full({1}, local_count, x32.options())}));
   const torch::Tensor count = stats.narrow(0, 2 * channels_, 1);                 // [1]
   const torch::Tensor mean = stats.narrow(0, 0, channels_) / count;             // [C]
@@ -137,11 +141,6 @@ torch::Tensor BatchNorm2dImpl::synchronized_forward(const torch::Tensor& x) {
   const std::vector<int64_t> per_channel{1, channels_, 1, 1};
   const torch::Tensor scale = (weight * torch::rsqrt(variance + kEps)).view(per_channel);
   return ((x32 - mean.view(per_channel)) * scale + bias.view(per_channel)).to(x.scalar_type());
-}
-
-void synchronize_batchnorm(torch::nn::Module& model, const std::function<torch::Tensor(const torch::Tensor&)>& sum_over_ranks) {
-  for (const auto& module : model.modules(/*include_self=*/false))
-    if (auto* batch_norm = module->as<BatchNorm2d>()) batch_norm->sum_over_ranks = sum_over_ranks;
 }
 
 // ---- Residual blocks ---------------------------------------------------------------------------
@@ -163,12 +162,12 @@ void ResidualBlockImpl::register_downsample(torch::nn::Sequential projection) {
   if (projection) downsample = register_module("downsample", std::move(projection));
 }
 
-BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride,
-                               torch::nn::Sequential projection) {
+BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
+                               const std::shared_ptr<const BatchNormPolicy>& batchnorm) {
   conv1 = register_module("conv1", conv_no_bias(in_channels, planes, 3, stride));
-  bn1 = register_module("bn1", BatchNorm2d(planes));
+  bn1 = register_module("bn1", BatchNorm2d(planes, batchnorm));
   conv2 = register_module("conv2", conv_no_bias(planes, planes, 3, 1));
-  bn2 = register_module("bn2", BatchNorm2d(planes));
+  bn2 = register_module("bn2", BatchNorm2d(planes, batchnorm));
   register_downsample(std::move(projection));
 }
 
@@ -177,14 +176,14 @@ torch::Tensor BasicBlockImpl::residual_branch(torch::Tensor x) {
   return conv2->forward(x);
 }
 
-BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride,
-                               torch::nn::Sequential projection) {
+BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
+                               const std::shared_ptr<const BatchNormPolicy>& batchnorm) {
   conv1 = register_module("conv1", conv_no_bias(in_channels, planes, 1, 1));
-  bn1 = register_module("bn1", BatchNorm2d(planes));
+  bn1 = register_module("bn1", BatchNorm2d(planes, batchnorm));
   conv2 = register_module("conv2", conv_no_bias(planes, planes, 3, stride));  // v1.5: stride here
-  bn2 = register_module("bn2", BatchNorm2d(planes));
+  bn2 = register_module("bn2", BatchNorm2d(planes, batchnorm));
   conv3 = register_module("conv3", conv_no_bias(planes, planes * expansion, 1, 1));
-  bn3 = register_module("bn3", BatchNorm2d(planes * expansion));
+  bn3 = register_module("bn3", BatchNorm2d(planes * expansion, batchnorm));
   register_downsample(std::move(projection));
 }
 
@@ -196,18 +195,21 @@ torch::Tensor BottleneckImpl::residual_branch(torch::Tensor x) {
 
 // ---- ResNet ------------------------------------------------------------------------------------
 
-ResNetImpl::ResNetImpl(const config::ModelSection& options) : options_(options) {
+ResNetImpl::ResNetImpl(const config::ModelSection& options)
+    : options_(options), batchnorm_policy_(std::make_shared<BatchNormPolicy>()) {
+  batchnorm_policy_->own_kernels = options_.own_batchnorm;
+  batchnorm_policy_->cudnn_fused_relu = options_.fused_batchnorm;
   const int64_t width = options_.width;
   if (options_.stem == config::Stem::imagenet) {
     conv1 = register_module("conv1", conv_no_bias(3, width, 7, 2));
   } else {
     conv1 = register_module("conv1", conv_no_bias(3, width, 3, 1));
   }
-  bn1 = register_module("bn1", BatchNorm2d(width));
+  bn1 = register_module("bn1", BatchNorm2d(width, batchnorm_policy_));
 
   const ArchSpec spec = arch_spec(options_.arch);
-  Stages stages = spec.bottleneck ? make_stages<BottleneckImpl>(width, spec.blocks_per_stage)
-                                  : make_stages<BasicBlockImpl>(width, spec.blocks_per_stage);
+  Stages stages = spec.bottleneck ? make_stages<BottleneckImpl>(width, spec.blocks_per_stage, batchnorm_policy_)
+                                  : make_stages<BasicBlockImpl>(width, spec.blocks_per_stage, batchnorm_policy_);
   const std::array<torch::nn::Sequential*, 4> layer_members{&layer1, &layer2, &layer3, &layer4};
   for (size_t stage = 0; stage < layer_members.size(); ++stage)
     *layer_members[stage] = register_module("layer" + std::to_string(stage + 1), stages.layers[stage]);
@@ -217,11 +219,11 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options) : options_(options) 
   checkpoint_segments_ = split_into_segments(blocks(), options_.checkpoint_segments);
   // Handles stay valid through to(device) and load_state_dict, which change the tensors in place.
   for (const auto& module : modules(/*include_self=*/false))
-    if (auto* batch_norm = module->as<BatchNorm2d>()) {
-      batch_counters_.push_back(batch_norm->num_batches_tracked);
-      batch_norm->fuse_relu = options_.fused_batchnorm;
-      batch_norm->own_kernels = options_.own_batchnorm;
-    }
+    if (auto* batch_norm = module->as<BatchNorm2d>()) batch_counters_.push_back(batch_norm->num_batches_tracked);
+}
+
+void ResNetImpl::synchronize_batchnorm(std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks) {
+  batchnorm_policy_->sum_over_ranks = std::move(sum_over_ranks);
 }
 
 void ResNetImpl::count_training_batch() {

@@ -16,14 +16,8 @@ kernels::KernelFit gradient_kernels_fit(const torch::Device&) { return {false, "
 
 bool gradient_kernels_run_on(const torch::Device&) { return false; }
 
-bool takes_gradient_kernels(const std::vector<torch::Tensor>&) { return false; }
-
-void find_non_finite(const std::vector<torch::Tensor>&, const torch::Tensor&) {
-  throw std::logic_error("find_non_finite: this build has no CUDA kernels");
-}
-
 void sgd_step(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
-              const std::vector<double>&, double, bool, const torch::Tensor&, const ScalerState&,
+              const std::vector<double>&, double, bool, const torch::Tensor&, const amp::ScalerState&,
               const std::vector<torch::Tensor>&) {
   throw std::logic_error("sgd_step: this build has no CUDA kernels");
 }
@@ -31,14 +25,6 @@ void sgd_step(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor
 #else
 
 namespace {
-
-kernels::GradientView view_of(const torch::Tensor& gradient) {
-  kernels::GradientView view;
-  view.data = gradient.data_ptr();
-  view.count = gradient.numel();
-  kernels::element_type_of(gradient.scalar_type(), view.type);
-  return view;
-}
 
 /// Whether a and b (same sizes, each dense) hold their elements in one memory order: equal strides
 /// in every dimension of more than one element. A 1x1 convolution's weight [out, in, 1, 1] has
@@ -60,33 +46,11 @@ kernels::KernelFit gradient_kernels_fit(const torch::Device& device) {
   return kernels::fit_on(device, kernels::gradient_kernels_fit);
 }
 
-bool gradient_kernels_run_on(const torch::Device& device) {
-  return kernels::runs_on(device, kernels::gradient_kernels_fit, "SGD and inf/NaN check",
-                          "LibTorch's fused SGD and inf/NaN check");
-}
-
-bool takes_gradient_kernels(const std::vector<torch::Tensor>& gradients) {
-  kernels::ElementType type{};
-  for (const torch::Tensor& gradient : gradients) {
-    if (!gradient.defined() || !gradient.is_cuda() || !gradient.is_non_overlapping_and_dense()) return false;
-    if (!kernels::element_type_of(gradient.scalar_type(), type)) return false;
-  }
-  return gradients.empty() || gradient_kernels_run_on(gradients.front().device());
-}
-
-void find_non_finite(const std::vector<torch::Tensor>& gradients, const torch::Tensor& found_inf) {
-  if (gradients.empty()) return;
-  std::vector<kernels::GradientView> views;
-  views.reserve(gradients.size());
-  for (const torch::Tensor& gradient : gradients) views.push_back(view_of(gradient));
-  kernels::throw_on_error(kernels::find_non_finite(views.data(), static_cast<int64_t>(views.size()),
-                                                   found_inf.data_ptr<float>(), kernels::current_stream_of(found_inf)),
-                          "inf/NaN check kernel");
-}
+bool gradient_kernels_run_on(const torch::Device& device) { return kernels::gradient_kernels_run_on(device); }
 
 void sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& gradients,
               const std::vector<torch::Tensor>& momentum_buffers, const std::vector<double>& weight_decays,
-              double momentum, bool nesterov, const torch::Tensor& lr, const ScalerState& scaler,
+              double momentum, bool nesterov, const torch::Tensor& lr, const amp::ScalerState& scaler,
               const std::vector<torch::Tensor>& low_precision_copies) {
   if (params.empty()) return;
   if (!low_precision_copies.empty() && low_precision_copies.size() != params.size())
@@ -107,7 +71,7 @@ void sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch:
     kernels::SgdParameter entry;
     entry.value = param.data_ptr<float>();
     entry.momentum_buffer = momentum_buffers.empty() ? nullptr : momentum_buffers[i].data_ptr<float>();
-    entry.gradient = view_of(gradient);
+    entry.gradient = kernels::gradient_view_of(gradient);
     entry.weight_decay = static_cast<float>(weight_decays[i]);
     if (!low_precision_copies.empty() && low_precision_copies[i].defined()) {
       const torch::Tensor& copy = low_precision_copies[i];
@@ -131,7 +95,7 @@ void sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch:
       kernels::sgd_step(entries.data(), static_cast<int64_t>(entries.size()), settings, kernels::current_stream_of(lr)),
       "SGD kernel");
   // Written in place behind autograd's back: say so, as ATen's in-place operators do (what
-  // amp::LowPrecisionWeights reads to tell whether its mirrors still match).
+  // amp::LowPrecisionWeights reads to tell whether its copies still match).
   for (const torch::Tensor& param : params) param.unsafeGetTensorImpl()->bump_version();
 }
 

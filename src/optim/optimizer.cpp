@@ -8,12 +8,13 @@
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/optim/gradient_kernels.h"
+#include "ltrain/optim/torch_fused.h"
 
 namespace ltrain::optim {
 namespace {
 
 /// The gradient the update uses: divided by the scaler's scale when it is still in it.
-torch::Tensor unscaled(const torch::Tensor& grad, const ScalerState& scaler) {
+torch::Tensor unscaled(const torch::Tensor& grad, const amp::ScalerState& scaler) {
   return scaler.grad_scale.defined() ? grad / scaler.grad_scale : grad;
 }
 
@@ -23,7 +24,7 @@ void assign(const torch::Tensor& target, const torch::Tensor& value, const torch
 }
 
 /// [1] bool on the device, or undefined when no step is ever skipped.
-torch::Tensor skip_mask(const ScalerState& scaler) {
+torch::Tensor skip_mask(const amp::ScalerState& scaler) {
   return scaler.found_inf.defined() ? scaler.found_inf > 0 : torch::Tensor();
 }
 
@@ -53,7 +54,7 @@ class Sgd final : public Optimizer {
     }
   }
 
-  void step(const ScalerState& scaler, const std::vector<torch::Tensor>& given) override {
+  void step(const amp::ScalerState& scaler, const std::vector<torch::Tensor>& given) override {
     torch::NoGradGuard no_grad;
     const std::vector<torch::Tensor> grads = given.empty() ? gradients() : given;
     if (kernel_ == SgdKernel::own) {
@@ -71,7 +72,7 @@ class Sgd final : public Optimizer {
                              : std::vector<torch::Tensor>(all.begin() + static_cast<std::ptrdiff_t>(first),
                                                           all.begin() + static_cast<std::ptrdiff_t>(first) + count);
         };
-        compat::fused_sgd(group.params, part(grads), part(buffers_), group.weight_decay, momentum_, lr_, nesterov_,
+        fused_sgd(group.params, part(grads), part(buffers_), group.weight_decay, momentum_, lr_, nesterov_,
                           scaler.grad_scale, scaler.found_inf);
         first += group.params.size();
       }
@@ -141,7 +142,7 @@ class AdamW final : public Optimizer {
     }
   }
 
-  void step(const ScalerState& scaler, const std::vector<torch::Tensor>& given) override {
+  void step(const amp::ScalerState& scaler, const std::vector<torch::Tensor>& given) override {
     torch::NoGradGuard no_grad;
     const std::vector<torch::Tensor> grads = given.empty() ? gradients() : given;
     step_count_.add_(1.0);
@@ -165,7 +166,7 @@ class AdamW final : public Optimizer {
 
  private:
   void fused_group_step(const ParamGroup& group, size_t first, const std::vector<torch::Tensor>& all_grads,
-                        const ScalerState& scaler) {
+                        const amp::ScalerState& scaler) {
     std::vector<torch::Tensor> grads, averages, squares;
     for (size_t i = 0; i < group.params.size(); ++i) {
       grads.push_back(all_grads[first + i]);
@@ -174,12 +175,12 @@ class AdamW final : public Optimizer {
     }
     // The kernel reads one step count per parameter; they all share ours.
     const std::vector<torch::Tensor> steps(group.params.size(), step_count_);
-    compat::fused_adamw(group.params, grads, averages, squares, steps, lr_, beta1_, beta2_, group.weight_decay, eps_,
+    fused_adamw(group.params, grads, averages, squares, steps, lr_, beta1_, beta2_, group.weight_decay, eps_,
                         scaler.grad_scale, scaler.found_inf);
   }
 
   void portable_group_step(const ParamGroup& group, size_t first, const std::vector<torch::Tensor>& grads,
-                           const ScalerState& scaler) {
+                           const amp::ScalerState& scaler) {
     const torch::Tensor skip = skip_mask(scaler);
     // 0-dim device tensors: 1 - beta^t for the bias corrections.
     const torch::Tensor correction1 = 1.0 - torch::pow(beta1_, step_count_);
@@ -210,11 +211,6 @@ class AdamW final : public Optimizer {
 };
 
 }  // namespace
-
-const torch::Tensor* find_tensor(const NamedTensors& tensors, const std::string& name) {
-  auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& entry) { return entry.first == name; });
-  return it == tensors.end() ? nullptr : &it->second;
-}
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, const torch::Device& device, bool fused)
     : groups_(std::move(groups)),
@@ -281,11 +277,11 @@ std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, c
     case config::OptimizerKind::sgd: {
       SgdKernel kernel = SgdKernel::portable;
       if (fused && gradient_kernels_run_on(device)) kernel = SgdKernel::own;
-      else if (fused && compat::has_fused_optimizers()) kernel = SgdKernel::libtorch;
+      else if (fused && has_fused_optimizers()) kernel = SgdKernel::libtorch;
       return std::make_unique<Sgd>(std::move(groups), options, device, kernel);
     }
     case config::OptimizerKind::adamw:
-      return std::make_unique<AdamW>(std::move(groups), options, device, fused && compat::has_fused_optimizers());
+      return std::make_unique<AdamW>(std::move(groups), options, device, fused && has_fused_optimizers());
   }
   throw std::invalid_argument("make_optimizer: unknown optimizer");
 }

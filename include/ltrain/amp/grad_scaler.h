@@ -11,7 +11,8 @@
 
 #include <torch/torch.h>
 
-#include "ltrain/optim/optimizer.h"
+#include "ltrain/amp/scaler_state.h"
+#include "ltrain/core/named_tensors.h"
 
 namespace ltrain::amp {
 
@@ -37,11 +38,11 @@ class GradScaler {
 
   /// Sets found_inf if any gradient value is inf or NaN, leaving the gradients scaled (for
   /// optimizers that take the scale and unscale inside their own kernel). On the GPU the
-  /// gradients may mix float32, fp16 and bf16 (optim::find_non_finite).
+  /// gradients may mix float32, fp16 and bf16 (ltrain's inf/NaN check kernel, where it runs).
   void check(const std::vector<torch::Tensor>& grads);
 
   /// What the optimizer step needs: the scale when the gradients are still scaled, and found_inf.
-  optim::ScalerState step_state(bool gradients_unscaled) const;
+  ScalerState step_state(bool gradients_unscaled) const;
 
   /// After the optimizer step: backs off or grows the scale, counts a skipped step.
   void update();
@@ -52,8 +53,8 @@ class GradScaler {
   const torch::Tensor& consecutive_skips() const { return consecutive_skips_; }  ///< [1] int64
 
   /// scale, growth_tracker, skipped_steps, consecutive_skips: for checkpoints.
-  optim::NamedTensors state() const;
-  void load_state(const optim::NamedTensors& state);
+  NamedTensors state() const;
+  void load_state(const NamedTensors& state);
 
  private:
   void find_non_finite(const std::vector<torch::Tensor>& grads, const torch::Tensor& inv_scale);

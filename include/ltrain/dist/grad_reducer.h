@@ -17,7 +17,7 @@ namespace ltrain::dist {
 
 /// One parameter as the backward pass sees it: `param` holds the float32 gradient the optimizer
 /// reads (.grad); `leaf` is the tensor autograd computes the gradient of: the parameter itself,
-/// or under autocast its low-precision mirror (amp::LowPrecisionWeights).
+/// or under autocast its low-precision copy (amp::LowPrecisionWeights).
 struct GradientSource {
   torch::Tensor param;
   torch::Tensor leaf;
@@ -36,7 +36,7 @@ class GradientReducer {
   /// Call before the backward pass of the step's last micro-batch. `accumulated`: earlier
   /// micro-batches' gradients are in the parameters' .grad and count too.
   void arm(bool accumulated);
-  /// Call after that backward pass (and after the mirrors' gradients are collected into the
+  /// Call after that backward pass (and after the copies' gradients are collected into the
   /// float32 ones): waits for every bucket and makes each .grad the mean over ranks, a view of
   /// its bucket (so the next step's accumulation must start from zero_grad).
   void finish();

@@ -34,23 +34,23 @@ struct CheckpointMeta {
 
 struct Checkpoint {
   CheckpointMeta meta;
-  optim::NamedTensors model;      ///< state_dict names, CPU tensors
-  optim::NamedTensors optimizer;  ///< optimizer state names, CPU tensors
-  optim::NamedTensors scaler;     ///< GradScaler state (empty without one)
-  optim::NamedTensors rng;        ///< "cpu", "cuda:N": generator states
+  NamedTensors model;      ///< state_dict names, CPU tensors
+  NamedTensors optimizer;  ///< optimizer state names, CPU tensors
+  NamedTensors scaler;     ///< GradScaler state (empty without one)
+  NamedTensors rng;        ///< "cpu", "cuda:N": generator states
   /// With optim.ema_decay: the model's state_dict with the averaged values (else empty).
-  optim::NamedTensors averaged_weights;
+  NamedTensors averaged_weights;
 };
 
 /// The weights the run evaluated: the averaged ones with optim.ema_decay, else the model's.
-const optim::NamedTensors& evaluation_weights(const Checkpoint& checkpoint);
+const NamedTensors& evaluation_weights(const Checkpoint& checkpoint);
 
 /// Writes a checkpoint atomically, with the CPU generator's state and, for a model on a GPU, that
 /// GPU's. `optimizer` and `scaler` may be null (weights only). RunError when the disk refuses; the
 /// file it would replace, and every other, stays as it was.
 void save_checkpoint(const std::filesystem::path& file, const torch::nn::Module& model,
                      const optim::Optimizer* optimizer, const amp::GradScaler* scaler, const CheckpointMeta& meta,
-                     const optim::NamedTensors& averaged_weights = {});
+                     const NamedTensors& averaged_weights = {});
 
 /// Reads and verifies a checkpoint; DataError naming the file when it is not one. A directory, a
 /// FIFO or a device is refused before it is opened.

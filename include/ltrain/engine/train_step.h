@@ -57,9 +57,6 @@ class TrainStep {
   /// The step's device work on `images` [K*B,3,32,32] float32 and `labels` [K*B] int64, with no
   /// host sync and no host state that changes between steps (it may be captured once and replayed).
   void enqueue(const torch::Tensor& images, const torch::Tensor& labels);
-  /// With low_precision_gradients_: each leaf's gradient (moved out of it), in optimizer order.
-  std::vector<torch::Tensor> take_leaf_gradients();
-
   models::ResNet model_;
   optim::Optimizer& optimizer_;
   amp::GradScaler& scaler_;
@@ -69,12 +66,10 @@ class TrainStep {
   double clip_grad_norm_;
   double label_smoothing_;
   std::optional<amp::LowPrecisionWeights> low_precision_weights_;  // with autocast (fp16/bf16)
-  // With autocast, the optimizer reads the mirrors' fp16/bf16 gradients as they are, with no
-  // float32 copy, when it can and nothing else needs float32 ones (accumulation, clipping,
-  // data-parallel averaging). gradient_leaves_ then holds, per optimizer parameter in group
-  // order, the tensor whose gradient the backward pass computes: its mirror, or itself.
+  // With autocast, the optimizer reads the copies' fp16/bf16 gradients as they are, with no
+  // float32 gradients, when it can and nothing else needs float32 ones (accumulation, clipping,
+  // data-parallel averaging).
   bool low_precision_gradients_ = false;
-  std::vector<torch::Tensor> gradient_leaves_;
   torch::Tensor loss_sum_;  // [] float32 on the device
   torch::Tensor correct_;   // [] int64 on the device
   int64_t images_ = 0;

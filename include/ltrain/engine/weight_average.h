@@ -38,14 +38,14 @@ class WeightAverage {
 
   /// The model's state_dict with the averaged values (integer buffers: the model's), for the
   /// checkpoint's averaged weights and for evaluation and export.
-  optim::NamedTensors averaged_state_dict() const;
+  NamedTensors averaged_state_dict() const;
   /// Takes the averaged values from a checkpoint's averaged weights; DataError naming `file` when
   /// one is missing or has another shape.
-  void load(const optim::NamedTensors& averaged, const std::filesystem::path& file);
+  void load(const NamedTensors& averaged, const std::filesystem::path& file);
 
  private:
   double decay_;
-  optim::NamedTensors model_state_;     // the model's state_dict (aliases of its tensors)
+  NamedTensors model_state_;     // the model's state_dict (aliases of its tensors)
   std::vector<size_t> averaged_index_;  // positions in model_state_ of the floating-point entries
   std::vector<torch::Tensor> live_;     // those entries of the model
   std::vector<torch::Tensor> averages_;  // their averages, same shapes, dtypes and devices

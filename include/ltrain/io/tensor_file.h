@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-namespace ltrain::io {
+#include "ltrain/core/named_tensors.h"
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+namespace ltrain::io {
 
 /// Writes `tensors` (any device; copied to the CPU, contiguous) as a safetensors file with
 /// string `metadata` in its "__metadata__" entry.

@@ -15,9 +15,11 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ltrain/kernels/device_limits.h"
 #include "ltrain/kernels/element_type.h"
+#include "ltrain/kernels/sgd_step.h"
 
 namespace ltrain::kernels {
 
@@ -87,6 +89,32 @@ inline bool warn_unless_fit(const torch::Device& device, KernelFit (*fit)(), con
 inline bool runs_on(const torch::Device& device, KernelFit (*fit)(), const char* kernels, const char* instead) {
   return warn_unless_fit(device, kernel_image_fit, "own CUDA", "LibTorch's and cuDNN's kernels") &&
          warn_unless_fit(device, fit, kernels, instead);
+}
+
+/// Whether the gradient kernels (SGD step and inf/NaN check, kernels/sgd_step.h) run on CUDA
+/// `device`; where they do not, one warning says why and what runs instead.
+inline bool gradient_kernels_run_on(const torch::Device& device) {
+  return runs_on(device, gradient_kernels_fit, "SGD and inf/NaN check", "LibTorch's fused SGD and inf/NaN check");
+}
+
+/// True when the gradient kernels can read every one of `gradients`: defined, on a GPU they run on,
+/// float32, fp16 or bf16, and dense (no gaps, no overlaps).
+inline bool gradient_kernels_read(const std::vector<torch::Tensor>& gradients) {
+  ElementType type{};
+  for (const torch::Tensor& gradient : gradients) {
+    if (!gradient.defined() || !gradient.is_cuda() || !gradient.is_non_overlapping_and_dense()) return false;
+    if (!element_type_of(gradient.scalar_type(), type)) return false;
+  }
+  return gradients.empty() || gradient_kernels_run_on(gradients.front().device());
+}
+
+/// A dense gradient as the kernels see it (its dtype one element_type_of knows).
+inline GradientView gradient_view_of(const torch::Tensor& gradient) {
+  GradientView view;
+  view.data = gradient.data_ptr();
+  view.count = gradient.numel();
+  element_type_of(gradient.scalar_type(), view.type);
+  return view;
 }
 
 }  // namespace ltrain::kernels

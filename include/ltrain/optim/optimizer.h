@@ -10,20 +10,11 @@
 
 #include <torch/torch.h>
 
+#include "ltrain/amp/scaler_state.h"
 #include "ltrain/config/config.h"
+#include "ltrain/core/named_tensors.h"
 
 namespace ltrain::optim {
-
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
-
-/// The tensor named `name` in `tensors`, or nullptr.
-const torch::Tensor* find_tensor(const NamedTensors& tensors, const std::string& name);
-
-/// What a GradScaler hands the optimizer step. Both are optional (undefined tensors).
-struct ScalerState {
-  torch::Tensor grad_scale;  ///< [1] float32: gradients are still multiplied by it and are divided in the step
-  torch::Tensor found_inf;   ///< [1] float32: 1 makes the step change nothing (decided on the device)
-};
 
 /// Parameters that share a weight decay.
 struct ParamGroup {
@@ -40,7 +31,7 @@ class Optimizer {
   /// .grad(), or `gradients` when given: one per parameter in group order (as gradients() lists
   /// them), float32, or fp16/bf16 where takes_low_precision_gradients(). With a scaler state,
   /// the gradients are divided by grad_scale first and nothing changes when found_inf is 1.
-  virtual void step(const ScalerState& scaler = {}, const std::vector<torch::Tensor>& gradients = {}) = 0;
+  virtual void step(const amp::ScalerState& scaler = {}, const std::vector<torch::Tensor>& gradients = {}) = 0;
 
   /// True when the step runs a fused multi-tensor kernel (CUDA): step_kernel() says whose.
   bool fused() const { return fused_; }
