@@ -134,23 +134,23 @@ TEST(GradScaler, StateRoundTrips) {
 }
 
 TEST(Autocast, GuardSetsAndRestoresStateEvenThroughExceptions) {
-  const bool enabled_before = amp::autocast_enabled(torch::kCPU);
-  const auto dtype_before = amp::autocast_dtype(torch::kCPU);
+  const bool enabled_before = compat::autocast_enabled(torch::kCPU);
+  const auto dtype_before = compat::autocast_dtype(torch::kCPU);
   ASSERT_FALSE(enabled_before);
   try {
     const amp::AutocastGuard outer(torch::kCPU, torch::kBFloat16);
-    EXPECT_TRUE(amp::autocast_enabled(torch::kCPU));
-    EXPECT_EQ(amp::autocast_dtype(torch::kCPU), torch::kBFloat16);
+    EXPECT_TRUE(compat::autocast_enabled(torch::kCPU));
+    EXPECT_EQ(compat::autocast_dtype(torch::kCPU), torch::kBFloat16);
     EXPECT_EQ(torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(), torch::kBFloat16);
     {
       const amp::AutocastGuard disabled(torch::kCPU, torch::kBFloat16, /*enabled=*/false);
-      EXPECT_TRUE(amp::autocast_enabled(torch::kCPU));  // a disabled guard changes nothing
+      EXPECT_TRUE(compat::autocast_enabled(torch::kCPU));  // a disabled guard changes nothing
     }
     throw std::runtime_error("escapes the guard");
   } catch (const std::runtime_error&) {
   }
-  EXPECT_EQ(amp::autocast_enabled(torch::kCPU), enabled_before);
-  EXPECT_EQ(amp::autocast_dtype(torch::kCPU), dtype_before);
+  EXPECT_EQ(compat::autocast_enabled(torch::kCPU), enabled_before);
+  EXPECT_EQ(compat::autocast_dtype(torch::kCPU), dtype_before);
   EXPECT_EQ(torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(), torch::kFloat32);
 }
 

@@ -21,7 +21,6 @@
 #include "ltrain/models/own_batchnorm.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/optim/gradient_kernels.h"
-#include "ltrain/optim/torch_fused.h"
 #include "support.h"
 
 // Skips a test of ltrain's own kernels where they do not run (a build without an image for this GPU),
@@ -83,7 +82,7 @@ TEST(MixedPrecision, Fp16AndBf16LossesAreFiniteAndFall_CUDA) {
 
 TEST(MixedPrecision, FusedAndPortableOptimizersAgree_CUDA) {
   LTRAIN_REQUIRE_CUDA();
-  if (!optim::has_fused_optimizers()) GTEST_SKIP() << "this LibTorch has no fused optimizers";
+  if (!compat::has_fused_optimizers()) GTEST_SKIP() << "this LibTorch has no fused optimizers";
   // The same parameters and the same scaled gradients go through both paths; step 1 carries an
   // inf (found_inf = 1) that both must skip on the device. Only the update arithmetic differs,
   // so the weights and the optimizer state must agree to float32 rounding.

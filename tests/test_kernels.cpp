@@ -17,7 +17,6 @@
 #include "ltrain/models/max_pool.h"
 #include "ltrain/models/own_batchnorm.h"
 #include "ltrain/optim/gradient_kernels.h"
-#include "ltrain/optim/torch_fused.h"
 #include "support.h"
 
 namespace ltrain {
@@ -355,7 +354,7 @@ TEST(Kernels, TheModelAndTheOptimizerRunOwnKernelsExactlyWhereTheyFit_CUDA) {
   const auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
   EXPECT_EQ(optimizer->takes_low_precision_gradients(), optim::gradient_kernels_fit(cuda).runs);
   // LibTorch's fused SGD where ltrain's kernel does not run.
-  EXPECT_EQ(optimizer->fused(), optim::gradient_kernels_fit(cuda).runs || optim::has_fused_optimizers());
+  EXPECT_EQ(optimizer->fused(), optim::gradient_kernels_fit(cuda).runs || compat::has_fused_optimizers());
   // A kernel family that does not run says why.
   for (const kernels::KernelFit& fit :
        {models::own_batchnorm_fit(cuda), models::own_max_pool_fit(cuda), optim::gradient_kernels_fit(cuda)})

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/version.h>
@@ -50,6 +51,71 @@ void set_cudnn(bool benchmark, bool deterministic, int benchmark_limit) {
   at::globalContext().setBenchmarkLimitCuDNN(benchmark_limit);
   at::globalContext().setDeterministicCuDNN(deterministic);
 }
+
+// LibTorch 2.4 replaced the per-backend autocast functions with ones taking a device type.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool autocast_enabled(torch::DeviceType device_type) { return at::autocast::is_autocast_enabled(device_type); }
+torch::ScalarType autocast_dtype(torch::DeviceType device_type) { return at::autocast::get_autocast_dtype(device_type); }
+void set_autocast(torch::DeviceType device_type, bool enabled, torch::ScalarType dtype) {
+  at::autocast::set_autocast_enabled(device_type, enabled);
+  at::autocast::set_autocast_dtype(device_type, dtype);
+}
+#else
+bool autocast_enabled(torch::DeviceType device_type) {
+  return device_type == torch::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+torch::ScalarType autocast_dtype(torch::DeviceType device_type) {
+  return device_type == torch::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+void set_autocast(torch::DeviceType device_type, bool enabled, torch::ScalarType dtype) {
+  if (device_type == torch::kCUDA) {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+}
+#endif
+int autocast_increment_nesting() { return at::autocast::increment_nesting(); }
+int autocast_decrement_nesting() { return at::autocast::decrement_nesting(); }
+void autocast_clear_cache() { at::autocast::clear_cache(); }
+bool autocast_cache_enabled() { return at::autocast::is_autocast_cache_enabled(); }
+void set_autocast_cache_enabled(bool enabled) { at::autocast::set_autocast_cache_enabled(enabled); }
+
+#if LTRAIN_TORCH_HAS_FUSED_OPTIMIZERS
+namespace {
+c10::optional<torch::Tensor> optional_tensor(const torch::Tensor& tensor) {
+  return tensor.defined() ? c10::optional<torch::Tensor>(tensor) : c10::nullopt;
+}
+}  // namespace
+
+void fused_sgd(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+               const std::vector<torch::Tensor>& momentum_buffers, double weight_decay, double momentum,
+               const torch::Tensor& lr, bool nesterov, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+  // The buffers start at zero, so the "first step" branch (copy the gradient) is not needed.
+  at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum, lr, /*dampening=*/0.0, nesterov,
+                  /*maximize=*/false, /*is_first_step=*/false, optional_tensor(grad_scale), optional_tensor(found_inf));
+}
+
+void fused_adamw(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                 const std::vector<torch::Tensor>& exp_avgs, const std::vector<torch::Tensor>& exp_avg_sqs,
+                 const std::vector<torch::Tensor>& steps, const torch::Tensor& lr, double beta1, double beta2,
+                 double weight_decay, double eps, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, beta2, weight_decay,
+                    eps, /*amsgrad=*/false, /*maximize=*/false, optional_tensor(grad_scale), optional_tensor(found_inf));
+}
+#else
+void fused_sgd(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
+               double, double, const torch::Tensor&, bool, const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("fused_sgd: this LibTorch has no fused optimizer kernels");
+}
+void fused_adamw(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
+                 const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&, const torch::Tensor&, double,
+                 double, double, double, const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("fused_adamw: this LibTorch has no fused optimizer kernels");
+}
+#endif
 
 void foreach_copy(const std::vector<torch::Tensor>& destinations, const std::vector<torch::Tensor>& sources) {
   if (destinations.empty()) return;

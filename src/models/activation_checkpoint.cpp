@@ -33,8 +33,8 @@ class BufferSnapshot {
 /// Turns autocast's cast cache off for its lifetime.
 class AutocastCacheOff {
  public:
-  AutocastCacheOff() : was_enabled_(amp::autocast_cache_enabled()) { amp::set_autocast_cache_enabled(false); }
-  ~AutocastCacheOff() { amp::set_autocast_cache_enabled(was_enabled_); }
+  AutocastCacheOff() : was_enabled_(compat::autocast_cache_enabled()) { compat::set_autocast_cache_enabled(false); }
+  ~AutocastCacheOff() { compat::set_autocast_cache_enabled(was_enabled_); }
   AutocastCacheOff(const AutocastCacheOff&) = delete;
   AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
 
@@ -48,8 +48,8 @@ class CheckpointedSegment : public torch::autograd::Function<CheckpointedSegment
     const auto device_type = x.device().type();
     // The segment is owned by the model; the context keeps its address for the backward pass.
     context->saved_data["segment"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(segment));
-    context->saved_data["autocast"] = amp::autocast_enabled(device_type);
-    context->saved_data["autocast_dtype"] = static_cast<int64_t>(amp::autocast_dtype(device_type));
+    context->saved_data["autocast"] = compat::autocast_enabled(device_type);
+    context->saved_data["autocast_dtype"] = static_cast<int64_t>(compat::autocast_dtype(device_type));
     context->save_for_backward({x});
     // Autograd is off inside Function::forward: the segment's activations are freed as it runs.
     // Autocast must not cache the weight casts made here: they carry no autograd history, and a

@@ -8,7 +8,6 @@
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/optim/gradient_kernels.h"
-#include "ltrain/optim/torch_fused.h"
 
 namespace ltrain::optim {
 namespace {
@@ -72,7 +71,7 @@ class Sgd final : public Optimizer {
                              : std::vector<torch::Tensor>(all.begin() + static_cast<std::ptrdiff_t>(first),
                                                           all.begin() + static_cast<std::ptrdiff_t>(first) + count);
         };
-        fused_sgd(group.params, part(grads), part(buffers_), group.weight_decay, momentum_, lr_, nesterov_,
+        compat::fused_sgd(group.params, part(grads), part(buffers_), group.weight_decay, momentum_, lr_, nesterov_,
                           scaler.grad_scale, scaler.found_inf);
         first += group.params.size();
       }
@@ -175,7 +174,7 @@ class AdamW final : public Optimizer {
     }
     // The kernel reads one step count per parameter; they all share ours.
     const std::vector<torch::Tensor> steps(group.params.size(), step_count_);
-    fused_adamw(group.params, grads, averages, squares, steps, lr_, beta1_, beta2_, group.weight_decay, eps_,
+    compat::fused_adamw(group.params, grads, averages, squares, steps, lr_, beta1_, beta2_, group.weight_decay, eps_,
                         scaler.grad_scale, scaler.found_inf);
   }
 
@@ -277,11 +276,11 @@ std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, c
     case config::OptimizerKind::sgd: {
       SgdKernel kernel = SgdKernel::portable;
       if (fused && gradient_kernels_run_on(device)) kernel = SgdKernel::own;
-      else if (fused && has_fused_optimizers()) kernel = SgdKernel::libtorch;
+      else if (fused && compat::has_fused_optimizers()) kernel = SgdKernel::libtorch;
       return std::make_unique<Sgd>(std::move(groups), options, device, kernel);
     }
     case config::OptimizerKind::adamw:
-      return std::make_unique<AdamW>(std::move(groups), options, device, fused && has_fused_optimizers());
+      return std::make_unique<AdamW>(std::move(groups), options, device, fused && compat::has_fused_optimizers());
   }
   throw std::invalid_argument("make_optimizer: unknown optimizer");
 }

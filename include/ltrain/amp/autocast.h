@@ -7,12 +7,6 @@
 
 namespace ltrain::amp {
 
-// ---- Autocast's state per device type (LibTorch 2.4 renamed these functions) ----
-bool autocast_enabled(torch::DeviceType device_type);
-torch::ScalarType autocast_dtype(torch::DeviceType device_type);
-bool autocast_cache_enabled();
-void set_autocast_cache_enabled(bool enabled);
-
 class AutocastGuard {
  public:
   /// `enabled` false makes the guard a no-op (fp32 and tf32 runs).

@@ -1,9 +1,6 @@
 #pragma once
-// LibTorch's general services under names that do not change between its versions: devices,
-// memory, generators, cuDNN/cuBLAS switches, the profiler. Supported: Debian's libtorch 1.13 (CPU)
-// and LibTorch 2.x (CPU or CUDA). The version tests below are the one list of what arrived when;
-// the training-specific shims that use them live with their users (amp/autocast.cpp,
-// optim/torch_fused.cpp).
+// The one place that knows LibTorch versions apart. Everything else calls these names.
+// Supported: Debian's libtorch 1.13 (CPU) and LibTorch 2.x (CPU or CUDA).
 #include <string>
 
 #include <utility>
@@ -24,13 +21,6 @@
 #define LTRAIN_TORCH_HAS_FOREACH_COPY 1
 #else
 #define LTRAIN_TORCH_HAS_FOREACH_COPY 0
-#endif
-
-// Autocast's state functions take a device type since LibTorch 2.4 (per-backend names before).
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-#define LTRAIN_TORCH_HAS_DEVICE_TYPE_AUTOCAST 1
-#else
-#define LTRAIN_TORCH_HAS_DEVICE_TYPE_AUTOCAST 0
 #endif
 
 namespace ltrain::compat {
@@ -60,6 +50,34 @@ void set_tf32(bool matmul, bool convolutions);
 /// cuDNN autotuning (cudnn.benchmark, timing at most `benchmark_limit` candidate algorithms per
 /// convolution, 0: all) and deterministic algorithm choice.
 void set_cudnn(bool benchmark, bool deterministic, int benchmark_limit = 10);
+
+// ---- Autocast state per device type (the API changed names in LibTorch 2.4) ----
+bool autocast_enabled(torch::DeviceType device_type);
+torch::ScalarType autocast_dtype(torch::DeviceType device_type);
+void set_autocast(torch::DeviceType device_type, bool enabled, torch::ScalarType dtype);
+int autocast_increment_nesting();
+/// Returns the nesting depth left.
+int autocast_decrement_nesting();
+void autocast_clear_cache();
+bool autocast_cache_enabled();
+void set_autocast_cache_enabled(bool enabled);
+
+// ---- Fused multi-tensor optimizer kernels (LibTorch 2.x, CUDA tensors) ----
+/// True when this LibTorch has _fused_sgd_ and _fused_adamw_ with a tensor learning rate.
+constexpr bool has_fused_optimizers() { return LTRAIN_TORCH_HAS_FUSED_OPTIMIZERS; }
+
+/// torch.optim.SGD(fused=True)'s kernel over one parameter group (float32 parameters, gradients
+/// and buffers, momentum buffers started at zero; `momentum_buffers` empty when momentum is 0).
+/// `grad_scale` / `found_inf` may be undefined.
+void fused_sgd(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+               const std::vector<torch::Tensor>& momentum_buffers, double weight_decay, double momentum,
+               const torch::Tensor& lr, bool nesterov, const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
+
+/// torch.optim.AdamW(fused=True)'s kernel over one parameter group; `steps` already incremented.
+void fused_adamw(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                 const std::vector<torch::Tensor>& exp_avgs, const std::vector<torch::Tensor>& exp_avg_sqs,
+                 const std::vector<torch::Tensor>& steps, const torch::Tensor& lr, double beta1, double beta2,
+                 double weight_decay, double eps, const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
 
 /// destinations[i].copy_(sources[i]) for every i, casting to the destinations' dtype: one
 /// multi-tensor kernel on CUDA where LibTorch has it (same sizes and strides pairwise), else a copy each.
