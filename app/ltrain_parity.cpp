@@ -25,7 +25,8 @@ torch::Tensor require_tensor(const ltrain::NamedTensors& tensors, const std::str
 
 int run(int argc, char** argv) {
   cxxopts::Options options("ltrain_parity", "fp32 forward/backward of one batch, for comparison with torchvision");
-  options.add_options()("arch", "resnet18..resnet152", cxxopts::value<std::string>()->default_value("resnet50"))(
+  options.add_options()("arch", "torchvision's name: resnet18..resnet152, wide_resnet50_2, resnext50_32x4d, ...",
+                        cxxopts::value<std::string>()->default_value("resnet50"))(
       "stem", "imagenet | cifar", cxxopts::value<std::string>()->default_value("imagenet"))(
       "device", "cpu | cuda | cuda:N", cxxopts::value<std::string>()->default_value("cpu"))(
       "seed", "initialization seed", cxxopts::value<int64_t>()->default_value("0"))(

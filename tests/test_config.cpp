@@ -78,7 +78,8 @@ TEST(Config, WrongTypes) {
   EXPECT_EQ(error_of(dir, R"({"data": {"random_crop": 1}})"), file + ": data.random_crop = 1: expected true or false");
   EXPECT_EQ(error_of(dir, R"({"run": {"name": 7}})"), file + ": run.name = 7: expected a string");
   EXPECT_EQ(error_of(dir, R"({"model": {"arch": "resnet51"}})"),
-            file + ": model.arch = \"resnet51\": expected one of resnet18, resnet34, resnet50, resnet101, resnet152");
+            file + ": model.arch = \"resnet51\": expected one of resnet18, resnet34, resnet50, resnet101, resnet152, "
+                   "wide_resnet50_2, wide_resnet101_2, resnext50_32x4d, resnext101_32x8d, resnext101_64x4d");
   EXPECT_EQ(error_of(dir, R"({"data": {"mean": "0.5"}})"),
             file + ": data.mean = \"0.5\": expected a list of numbers between 0 and 1");
   EXPECT_EQ(error_of(dir, R"({"optim": 3})"), file + ": optim = 3: expected an object of optim keys");
@@ -401,7 +402,9 @@ TEST(Config, DescribeKeysListsEveryKeyWithDefault) {
   const std::string keys = describe_keys();
   EXPECT_NE(keys.find("optim.lr"), std::string::npos);
   EXPECT_NE(keys.find("number > 0"), std::string::npos);
-  EXPECT_NE(keys.find("resnet18|resnet34|resnet50|resnet101|resnet152"), std::string::npos);
+  EXPECT_NE(keys.find("resnet18|resnet34|resnet50|resnet101|resnet152|wide_resnet50_2|wide_resnet101_2|"
+                      "resnext50_32x4d|resnext101_32x8d|resnext101_64x4d"),
+            std::string::npos);
   EXPECT_NE(keys.find("(default 256)"), std::string::npos);
   const nlohmann::json all = to_json(RunConfig{});
   for (const auto& [section, fields] : all.items())

@@ -116,6 +116,35 @@ TEST(ResNet, ParameterCountsMatchTorchvision) {
   EXPECT_EQ(ltrain::models::count_parameters(*imagenet_head), 25'557'032);
 }
 
+TEST(ResNet, WideResNetAndResNeXtParameterCountsMatchTorchvision) {
+  // torchvision's counts for its 1000-class models (the num_params of their published weights).
+  const std::vector<std::pair<Arch, int64_t>> expected = {{Arch::wide_resnet50_2, 68'883'240},
+                                                          {Arch::wide_resnet101_2, 126'886'696},
+                                                          {Arch::resnext50_32x4d, 25'028'904},
+                                                          {Arch::resnext101_32x8d, 88'791'336},
+                                                          {Arch::resnext101_64x4d, 83'455'272}};
+  for (const auto& [arch, count] : expected) {
+    ResNet model(model_options(arch, 64, Stem::imagenet, 1000));
+    EXPECT_EQ(ltrain::models::count_parameters(*model), count) << ltrain::config::to_string(arch);
+  }
+}
+
+TEST(ResNet, ResNeXtGroupsTheMiddleConvolution) {
+  ResNet model(model_options(Arch::resnext50_32x4d, 64, Stem::cifar, 10));
+  const auto modules = model->named_modules();
+  // layer1's planes are 64: 64 * 4 / 64 = 4 channels in each of 32 groups.
+  auto* conv2 = modules["layer1.0.conv2"]->as<torch::nn::Conv2d>();
+  ASSERT_NE(conv2, nullptr);
+  EXPECT_EQ(conv2->options.groups(), 32);
+  EXPECT_EQ(conv2->weight.sizes(), (std::vector<int64_t>{128, 4, 3, 3}));
+  EXPECT_EQ(modules["layer1.0.conv3"]->as<torch::nn::Conv2d>()->weight.size(0), 256);
+  // A narrow test model keeps one channel per group.
+  ResNet narrow(model_options(Arch::resnext50_32x4d, 8, Stem::cifar, 10));
+  EXPECT_EQ(narrow->named_modules()["layer1.0.conv2"]->as<torch::nn::Conv2d>()->weight.size(0), 32);
+  const torch::Tensor logits = narrow->forward(torch::randn({2, 3, 32, 32}));
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 10}));
+}
+
 TEST(ResNet, CountParametersSkipsFrozenParameters) {
   ResNet model(model_options(Arch::resnet18, 8));
   const int64_t all = ltrain::models::count_parameters(*model);

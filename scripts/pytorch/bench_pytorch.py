@@ -43,9 +43,8 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from torchvision_models import NUM_CLASSES, SegmentCheckpointed, build_model
+from torchvision_models import ARCHS, NUM_CLASSES, SegmentCheckpointed, build_model
 
-ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 MODES = ("eager", "compile", "graph")
 IMAGE_SIZE = 32

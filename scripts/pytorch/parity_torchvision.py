@@ -40,9 +40,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
 
-from torchvision_models import NUM_CLASSES, build_model
+from torchvision_models import ARCHS, NUM_CLASSES, build_model
 
-ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 IMAGE_SIZE = 32
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_TOOL = os.path.join(REPO_ROOT, "build-gpu", "ltrain_parity")

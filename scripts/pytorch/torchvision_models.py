@@ -5,6 +5,9 @@ import torchvision
 from torch.utils.checkpoint import checkpoint_sequential
 
 NUM_CLASSES = 10
+# model.arch's values: torchvision's builder names.
+ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
+         "resnext50_32x4d", "resnext101_32x8d", "resnext101_64x4d")
 
 
 def build_model(arch, stem, num_classes=NUM_CLASSES):

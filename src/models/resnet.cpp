@@ -1,7 +1,9 @@
 #include "ltrain/models/resnet.h"
 
+#include <algorithm>
 #include <array>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "ltrain/models/fused_batchnorm.h"
@@ -12,15 +14,20 @@ namespace ltrain::models {
 namespace {
 
 /// Padding kernel/2 keeps H,W (divided by the stride); no bias, since every conv feeds a BatchNorm.
-torch::nn::Conv2d conv_no_bias(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride) {
-  return torch::nn::Conv2d(
-      torch::nn::Conv2dOptions(in_channels, out_channels, kernel).stride(stride).padding(kernel / 2).bias(false));
+torch::nn::Conv2d conv_no_bias(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
+                               int64_t groups = 1) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, out_channels, kernel)
+                               .stride(stride)
+                               .padding(kernel / 2)
+                               .groups(groups)
+                               .bias(false));
 }
 
-/// What a depth is made of.
+/// What a network is made of (torchvision's resnet.py: its block, layers, groups, width_per_group).
 struct ArchSpec {
   bool bottleneck;
   std::array<int64_t, 4> blocks_per_stage;
+  BottleneckShape shape = {};
 };
 
 ArchSpec arch_spec(config::Arch arch) {
@@ -30,6 +37,11 @@ ArchSpec arch_spec(config::Arch arch) {
     case config::Arch::resnet50: return {true, {3, 4, 6, 3}};
     case config::Arch::resnet101: return {true, {3, 4, 23, 3}};
     case config::Arch::resnet152: return {true, {3, 8, 36, 3}};
+    case config::Arch::wide_resnet50_2: return {true, {3, 4, 6, 3}, {1, 128}};
+    case config::Arch::wide_resnet101_2: return {true, {3, 4, 23, 3}, {1, 128}};
+    case config::Arch::resnext50_32x4d: return {true, {3, 4, 6, 3}, {32, 4}};
+    case config::Arch::resnext101_32x8d: return {true, {3, 4, 23, 3}, {32, 8}};
+    case config::Arch::resnext101_64x4d: return {true, {3, 4, 23, 3}, {64, 4}};
   }
   TORCH_CHECK(false, "unknown ResNet arch ", static_cast<int>(arch));
 }
@@ -45,8 +57,8 @@ struct Stages {
 /// shortcut whenever stride or channels change. Modules are created in torchvision's order
 /// (a block's downsample before its convs), so the random init draws come in the same order.
 template <class Block>
-Stages make_stages(int64_t width, const std::array<int64_t, 4>& blocks_per_stage,
-                   const std::shared_ptr<const BatchNormPolicy>& batchnorm) {
+Stages make_stages(int64_t width, const ArchSpec& spec, const std::shared_ptr<const BatchNormPolicy>& batchnorm) {
+  const std::array<int64_t, 4>& blocks_per_stage = spec.blocks_per_stage;
   Stages stages{{}, width};
   int64_t in_channels = width;  // the stem's output
   for (size_t stage = 0; stage < stages.layers.size(); ++stage) {
@@ -59,7 +71,12 @@ Stages make_stages(int64_t width, const std::array<int64_t, 4>& blocks_per_stage
       if (stride != 1 || in_channels != out_channels)
         projection = torch::nn::Sequential(conv_no_bias(in_channels, out_channels, 1, stride),
                                            BatchNorm2d(out_channels, batchnorm));
-      layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection), batchnorm));
+      if constexpr (std::is_same_v<Block, BottleneckImpl>) {
+        layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection), batchnorm,
+                                                 spec.shape));
+      } else {
+        layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection), batchnorm));
+      }
       in_channels = out_channels;
     }
     stages.layers[stage] = layer;
@@ -176,20 +193,25 @@ torch::Tensor BasicBlockImpl::residual_branch(torch::Tensor x) {
   return conv2->forward(x);
 }
 
+int64_t BottleneckShape::inner_channels(int64_t planes) const {
+  return std::max<int64_t>(1, planes * width_per_group / 64) * groups;
+}
+
 BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
-                               const std::shared_ptr<const BatchNormPolicy>& batchnorm) {
-  conv1 = register_module("conv1", conv_no_bias(in_channels, planes, 1, 1));
-  bn1 = register_module("bn1", BatchNorm2d(planes, batchnorm));
-  conv2 = register_module("conv2", conv_no_bias(planes, planes, 3, stride));  // v1.5: stride here
-  bn2 = register_module("bn2", BatchNorm2d(planes, batchnorm));
-  conv3 = register_module("conv3", conv_no_bias(planes, planes * expansion, 1, 1));
+                               const std::shared_ptr<const BatchNormPolicy>& batchnorm, BottleneckShape shape) {
+  const int64_t inner = shape.inner_channels(planes);
+  conv1 = register_module("conv1", conv_no_bias(in_channels, inner, 1, 1));
+  bn1 = register_module("bn1", BatchNorm2d(inner, batchnorm));
+  conv2 = register_module("conv2", conv_no_bias(inner, inner, 3, stride, shape.groups));  // v1.5: stride here
+  bn2 = register_module("bn2", BatchNorm2d(inner, batchnorm));
+  conv3 = register_module("conv3", conv_no_bias(inner, planes * expansion, 1, 1));
   bn3 = register_module("bn3", BatchNorm2d(planes * expansion, batchnorm));
   register_downsample(std::move(projection));
 }
 
 torch::Tensor BottleneckImpl::residual_branch(torch::Tensor x) {
-  x = bn1->forward_relu(conv1->forward(x));  // [B,planes,H,W]
-  x = bn2->forward_relu(conv2->forward(x));  // [B,planes,H/s,W/s]
+  x = bn1->forward_relu(conv1->forward(x));  // [B,inner,H,W]
+  x = bn2->forward_relu(conv2->forward(x));  // [B,inner,H/s,W/s]
   return conv3->forward(x);                   // [B,4*planes,H/s,W/s]
 }
 
@@ -208,8 +230,8 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options)
   bn1 = register_module("bn1", BatchNorm2d(width, batchnorm_policy_));
 
   const ArchSpec spec = arch_spec(options_.arch);
-  Stages stages = spec.bottleneck ? make_stages<BottleneckImpl>(width, spec.blocks_per_stage, batchnorm_policy_)
-                                  : make_stages<BasicBlockImpl>(width, spec.blocks_per_stage, batchnorm_policy_);
+  Stages stages = spec.bottleneck ? make_stages<BottleneckImpl>(width, spec, batchnorm_policy_)
+                                  : make_stages<BasicBlockImpl>(width, spec, batchnorm_policy_);
   const std::array<torch::nn::Sequential*, 4> layer_members{&layer1, &layer2, &layer3, &layer4};
   for (size_t stage = 0; stage < layer_members.size(); ++stage)
     *layer_members[stage] = register_module("layer" + std::to_string(stage + 1), stages.layers[stage]);

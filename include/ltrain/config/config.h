@@ -14,7 +14,18 @@ namespace ltrain::config {
 
 // ---- Enumerations, each with its spelled names (the JSON values) ----------------------------
 
-enum class Arch { resnet18, resnet34, resnet50, resnet101, resnet152 };
+enum class Arch {
+  resnet18,
+  resnet34,
+  resnet50,
+  resnet101,
+  resnet152,
+  wide_resnet50_2,
+  wide_resnet101_2,
+  resnext50_32x4d,
+  resnext101_32x8d,
+  resnext101_64x4d
+};
 enum class Stem { imagenet, cifar };
 enum class DataSource { cifar10, synthetic };
 enum class OptimizerKind { sgd, adamw };
@@ -29,11 +40,17 @@ struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E
 
 template <>
 struct EnumNames<Arch> {
-  static constexpr std::array<std::pair<Arch, const char*>, 5> names{{{Arch::resnet18, "resnet18"},
-                                                                      {Arch::resnet34, "resnet34"},
-                                                                      {Arch::resnet50, "resnet50"},
-                                                                      {Arch::resnet101, "resnet101"},
-                                                                      {Arch::resnet152, "resnet152"}}};
+  static constexpr std::array<std::pair<Arch, const char*>, 10> names{
+      {{Arch::resnet18, "resnet18"},
+       {Arch::resnet34, "resnet34"},
+       {Arch::resnet50, "resnet50"},
+       {Arch::resnet101, "resnet101"},
+       {Arch::resnet152, "resnet152"},
+       {Arch::wide_resnet50_2, "wide_resnet50_2"},
+       {Arch::wide_resnet101_2, "wide_resnet101_2"},
+       {Arch::resnext50_32x4d, "resnext50_32x4d"},
+       {Arch::resnext101_32x8d, "resnext101_32x8d"},
+       {Arch::resnext101_64x4d, "resnext101_64x4d"}}};
 };
 template <>
 struct EnumNames<Stem> {
@@ -161,7 +178,7 @@ struct RunSection {
 };
 
 struct ModelSection {
-  /// Network depth.
+  /// Network: torchvision's ResNets, wide ResNets and ResNeXts, by torchvision's names.
   Arch arch = Arch::resnet50;
   /// imagenet: 7x7 stride-2 conv + 3x3 max-pool (torchvision); cifar: 3x3 stride-1 conv, no pool.
   Stem stem = Stem::imagenet;

@@ -1,5 +1,6 @@
 #pragma once
-// torchvision-compatible ResNets (v1.5: stride on the 3x3 conv of a bottleneck), depths 18-152.
+// torchvision-compatible ResNets (v1.5: stride on the 3x3 conv of a bottleneck), depths 18-152,
+// and the wide ResNets and ResNeXts built from the same bottleneck with a wider or grouped 3x3 conv.
 // Parameter and buffer names, their order, shapes and initialization match torchvision's
 // resnet18/34/50/101/152, so state dicts move between the two unchanged (io/safetensors).
 #include <cstdint>
@@ -130,8 +131,18 @@ class BasicBlockImpl : public ResidualBlockImpl {
   BatchNorm2d bn1{nullptr}, bn2{nullptr};
 };
 
-/// ResNet-50/101/152 block (v1.5): 1x1 conv -> BN -> ReLU -> 3x3 conv (stride) -> BN -> ReLU ->
-/// 1x1 conv -> BN; inner width = planes, out = 4 * planes channels.
+/// The 3x3 convolution of a bottleneck: torchvision's `groups` and `width_per_group` (ResNet
+/// 1 and 64, wide ResNet-50-2 1 and 128, ResNeXt-50 32x4d 32 and 4).
+struct BottleneckShape {
+  int64_t groups = 1;
+  int64_t width_per_group = 64;
+  /// The inner channels for `planes`: planes * width_per_group / 64 per group, times groups, as
+  /// torchvision computes it (at least one per group, for the narrow test models).
+  int64_t inner_channels(int64_t planes) const;
+};
+
+/// ResNet-50/101/152 block (v1.5): 1x1 conv -> BN -> ReLU -> 3x3 conv (stride, groups) -> BN ->
+/// ReLU -> 1x1 conv -> BN; inner width = shape.inner_channels(planes), out = 4 * planes channels.
 class BottleneckImpl : public ResidualBlockImpl {
  public:
   /// Output channels per `planes`.
@@ -139,7 +150,7 @@ class BottleneckImpl : public ResidualBlockImpl {
 
   /// `projection`: the shortcut's conv+BN, or an empty holder when x can be added unchanged.
   BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
-                 const std::shared_ptr<const BatchNormPolicy>& batchnorm);
+                 const std::shared_ptr<const BatchNormPolicy>& batchnorm, BottleneckShape shape = {});
 
   BatchNorm2d& last_norm() override { return bn3; }
 
