@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
+#include <optional>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -80,9 +83,23 @@ TEST(Sweep, TrainModeRunsEachPointToTheEndAndItsCurvesPlot) {
   ASSERT_EQ(result.points.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_TRUE(result.points[i].error.empty()) << result.points[i].error;
-    EXPECT_GE(result.points[i].values.at("test_acc"), 0.0);
-    EXPECT_LE(result.points[i].values.at("test_acc"), 1.0);
-    EXPECT_TRUE(fs::exists(dir.path() / "out" / "runs" / ("point-00" + std::to_string(i)) / "summary.json"));
+    // A point's accuracy is its own run's: what its summary.json says and what the evaluation
+    // wrote in the last epoch's metrics row, a count of the 32 test images over 32.
+    const fs::path run = dir.path() / "out" / "runs" / ("point-00" + std::to_string(i));
+    ASSERT_TRUE(fs::exists(run / "summary.json"));
+    const nlohmann::json summary = nlohmann::json::parse(read_file(run / "summary.json"));
+    const double accuracy = result.points[i].values.at("test_acc");
+    EXPECT_EQ(accuracy, summary["final_test_accuracy"].get<double>());
+    EXPECT_EQ(result.points[i].values.at("best_test_acc"), summary["best_test_accuracy"].get<double>());
+    std::istringstream rows(read_file(run / "metrics.jsonl"));
+    std::optional<nlohmann::json> last_epoch;
+    for (std::string line; std::getline(rows, line);) {
+      nlohmann::json row = nlohmann::json::parse(line);
+      if (row["kind"] == "epoch") last_epoch = std::move(row);
+    }
+    ASSERT_TRUE(last_epoch.has_value());
+    EXPECT_EQ(accuracy, (*last_epoch)["test_acc"].get<double>());
+    EXPECT_EQ(accuracy * 32, std::round(accuracy * 32)) << accuracy;
   }
   // A run directory's curves, the two runs over one another.
   const auto python = testing::python_with_matplotlib();
