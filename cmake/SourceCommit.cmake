@@ -15,8 +15,8 @@ if(LTRAIN_GIT AND EXISTS "${SOURCE_DIR}/.git")
   endif()
 endif()
 
-set(text "// Written by cmake/SourceCommit.cmake; do not edit.\n#include \"ltrain/core/build_info.h\"\n\n"
-         "const char* ltrain::source_commit() { return \"${commit}\"; }\n")
+string(CONCAT text "// Written by cmake/SourceCommit.cmake; do not edit.\n#include \"ltrain/core/build_info.h\"\n\n"
+                   "const char* ltrain::source_commit() { return \"${commit}\"; }\n")
 set(old "")
 if(EXISTS "${OUTPUT}")
   file(READ "${OUTPUT}" old)
