@@ -81,9 +81,9 @@ void truncate_metrics(const fs::path& run_dir, int64_t step, bool epoch_row_at_s
 }
 
 const std::vector<std::string>& MetricsLog::columns() {
-  static const std::vector<std::string> names{"lr",         "train_loss",    "train_acc",      "test_loss",
-                                              "test_acc",   "img_per_s",     "elapsed_s",      "loss_scale",
-                                              "skipped_steps", "gpu_memory_gib", "gpu_peak_memory_gib"};
+  static const std::vector<std::string> names{
+      "lr",        "train_loss", "train_acc",     "test_loss",      "test_acc",           "img_per_s",
+      "elapsed_s", "loss_scale", "skipped_steps", "gpu_memory_gib", "gpu_peak_memory_gib"};
   return names;
 }
 
