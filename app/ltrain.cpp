@@ -17,6 +17,7 @@
 #include "ltrain/bench/step_bench.h"
 #include "ltrain/bench/sweep.h"
 #include "ltrain/config/load.h"
+#include "ltrain/core/build_info.h"
 #include "ltrain/core/environment.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/files.h"
@@ -418,7 +419,8 @@ int dispatch(int argc, char** argv) {
     return 0;
   }
   if (command == "--version") {
-    std::cout << "ltrain " << LTRAIN_VERSION << " (LibTorch " << ltrain::compat::torch_version()
+    std::cout << "ltrain " << LTRAIN_VERSION << " (commit " << ltrain::source_commit() << ", LibTorch "
+              << ltrain::compat::torch_version()
               << (ltrain::compat::built_with_cuda() ? ", CUDA" : ", CPU only") << ")\n";
     return 0;
   }

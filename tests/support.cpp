@@ -88,13 +88,15 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
-std::optional<std::string> python_with_matplotlib() {
+std::optional<std::string> python_with_module(const std::string& module) {
   for (const char* python : {"/usr/bin/python3", "python3"}) {
-    const std::string probe = std::string(python) + " -c 'import matplotlib' > /dev/null 2>&1";
+    const std::string probe = std::string(python) + " -c 'import " + module + "' > /dev/null 2>&1";
     if (std::system(probe.c_str()) == 0) return std::string(python);
   }
   return std::nullopt;
 }
+
+std::optional<std::string> python_with_matplotlib() { return python_with_module("matplotlib"); }
 
 int run_plot_script(const std::string& python, const std::string& name, const std::string& args,
                     const std::filesystem::path& log) {

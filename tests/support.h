@@ -50,8 +50,12 @@ int run_ltrain(const std::string& args, const std::filesystem::path& log);
 /// died of a signal.
 int run_ltrain_within(int seconds, const std::string& args, const std::filesystem::path& log);
 
-/// A python3 that imports matplotlib (for the plot scripts): Debian's /usr/bin/python3 first,
-/// where scripts/setup.sh installs python3-matplotlib, else the one on the PATH; nullopt if none.
+/// A python3 that imports `module`: Debian's /usr/bin/python3 first, else the one on the PATH;
+/// nullopt if none does.
+std::optional<std::string> python_with_module(const std::string& module);
+
+/// A python3 that imports matplotlib (for the plot scripts; scripts/setup.sh installs
+/// python3-matplotlib), as python_with_module.
 std::optional<std::string> python_with_matplotlib();
 
 /// Runs scripts/report/NAME with `args` (shell words) under python_with_matplotlib(); exit code, output to `log`.

@@ -158,6 +158,21 @@ TEST(Config, ExtendsMergesAndTracksOrigins) {
   EXPECT_EQ(loaded.config.run.epochs, 7);
   EXPECT_EQ(loaded.origin.at("optim.lr"), (dir.path() / "sub" / "child.json").string());
   EXPECT_EQ(loaded.origin.at("optim.momentum"), (dir.path() / "base.json").string());
+  EXPECT_EQ(loaded.files,
+            (std::vector<std::string>{(dir.path() / "sub" / "child.json").string(),
+                                      (dir.path() / "base.json").string()}));
+}
+
+TEST(Config, TheFilesReadAreListedTopFirstThenWhatEachExtendsInOrder) {
+  TempDir dir;
+  write_file(dir.path() / "top.json", R"({"extends": ["a.json", "b.json"]})");
+  write_file(dir.path() / "a.json", R"({"extends": "c.json"})");
+  write_file(dir.path() / "b.json", "{}");
+  write_file(dir.path() / "c.json", "{}");
+  const auto name = [&](const char* file) { return (dir.path() / file).string(); };
+  EXPECT_EQ(load_file(dir.path() / "top.json").files,
+            (std::vector<std::string>{name("top.json"), name("a.json"), name("c.json"), name("b.json")}));
+  EXPECT_TRUE(load_json(nlohmann::json::object(), "document").files.empty());
 }
 
 TEST(Config, ErrorsNameTheFileThatSetTheKey) {

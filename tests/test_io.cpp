@@ -155,9 +155,10 @@ TEST(RunFiles, MetricsCsvAndJsonLines) {
     EXPECT_THROW(log.write({"step", 1, 1, {{"no_such_column", 1.0}}}), std::logic_error);
   }
   EXPECT_EQ(read_file(dir.path() / "metrics.csv"),
-            "kind,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,img_per_s,elapsed_s,loss_scale,skipped_steps\n"
-            "step,1,50,0.1,2.5,,,,,,,\n"
-            "epoch,1,97,,,,,0.25,,,,\n");
+            "kind,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,img_per_s,elapsed_s,loss_scale,skipped_steps,"
+            "gpu_memory_gib,gpu_peak_memory_gib\n"
+            "step,1,50,0.1,2.5,,,,,,,,,\n"
+            "epoch,1,97,,,,,0.25,,,,,,\n");
   EXPECT_EQ(read_file(dir.path() / "metrics.jsonl"),
             "{\"epoch\":1,\"kind\":\"step\",\"lr\":0.1,\"step\":50,\"train_loss\":2.5}\n"
             "{\"epoch\":1,\"kind\":\"epoch\",\"step\":97,\"test_acc\":0.25}\n");

@@ -120,10 +120,19 @@ TEST(Reproduce, ReducedRunOnTheCpuWritesEveryClaimWithItsGuide) {
         "- **RTX 5090 guide**: RTX 5090跑深度学习：新手入门指南与性能调优实战",
         "Model: resnet18 (cifar stem, 10 classes, channels_last off)", "measured at 32x32, 40x40",
         "Batch 16, sgd with lr 0.1", "the others run under fp32", "2 round(s) of A then B per claim",
-        "| RTX 5090 guide: “同时使用 FP16 和 TF32 计算，吞吐量可提升 3 倍” |"})
+        "| RTX 5090 guide: “同时使用 FP16 和 TF32 计算，吞吐量可提升 3 倍” |",
+        // Where the numbers come from.
+        "- ltrain " LTRAIN_VERSION ", commit ", "- Image sizes: 32x32, 40x40\n", "- GPUs: ", "- Host "})
     EXPECT_NE(text.find(expected), std::string::npos) << expected;
+  const std::string base_line =
+      "- Base config: `" + (dir.path() / "base.json").string() + "`; SHA-256 of the resolved config: `";
+  EXPECT_NE(text.find(base_line), std::string::npos)
+      << text;
   const nlohmann::json saved = nlohmann::json::parse(read_file(dir.path() / "report" / "results.json"));
   EXPECT_EQ(saved["claims"].size(), report.rows.size());
+  EXPECT_EQ(saved["provenance"]["config_files"], nlohmann::json{(dir.path() / "base.json").string()});
+  EXPECT_EQ(saved["provenance"]["config_sha256"].get<std::string>().size(), 64u);
+  EXPECT_EQ(saved["image_sizes"], (nlohmann::json{32, 40}));
   EXPECT_EQ(saved["measurements"]["steps"]["32"]["fp32 NCHW"]["rounds"].size(), 2u);
   EXPECT_EQ(saved["measurements"]["steps"]["40"]["fp32 channels_last"]["rounds"].size(), 2u);
   EXPECT_EQ(saved["measurements"]["steps"]["40"]["4 segments"]["rounds"][1]["checkpoint_segments"], 4);

@@ -51,6 +51,7 @@ std::vector<nlohmann::json> metrics_rows(const fs::path& run_dir) {
   std::ifstream in(run_dir / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     nlohmann::json row = nlohmann::json::parse(line);
+    if (row["kind"] == "run") continue;  // where each process started: a resumed run has two
     for (const char* timing : {"img_per_s", "elapsed_s"}) row.erase(timing);  // wall-clock values differ
     rows.push_back(row);
   }

@@ -11,7 +11,9 @@
 #include <fmt/format.h>
 
 #include "ltrain/bench/sweep.h"
+#include "ltrain/config/load.h"
 #include "ltrain/core/errors.h"
+#include "ltrain/core/sha256.h"
 #include "support.h"
 
 namespace ltrain::bench {
@@ -65,6 +67,13 @@ TEST(Sweep, BenchGridWithAFailingPointBecomesRows) {
   EXPECT_EQ(saved["rows"][3]["precision.mode"], "bf16");
   EXPECT_TRUE(saved["rows"][0]["error"].is_null());
   EXPECT_TRUE(saved["rows"][5]["error"].is_string());
+  // Where the results come from: the sweep file, then the base config it names.
+  const nlohmann::json& provenance = saved["provenance"];
+  EXPECT_EQ(provenance["config_files"], (nlohmann::json{file.string(), (dir.path() / "base.json").string()}));
+  const std::string base = config::to_json(config::load_file(dir.path() / "base.json").config).dump();
+  EXPECT_EQ(provenance["config_sha256"], sha256_hex(base.data(), base.size()));
+  EXPECT_EQ(provenance["ltrain_version"], LTRAIN_VERSION);
+  EXPECT_TRUE(provenance["started_at"].is_string());
 
   // The plot script reads those files.
   const auto python = testing::python_with_matplotlib();

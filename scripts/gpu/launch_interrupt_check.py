@@ -39,9 +39,10 @@ def write_config(out, device):
 
 
 def metrics_rows(run_dir):
+    """The step rows in RUN_DIR/metrics.jsonl (not its "run" and "epoch" rows)."""
     try:
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-            return sum(1 for line in f if '"step"' in line)
+            return sum(1 for line in f if '"kind":"step"' in line)
     except OSError:
         return 0
 

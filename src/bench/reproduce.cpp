@@ -1,6 +1,7 @@
 #include "ltrain/bench/reproduce.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -18,6 +19,7 @@
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/data/cifar10.h"
 #include "ltrain/engine/setup.h"
+#include "ltrain/io/provenance.h"
 #include "ltrain/io/run_files.h"
 
 namespace ltrain::bench {
@@ -481,10 +483,12 @@ std::string setup_text(const ReproduceOptions& options, const config::LoadedConf
 }  // namespace
 
 ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_dir) {
+  const auto started = std::chrono::system_clock::now();
   const config::LoadedConfig base = config::load_file(options.base_config, options.overrides);
   const torch::Device device = engine::resolve_device(base);
   const env::Environment environment = env::probe();
   ReproduceReport report;
+  report.provenance = io::provenance(base.files, config::to_json(base.config), started);
   std::optional<env::Gpu> gpu;
   if (device.is_cuda()) gpu = environment.gpus.at(static_cast<size_t>(device.index()));
   report.device = gpu ? fmt::format("{} ({:.1f} GiB, compute capability {}.{}, {})", gpu->name,
@@ -493,6 +497,7 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
                       : fmt::format("the CPU ({} threads)", environment.cpu_threads);
   std::vector<int64_t> sizes = options.image_sizes;
   if (sizes.empty()) sizes.push_back(base.config.data.image_size);
+  report.image_sizes = sizes;
   report.setup = setup_text(options, base, device, sizes);
 
   Measurements m(options, base);
@@ -535,6 +540,49 @@ std::string ratio_text(const RatioSpread& ratio) {
   return fmt::format("{:.2f}x ({:.2f}-{:.2f})", ratio.median, ratio.low, ratio.high);
 }
 
+/// "2 x NVIDIA H200, NVIDIA L4" from the provenance's list of GPU names; "none" for none.
+std::string gpu_names_text(const nlohmann::json& names) {
+  std::vector<std::pair<std::string, int>> counted;
+  for (const nlohmann::json& name : names) {
+    const std::string text = name.get<std::string>();
+    if (!counted.empty() && counted.back().first == text) {
+      ++counted.back().second;
+    } else {
+      counted.emplace_back(text, 1);
+    }
+  }
+  std::string out;
+  for (const auto& [name, count] : counted)
+    out += (out.empty() ? "" : ", ") + (count > 1 ? fmt::format("{} x {}", count, name) : name);
+  return out.empty() ? "none" : out;
+}
+
+/// REPORT.md's lines on where its numbers come from: the provenance record and the image sizes.
+std::string provenance_text(const nlohmann::json& p, const std::vector<int64_t>& image_sizes) {
+  if (p.is_null()) return fmt::format("- ltrain {}; LibTorch {}\n", LTRAIN_VERSION, compat::torch_version());
+  const std::vector<std::string> files = p.at("config_files").get<std::vector<std::string>>();
+  std::string base = files.empty() ? "none" : fmt::format("`{}`", files.front());
+  if (files.size() > 1) {
+    std::string extended;
+    for (size_t i = 1; i < files.size(); ++i) extended += fmt::format("{}`{}`", i > 1 ? ", " : "", files[i]);
+    base += fmt::format(" (extends {})", extended);
+  }
+  std::string sizes;
+  for (const int64_t size : image_sizes) sizes += fmt::format("{}{}x{}", sizes.empty() ? "" : ", ", size, size);
+  const nlohmann::json& hash = p.at("config_sha256");
+  return fmt::format(
+      "- ltrain {}, commit {}; LibTorch {}, CUDA {}, cuDNN {}, NCCL {}\n"
+      "- GPUs: {}; NVIDIA driver {}\n"
+      "- Base config: {}; SHA-256 of the resolved config: {}\n"
+      "- Image sizes: {}\n"
+      "- Host {}, started {}\n",
+      p.at("ltrain_version").get<std::string>(), p.at("source_commit").get<std::string>(),
+      p.at("libtorch").get<std::string>(), p.at("cuda").get<std::string>(), p.at("cudnn").get<std::string>(),
+      p.at("nccl").get<std::string>(), gpu_names_text(p.at("gpus")), p.at("nvidia_driver").get<std::string>(), base,
+      hash.is_string() ? fmt::format("`{}`", hash.get<std::string>()) : "none", sizes.empty() ? "none" : sizes,
+      p.at("host").get<std::string>(), p.at("started_at").get<std::string>());
+}
+
 std::string table_row(const ClaimRow& row) {
   const std::string quote = row.quote.empty() ? "" : fmt::format(": “{}”", row.quote);
   return fmt::format("| {} | {}{} | {} | {} | {} |\n", row.claim, row.guide, quote, row.measured, ratio_text(row.ratio),
@@ -563,8 +611,8 @@ std::string write_report(const ReproduceReport& report, const fs::path& out_dir)
                     {"claimed_ratio", number_or_null(row.claimed)},
                     {"verdict", row.verdict}});
   }
-  std::string text = fmt::format("# The guides' claims, measured\n\nDevice: {}. LibTorch {}, ltrain {}.\n\n{}\n\n",
-                                 report.device, compat::torch_version(), LTRAIN_VERSION, report.setup);
+  std::string text = fmt::format("# The guides' claims, measured\n\nDevice: {}.\n\n{}\n{}\n\n", report.device,
+                                 provenance_text(report.provenance, report.image_sizes), report.setup);
   text += "The guides:\n\n";
   for (const Guide& guide : guides()) text += fmt::format("- **{}**: {} ({})\n", guide.name, guide.title, guide.about);
   text += "\nRatios are B over A (images/s for speed claims, peak memory for memory claims): the median of the "
@@ -578,7 +626,9 @@ std::string write_report(const ReproduceReport& report, const fs::path& out_dir)
   text += "\n## The matmul test, the batch search and the cards\n" + header + other_table;
   io::write_text_file(out_dir / "REPORT.md", text);
   io::write_text_file(out_dir / "results.json",
-                      nlohmann::json{{"device", report.device},
+                      nlohmann::json{{"provenance", report.provenance},
+                                     {"image_sizes", report.image_sizes},
+                                     {"device", report.device},
                                      {"setup", report.setup},
                                      {"claims", rows},
                                      {"measurements", report.measurements}}

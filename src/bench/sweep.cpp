@@ -15,6 +15,7 @@
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/trainer.h"
+#include "ltrain/io/provenance.h"
 #include "ltrain/io/run_files.h"
 
 namespace ltrain::bench {
@@ -214,6 +215,23 @@ std::string cell(const SweepPoint& point, const std::string& column) {
 
 std::string setting_text(const json& value) { return value.is_string() ? value.get<std::string>() : value.dump(); }
 
+/// Where the sweep's results come from: SweepResult::provenance.
+json sweep_provenance(const fs::path& sweep_file, const SweepSpec& spec, const std::vector<std::string>& overrides,
+                      std::chrono::system_clock::time_point started) {
+  std::vector<std::string> files{sweep_file.string()};
+  json resolved = nullptr;
+  std::vector<std::string> sets = spec.set;
+  sets.insert(sets.end(), overrides.begin(), overrides.end());
+  try {
+    const config::LoadedConfig base = config::load_file(spec.base, sets);
+    files.insert(files.end(), base.files.begin(), base.files.end());
+    resolved = config::to_json(base.config);
+  } catch (const ConfigError&) {
+    files.push_back(spec.base.string());  // the points' rows say what is wrong
+  }
+  return io::provenance(files, resolved, started);
+}
+
 }  // namespace
 
 BatchSearchPlan::BatchSearchPlan(BatchSearch search) : search_(search), growing_(search.start) {}
@@ -255,6 +273,7 @@ void check_sweep(const fs::path& sweep_file) {
 }
 
 SweepResult run_sweep(const fs::path& sweep_file, const fs::path& out_dir, const std::vector<std::string>& overrides) {
+  const auto started = std::chrono::system_clock::now();
   SweepRunner runner(parse_spec(sweep_file), out_dir, overrides);
   std::error_code error;
   fs::create_directories(out_dir, error);
@@ -262,6 +281,7 @@ SweepResult run_sweep(const fs::path& sweep_file, const fs::path& out_dir, const
     throw ConfigError(fmt::format("{}: cannot create this results folder ({}); choose another --out", out_dir.string(),
                                   error ? error.message() : "something else is there"));
   SweepResult result;
+  result.provenance = sweep_provenance(sweep_file, runner.spec(), overrides, started);
   result.mode = runner.spec().mode;
   for (const auto& [key, values] : runner.spec().grid) result.keys.push_back(key);
   if (runner.spec().batch_search) result.keys.push_back("data.batch_size");
@@ -324,9 +344,12 @@ std::string write_sweep_results(const SweepResult& result, const fs::path& out_d
   }
   io::write_text_file(out_dir / "results.csv", csv);
   io::write_text_file(out_dir / "results.md", markdown);
-  io::write_text_file(out_dir / "results.json",
-                      json{{"mode", result.mode}, {"keys", result.keys}, {"columns", result.columns}, {"rows", rows}}.dump(2) +
-                          "\n");
+  const json results{{"provenance", result.provenance},
+                     {"mode", result.mode},
+                     {"keys", result.keys},
+                     {"columns", result.columns},
+                     {"rows", rows}};
+  io::write_text_file(out_dir / "results.json", results.dump(2) + "\n");
   return markdown;
 }
 

@@ -25,6 +25,7 @@ struct Document {
   json root = json::object();
   std::map<std::string, std::string> origin;         // "optim.lr" -> "configs/x.json"
   std::map<std::string, std::string> override_text;  // "run.name" -> "123" as typed after --set
+  std::vector<std::string> files;                     // the config files read, the top one first
 };
 
 std::string join_key(const std::string& prefix, const std::string& key) {
@@ -288,6 +289,7 @@ void load_file_into(Document& doc, const fs::path& path, std::vector<fs::path>& 
     throw ConfigError(fmt::format("{}: expected a JSON object of config sections at the top level", path.string()));
 
   chain.push_back(canonical);
+  doc.files.push_back(path.string());
   if (file_doc.contains(kExtendsKey)) {
     const json& extends = file_doc[kExtendsKey];
     std::vector<std::string> bases;
@@ -676,6 +678,7 @@ LoadedConfig resolve(Document doc, const std::vector<std::string>& overrides, co
   reader.reject_unknown_sections();
   loaded.origin = std::move(doc.origin);
   loaded.source = default_source;
+  loaded.files = std::move(doc.files);
   validate(loaded);
   return loaded;
 }

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "ltrain/core/build_info.h"
+#include "ltrain/core/files.h"
 #include "ltrain/core/torch_compat.h"
 
 #if LTRAIN_WITH_CUDA
@@ -48,9 +51,18 @@ std::string packed_version_text(int code, int big) {
 
 }  // namespace
 
+std::string nvidia_driver_version(const std::string& proc_text) {
+  // "Kernel Module  580.95.05  ..." or "Open Kernel Module for x86_64  575.57.08  ...": the first
+  // version-like word after "Kernel Module".
+  static const std::regex kernel_module(R"(Kernel Module.*?\s([0-9]+\.[0-9]+(?:\.[0-9]+)?)(?=\s|$))");
+  std::smatch match;
+  return std::regex_search(proc_text, match, kernel_module) ? match[1].str() : "";
+}
+
 Environment probe() {
   Environment e;
   e.ltrain_version = LTRAIN_VERSION;
+  e.source_commit = source_commit();
   e.torch_version = compat::torch_version();
   e.compiler = compiler_text();
   e.build_type = LTRAIN_BUILD_TYPE;
@@ -61,6 +73,8 @@ Environment probe() {
   std::error_code ignored;
   e.nvidia_device_node = std::filesystem::exists("/dev/nvidia0", ignored);
   e.nccl = loaded_nccl_version();
+  // The kernel module's own file: no NVML to load, and present in containers that see the GPUs.
+  e.nvidia_driver = nvidia_driver_version(files::read_regular_file("/proc/driver/nvidia/version", 4096).text);
 #if LTRAIN_WITH_CUDA
   cudaRuntimeGetVersion(&e.cuda_runtime);
   cudaDriverGetVersion(&e.cuda_driver);
@@ -130,11 +144,13 @@ nlohmann::json to_json(const Environment& e) {
                     {"tf32", gpu.tf32()},
                     {"bf16", gpu.bf16()}});
   return {{"ltrain", e.ltrain_version},
+          {"source_commit", e.source_commit},
           {"libtorch", e.torch_version},
           {"build",
            {{"compiler", e.compiler}, {"type", e.build_type}, {"cuda", e.cuda_build}, {"c10d_backends", e.c10d_backends}}},
           {"cuda_runtime", cuda_version_text(e.cuda_runtime)},
           {"cuda_driver", cuda_version_text(e.cuda_driver)},
+          {"nvidia_driver", e.nvidia_driver.empty() ? "none" : e.nvidia_driver},
           {"cudnn", cudnn_version_text(e.cudnn)},
           {"nccl", nccl_version_text(e.nccl)},
           {"cpu_threads", e.cpu_threads},

@@ -237,6 +237,16 @@ void reset_peak_memory(const torch::Device& device) {
 #endif
 }
 
+int64_t memory_in_use_bytes(const torch::Device& device) {
+#if LTRAIN_WITH_CUDA
+  if (device.is_cuda())
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].current;
+#else
+  (void)device;
+#endif
+  return -1;
+}
+
 int64_t peak_memory_bytes(const torch::Device& device) {
 #if LTRAIN_WITH_CUDA
   if (device.is_cuda()) {

@@ -110,15 +110,16 @@ std::vector<std::string> fast_path_warnings(const DoctorReport& report) {
 std::string to_text(const DoctorReport& report) {
   const env::Environment& e = report.environment;
   std::string text = fmt::format(
-      "ltrain {} ({} build, {}, {}), LibTorch {}, data-parallel backends: {}\n", e.ltrain_version,
-      e.cuda_build ? "CUDA" : "CPU-only", e.compiler, e.build_type, e.torch_version,
+      "ltrain {} (commit {}, {} build, {}, {}), LibTorch {}, data-parallel backends: {}\n", e.ltrain_version,
+      e.source_commit, e.cuda_build ? "CUDA" : "CPU-only", e.compiler, e.build_type, e.torch_version,
       e.c10d_backends.empty() ? std::string("none") : fmt::format("{}", fmt::join(e.c10d_backends, ", ")));
   if (e.cuda_build)
     text += fmt::format("CUDA kernels built for {}\n",
                         kernels::describe_architectures(kernels::parse_architectures(report.cuda_architectures)));
-  text += fmt::format("CUDA runtime {} | driver supports CUDA {} | cuDNN {} | NCCL {} | {} CPU threads\n",
-                      env::cuda_version_text(e.cuda_runtime), env::cuda_version_text(e.cuda_driver),
-                      env::cudnn_version_text(e.cudnn), env::nccl_version_text(e.nccl), e.cpu_threads);
+  text += fmt::format("CUDA runtime {} | NVIDIA driver {} (supports CUDA {}) | cuDNN {} | NCCL {} | {} CPU threads\n",
+                      env::cuda_version_text(e.cuda_runtime), e.nvidia_driver.empty() ? "none" : e.nvidia_driver,
+                      env::cuda_version_text(e.cuda_driver), env::cudnn_version_text(e.cudnn),
+                      env::nccl_version_text(e.nccl), e.cpu_threads);
   if (const kernels::GpuProfile* profile = kernels::find_gpu_profile(report.gpu_profile)) {
     const kernels::DeviceLimits& card = profile->limits;
     text += fmt::format("{}={}: kernels plan for an {} ({} multiprocessors, {} KiB of shared memory each, {} "

@@ -23,6 +23,7 @@
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/engine/weight_average.h"
+#include "ltrain/io/provenance.h"
 #include "ltrain/io/run_files.h"
 #include "ltrain/optim/schedule.h"
 
@@ -31,6 +32,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -198,7 +201,8 @@ std::vector<torch::Tensor> model_state(const torch::nn::Module& model) {
 /// meets them. Built from a Run (the objects) and a StartPoint (where it begins).
 class Trainer {
  public:
-  Trainer(Run& run, StartPoint start, const TrainHooks& hooks);
+  /// `started`: when the command began, for the provenance record.
+  Trainer(Run& run, StartPoint start, const TrainHooks& hooks, std::chrono::system_clock::time_point started);
 
   /// Start-up (weights, run directory, logs), then the epochs, then the summary.
   TrainResult train();
@@ -245,9 +249,11 @@ class Trainer {
   TrainResult result_;
   Clock::time_point run_start_;
   Clock::time_point interval_start_;
+  std::chrono::system_clock::time_point started_;
+  nlohmann::json provenance_;  // where the results come from (rank 0)
 };
 
-Trainer::Trainer(Run& run, StartPoint start, const TrainHooks& hooks)
+Trainer::Trainer(Run& run, StartPoint start, const TrainHooks& hooks, std::chrono::system_clock::time_point started)
     : run_(run),
       config_(run.config()),
       start_(std::move(start)),
@@ -256,7 +262,8 @@ Trainer::Trainer(Run& run, StartPoint start, const TrainHooks& hooks)
       total_steps_(config_.run.max_steps > 0 ? std::min(config_.run.max_steps, config_.run.epochs * steps_per_epoch_)
                                              : config_.run.epochs * steps_per_epoch_),
       epochs_((total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_),
-      schedule_(config_.schedule, config_.optim.lr, total_steps_, steps_per_epoch_) {}
+      schedule_(config_.schedule, config_.optim.lr, total_steps_, steps_per_epoch_),
+      started_(started) {}
 
 TrainResult Trainer::train() {
   restore_or_share_weights();
@@ -271,7 +278,11 @@ TrainResult Trainer::train() {
   open_run_directory();
   log_start();
 
-  if (run_.main_process()) metrics_.emplace(run_dir_);
+  if (run_.main_process()) {
+    metrics_.emplace(run_dir_, config_.run.tensorboard);
+    provenance_ = io::provenance(run_.loaded().files, config::to_json(config_), started_);
+    metrics_->write_run(first_epoch_, step_, provenance_, config::to_json(config_));
+  }
   progress_.emplace(run_.main_process() && stderr_is_terminal());
   result_.run_dir = run_dir_;
   result_.epochs = std::min(first_epoch_ - 1, epochs_);
@@ -467,6 +478,11 @@ void Trainer::end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps
     sums_.last_scale = totals.loss_scale;
     sums_.skipped_steps = totals.skipped_steps;
   }
+  // Where the device reports it (CUDA): the caching allocator's counts, no host sync.
+  if (const int64_t in_use = compat::memory_in_use_bytes(run_.device()); in_use >= 0) {
+    values["gpu_memory_gib"] = static_cast<double>(in_use) / kGiB;
+    values["gpu_peak_memory_gib"] = static_cast<double>(compat::peak_memory_bytes(run_.device())) / kGiB;
+  }
   if (metrics_) metrics_->write({"step", epoch, step_, values});
   if (stop || periodic_checkpoint) {
     progress_->clear();
@@ -586,7 +602,9 @@ TrainResult Trainer::summarize() {
                format_duration(result.train_seconds), 100.0 * result.final_test_accuracy,
                100.0 * result.best_test_accuracy, result.best_epoch, result.images_per_second);
   if (run_.main_process()) {
-    io::write_text_file(run_dir_ / "summary.json", result_json(result).dump(2) + "\n");
+    nlohmann::json summary = result_json(result);
+    summary["provenance"] = provenance_;
+    io::write_text_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
     log::throw_if_file_failed();
     log::remove_file();
   }
@@ -596,6 +614,7 @@ TrainResult Trainer::summarize() {
 }  // namespace
 
 TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
+  const auto started = std::chrono::system_clock::now();
   // From here SIGINT/SIGTERM are requests polled below: before anything is written, after each step.
   const interrupt::StopRequests stop_requests;
   // Everything that can fail on bad input fails here, before the run directory exists.
@@ -604,7 +623,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   parts.data_parallel = true;
   parts.weights_from_caller = start.resume.has_value();  // a resumed run takes the checkpoint's weights
   Run run(loaded, parts);
-  Trainer trainer(run, std::move(start), hooks);
+  Trainer trainer(run, std::move(start), hooks, started);
   return trainer.train();
 }
 

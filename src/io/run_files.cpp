@@ -48,10 +48,19 @@ void filter_lines(const fs::path& file, bool header, const std::function<bool(co
   in.close();
   write_text_file(file, kept);
 }
+
+/// The kind of row ("step", "epoch" or "run") whose TensorBoard record begins with `tag`.
+std::string row_kind_of_tag(const std::string& tag) {
+  if (tag == kConfigTextTag || tag == kProvenanceTextTag) return "run";
+  for (const TensorBoardTag& entry : tensorboard_tags())
+    if (entry.tag == tag) return entry.kind;
+  return "step";
+}
 }  // namespace
 
 void truncate_metrics(const fs::path& run_dir, int64_t step, bool epoch_row_at_step_kept) {
   auto keep = [&](const std::string& kind, int64_t row_step) {
+    if (kind == "run") return row_step < step;
     return row_step < step || (row_step == step && (kind != "epoch" || epoch_row_at_step_kept));
   };
   filter_lines(run_dir / "metrics.csv", /*header=*/true, [&](const std::string& line) {
@@ -67,12 +76,40 @@ void truncate_metrics(const fs::path& run_dir, int64_t step, bool epoch_row_at_s
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     return row.is_object() && keep(row.value("kind", ""), row.value("step", int64_t{0}));
   });
+  filter_event_files(run_dir,
+                     [&](const EventRecord& record) { return keep(row_kind_of_tag(record.first_tag), record.step); });
 }
 
 const std::vector<std::string>& MetricsLog::columns() {
-  static const std::vector<std::string> names{"lr",       "train_loss", "train_acc",  "test_loss",  "test_acc",
-                                              "img_per_s", "elapsed_s",  "loss_scale", "skipped_steps"};
+  static const std::vector<std::string> names{
+      "lr",        "train_loss", "train_acc",     "test_loss",      "test_acc",           "img_per_s",
+      "elapsed_s", "loss_scale", "skipped_steps", "gpu_memory_gib", "gpu_peak_memory_gib"};
   return names;
+}
+
+const std::vector<TensorBoardTag>& tensorboard_tags() {
+  static const std::vector<TensorBoardTag> tags{
+      {"step", "train_loss", "train/loss"},
+      {"step", "train_acc", "train/accuracy"},
+      {"step", "lr", "train/lr"},
+      {"step", "img_per_s", "train/images_per_second"},
+      {"step", "loss_scale", "train/loss_scale"},
+      {"step", "skipped_steps", "train/skipped_steps"},
+      {"step", "gpu_memory_gib", "gpu/memory_gib"},
+      {"step", "gpu_peak_memory_gib", "gpu/peak_memory_gib"},
+      {"epoch", "train_loss", "epoch/train_loss"},
+      {"epoch", "train_acc", "epoch/train_accuracy"},
+      {"epoch", "img_per_s", "epoch/images_per_second"},
+      {"epoch", "test_loss", "test/loss"},
+      {"epoch", "test_acc", "test/accuracy"},
+  };
+  return tags;
+}
+
+std::string markdown_code_block(const std::string& text) {
+  std::string out = "    ";
+  for (const char c : text) out += c == '\n' ? std::string("\n    ") : std::string(1, c);
+  return out;
 }
 
 namespace {
@@ -83,8 +120,19 @@ fs::path csv_with_header(const fs::path& file) {
 }
 }  // namespace
 
-MetricsLog::MetricsLog(const fs::path& run_dir)
-    : csv_(csv_with_header(run_dir / "metrics.csv")), jsonl_(run_dir / "metrics.jsonl") {}
+MetricsLog::MetricsLog(const fs::path& run_dir, bool tensorboard)
+    : csv_(csv_with_header(run_dir / "metrics.csv")), jsonl_(run_dir / "metrics.jsonl") {
+  if (tensorboard) events_.emplace(new_event_file_name(run_dir));
+}
+
+void MetricsLog::write_run(int64_t epoch, int64_t step, const nlohmann::json& provenance,
+                           const nlohmann::json& config) {
+  jsonl_.append(nlohmann::json{{"kind", "run"}, {"epoch", epoch}, {"step", step}, {"provenance", provenance}}.dump() +
+                '\n');
+  if (events_)
+    events_->write_texts(step, {{kConfigTextTag, markdown_code_block(config.dump(2))},
+                                {kProvenanceTextTag, markdown_code_block(provenance.dump(2))}});
+}
 
 void MetricsLog::write(const MetricsRow& row) {
   for (const auto& [key, value] : row.values)
@@ -101,6 +149,13 @@ void MetricsLog::write(const MetricsRow& row) {
   }
   csv_.append(line + '\n');
   jsonl_.append(record.dump() + '\n');
+  if (!events_) return;
+  Scalars scalars;
+  for (const TensorBoardTag& entry : tensorboard_tags()) {
+    const auto it = row.values.find(entry.column);
+    if (entry.kind == row.kind && it != row.values.end()) scalars.emplace_back(entry.tag, it->second);
+  }
+  events_->write_scalars(row.step, scalars);
 }
 
 }  // namespace ltrain::io

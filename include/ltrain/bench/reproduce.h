@@ -68,6 +68,8 @@ struct ClaimRow {
 };
 
 struct ReproduceReport {
+  nlohmann::json provenance;  ///< io::provenance of the base config with the overrides (null: none)
+  std::vector<int64_t> image_sizes;  ///< the sides the A/B step claims were measured at
   std::string device;     ///< doctor's one-line description of the device
   std::string setup;      ///< base config, model, batch, precision, rounds: REPORT.md's header
   std::vector<ClaimRow> rows;
@@ -91,7 +93,8 @@ const PublishedCard* published_card(const std::string& gpu_name);
 /// Runs every measurement; `out_dir` receives the batch search's sweep files.
 ReproduceReport reproduce(const ReproduceOptions& options, const std::filesystem::path& out_dir);
 
-/// Writes REPORT.md and results.json into `out_dir`; returns REPORT.md's text.
+/// Writes REPORT.md (its header says where the numbers come from: versions, commit, GPUs, base
+/// config, image sizes, host, start time) and results.json into `out_dir`; returns REPORT.md's text.
 std::string write_report(const ReproduceReport& report, const std::filesystem::path& out_dir);
 
 }  // namespace ltrain::bench

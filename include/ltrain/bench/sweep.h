@@ -64,6 +64,10 @@ class BatchSearchPlan {
 };
 
 struct SweepResult {
+  /// io::provenance of the sweep: the sweep file, the base config and the files it extends, and
+  /// the SHA-256 of the base resolved with the sweep's "set" and --set (each point adds its grid
+  /// values; null when that alone does not resolve). Null for a result not made by run_sweep.
+  nlohmann::json provenance;
   std::string mode;
   std::vector<std::string> keys;     ///< the swept keys (columns before the measured ones)
   std::vector<std::string> columns;  ///< the measured columns, in order
@@ -83,7 +87,8 @@ void check_sweep(const std::filesystem::path& sweep_file);
 SweepResult run_sweep(const std::filesystem::path& sweep_file, const std::filesystem::path& out_dir,
                       const std::vector<std::string>& overrides = {});
 
-/// Writes results.csv, results.md and results.json into `out_dir`; returns the Markdown table.
+/// Writes results.csv, results.md and results.json (with the provenance) into `out_dir`; returns the
+/// Markdown table.
 std::string write_sweep_results(const SweepResult& result, const std::filesystem::path& out_dir);
 
 }  // namespace ltrain::bench

@@ -155,6 +155,8 @@ struct RunSection {
   int64_t eval_every_epochs = 1;
   /// Read the loss and print progress every N steps (one host sync each time).
   int64_t log_every_steps = 50;
+  /// Also write the metrics as a TensorBoard event file in the run directory (rank 0).
+  bool tensorboard = true;
   /// CPU threads for LibTorch's intra-op parallelism (0: one per CPU core the OS reports); at most
   /// 4 per core of the machine that trains (engine::apply_runtime_settings checks it).
   int64_t threads = 0;
@@ -172,6 +174,7 @@ struct RunSection {
     v("max_steps", max_steps, at_least(0));
     v("eval_every_epochs", eval_every_epochs, at_least(0));
     v("log_every_steps", log_every_steps, at_least(1));
+    v("tensorboard", tensorboard);
     v("threads", threads, at_least(0));
     v("gpu_memory_fraction", gpu_memory_fraction, Range{0, 1, true});
   }

@@ -34,6 +34,9 @@ struct LoadedConfig {
   std::map<std::string, std::string> origin;
   /// The top config file (or document) the config was loaded from.
   std::string source;
+  /// The config files read: the top file, then each file it extends, depth first in the order
+  /// named (paths as the reader opened them); empty for a config built from a JSON document.
+  std::vector<std::string> files;
 };
 
 /// A ConfigError about `key` ("section.name"): "<file that set it>: <key> = <value>: <message>".

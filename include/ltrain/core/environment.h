@@ -24,6 +24,7 @@ struct Gpu {
 
 struct Environment {
   std::string ltrain_version;
+  std::string source_commit;  ///< git describe of the sources built (build_info.h), or "unknown"
   std::string torch_version;
   std::string compiler;    ///< e.g. "GCC 12.2.0"
   std::string build_type;  ///< CMake's, e.g. "Release"
@@ -31,6 +32,7 @@ struct Environment {
   std::vector<std::string> c10d_backends;  ///< the data-parallel backends built in: "gloo", "nccl"
   int cuda_runtime = 0;  ///< CUDA's encoding (13000 = 13.0); 0 when absent
   int cuda_driver = 0;   ///< the newest CUDA the driver supports, same encoding; 0 when absent
+  std::string nvidia_driver;  ///< the NVIDIA kernel module's version ("580.95.05"); "" when none is loaded
   int cudnn = 0;         ///< cuDNN's encoding (91900 = 9.19.0); 0 when absent
   int nccl = 0;          ///< NCCL's encoding (22703 = 2.27.3); 0 when not loaded
   int cpu_threads = 0;
@@ -40,6 +42,10 @@ struct Environment {
 
 /// Reads everything above from this process and machine.
 Environment probe();
+
+/// The version in the text of /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX x86_64 Kernel
+/// Module  580.95.05  Tue ..." -> "580.95.05"); "" when it names none.
+std::string nvidia_driver_version(const std::string& proc_text);
 
 /// Mismatches and missing pieces, one sentence each, saying what to do.
 std::vector<std::string> warnings(const Environment& environment);

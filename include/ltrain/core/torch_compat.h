@@ -112,6 +112,9 @@ void limit_device_memory(const torch::Device& device, int64_t bytes);
 /// Releases cached device blocks nothing uses and resets the peaks below (no-op on the CPU).
 void reset_peak_memory(const torch::Device& device);
 
+/// Bytes allocated to tensors on `device` now; -1 where unknown (the CPU).
+int64_t memory_in_use_bytes(const torch::Device& device);
+
 /// Peak bytes allocated to tensors on `device` since the last reset; -1 where unknown (the CPU).
 /// A CUDA graph's private pool counts only while its tensors are alive: see peak_reserved_bytes.
 int64_t peak_memory_bytes(const torch::Device& device);
