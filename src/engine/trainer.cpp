@@ -19,6 +19,7 @@
 #include "ltrain/dist/group.h"
 #include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/run.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/engine/weight_average.h"
