@@ -51,6 +51,7 @@ commands:
             (or torchrun --nproc-per-node 2 --no-python build/ltrain train --config ...)
 
 "ltrain COMMAND --help" lists a command's options with their defaults.
+"ltrain --version" prints the version and the LibTorch it was built against.
 exit codes: 0 success, 1 internal error, 2 usage or config error, 3 data error,
             4 run failed (non-finite loss, out of memory), 5 another data-parallel process
             failed or hung, 130 interrupted

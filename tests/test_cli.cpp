@@ -25,6 +25,7 @@ TEST(Cli, HelpListsCommandsAndOptionsWithDefaults) {
   EXPECT_EQ(run_ltrain("--help", dir.path() / "out"), 0);
   const std::string top = read_file(dir.path() / "out");
   for (const char* command : {"train", "eval", "export", "bench"}) EXPECT_NE(top.find(command), std::string::npos);
+  EXPECT_NE(top.find("ltrain --version"), std::string::npos) << top;
   EXPECT_EQ(run_ltrain("train --help", dir.path() / "out"), 0);
   const std::string train = read_file(dir.path() / "out");
   EXPECT_NE(train.find("--config"), std::string::npos);
