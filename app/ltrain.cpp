@@ -49,6 +49,7 @@ commands:
   reproduce the guides' claims measured here: ltrain reproduce --config configs/bench/resnet50-step.json
   launch    N data-parallel processes:     ltrain launch -n 2 -- train --config configs/quickstart.json
             (or torchrun --nproc-per-node 2 --no-python build/ltrain train --config ...)
+  config    the config format as JSON Schema: ltrain config --schema > ltrain.schema.json
 
 "ltrain COMMAND --help" lists a command's options with their defaults.
 "ltrain --version" prints the version and the LibTorch it was built against.
@@ -107,6 +108,16 @@ int run_train(int argc, char** argv) {
     return 0;
   }
   ltrain::engine::train(loaded);
+  return 0;
+}
+
+int run_config(int argc, char** argv) {
+  cxxopts::Options options("ltrain config", "Describe the run config format.");
+  options.add_options()("schema", "print a JSON Schema (draft 2020-12) of run config files, for editors and checkers");
+  const auto args = parse(options, argc, argv);
+  if (!args) return 0;
+  if (!args->count("schema")) throw ltrain::ConfigError("ltrain config needs --schema; see ltrain config --help");
+  std::cout << ltrain::config::json_schema().dump(2) << "\n";
   return 0;
 }
 
@@ -432,6 +443,7 @@ int dispatch(int argc, char** argv) {
   if (command == "doctor") return run_doctor(argc - 1, argv + 1);
   if (command == "sweep") return run_sweep(argc - 1, argv + 1);
   if (command == "reproduce") return run_reproduce(argc - 1, argv + 1);
+  if (command == "config") return run_config(argc - 1, argv + 1);
   if (command == "launch") return run_launch(argc - 1, argv + 1);
   throw ltrain::ConfigError(fmt::format("unknown command \"{}\"; run ltrain --help for the list", command));
 }

@@ -20,6 +20,8 @@ using testing::run_ltrain_within;
 using testing::TempDir;
 using testing::write_file;
 
+::testing::AssertionResult one_line_with(const std::filesystem::path& log, const std::string& text);
+
 TEST(Cli, HelpListsCommandsAndOptionsWithDefaults) {
   TempDir dir;
   EXPECT_EQ(run_ltrain("--help", dir.path() / "out"), 0);
@@ -30,9 +32,24 @@ TEST(Cli, HelpListsCommandsAndOptionsWithDefaults) {
   const std::string train = read_file(dir.path() / "out");
   EXPECT_NE(train.find("--config"), std::string::npos);
   EXPECT_NE(train.find("optim.lr"), std::string::npos);
-  EXPECT_NE(train.find("(default 0.1)"), std::string::npos);
+  // optim.lr's line, and the next that continues its description.
+  EXPECT_NE(train.find("  optim.lr                      peak learning rate; the schedule scales it (number > 0 and <= "
+                       "1000, default\n                                0.1)"),
+            std::string::npos)
+      << train;
   EXPECT_EQ(run_ltrain("bench step --help", dir.path() / "out"), 0);
   EXPECT_NE(read_file(dir.path() / "out").find("(default: 50)"), std::string::npos);
+}
+
+TEST(Cli, ConfigSchemaIsJsonSchemaOfEveryKey) {
+  TempDir dir;
+  ASSERT_EQ(run_ltrain("config --schema", dir.path() / "out"), 0) << read_file(dir.path() / "out");
+  const auto schema = nlohmann::json::parse(read_file(dir.path() / "out"));
+  EXPECT_EQ(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+  EXPECT_EQ(schema["properties"]["precision"]["properties"]["mode"]["enum"],
+            nlohmann::json::parse(R"(["fp32", "tf32", "fp16", "bf16"])"));
+  EXPECT_EQ(run_ltrain("config", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain config needs --schema; see ltrain config --help"));
 }
 
 TEST(Cli, UsageErrorsExitTwo) {
