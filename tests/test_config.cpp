@@ -3,6 +3,7 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ltrain/bench/sweep.h"
@@ -389,15 +390,23 @@ TEST(Config, ChangedSettingsNameEachDifferenceAndTakeAbsentKeysAtTheirDefaults) 
   EXPECT_EQ(changed_settings(changed, older), (std::vector<std::string>{"optim.lr (0.5 -> 0.1)"}));
 }
 
-TEST(Config, TableShowsValuesAndOrigins) {
+TEST(Config, TableShowsTheSettingsThatDifferFromTheDefaultsWithTheirOrigins) {
   TempDir dir;
-  write_file(dir.path() / "x.json", R"({"optim": {"lr": 0.3}})");
-  const std::string table = format_table(load_file(dir.path() / "x.json", {"run.epochs=2"}));
-  EXPECT_NE(table.find("optim.lr"), std::string::npos);
-  EXPECT_NE(table.find((dir.path() / "x.json").string()), std::string::npos);
-  EXPECT_NE(table.find("--set run.epochs=2"), std::string::npos);
-  EXPECT_NE(table.find("resnet50"), std::string::npos);
-  EXPECT_NE(table.find("default"), std::string::npos);
+  // optim.momentum is set, but to its default: not a difference.
+  write_file(dir.path() / "x.json", R"({"optim": {"lr": 0.3, "momentum": 0.9}, "model": {"arch": "resnet18"}})");
+  const std::string file = (dir.path() / "x.json").string();
+  EXPECT_EQ(format_table(load_file(dir.path() / "x.json", {"run.epochs=2"})),
+            fmt::format("3 settings differ from the defaults:\n"
+                        "  key         value     from\n"
+                        "  run.epochs  2         --set run.epochs=2\n"
+                        "  model.arch  resnet18  {}\n"
+                        "  optim.lr    0.3       {}\n",
+                        file, file));
+  EXPECT_EQ(format_table(load_json(nlohmann::json::parse(R"({"data": {"batch_size": 64}})"), "saved.json")),
+            "1 setting differs from the defaults:\n"
+            "  key              value  from\n"
+            "  data.batch_size  64     saved.json\n");
+  EXPECT_EQ(format_table(load_json(nlohmann::json::object(), "empty")), "every setting is at its default\n");
 }
 
 /// `text` with the lines that continue a key's description joined to it: one line per key.

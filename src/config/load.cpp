@@ -813,18 +813,25 @@ std::vector<std::string> changed_settings(const nlohmann::json& before, const nl
 std::string format_table(const LoadedConfig& loaded) {
   const json resolved = to_json(loaded.config);
   std::vector<std::array<std::string, 3>> rows{{"key", "value", "from"}};
-  for (const auto& [section, keys] : resolved.items()) {
-    for (const auto& [key, value] : keys.items()) {
-      const std::string path = section + "." + key;
-      auto from = loaded.origin.find(path);
-      rows.push_back({path, value.is_string() ? value.get<std::string>() : value.dump(),
-                      from == loaded.origin.end() ? "default" : from->second});
-    }
+  for (const KeyInfo& key : config_keys().keys) {
+    const auto dot = key.name.find('.');
+    const json& value = resolved[key.name.substr(0, dot)][key.name.substr(dot + 1)];
+    if (value == key.default_value) continue;
+    // A document loaded whole (a checkpoint's config) records no origin per key.
+    auto from = loaded.origin.find(key.name);
+    rows.push_back({key.name, value.is_string() ? value.get<std::string>() : value.dump(),
+                    from == loaded.origin.end() ? loaded.source : from->second});
   }
+  const size_t changed = rows.size() - 1;
+  if (changed == 0) return "every setting is at its default\n";
   size_t key_width = 0, value_width = 0;
-  for (const auto& row : rows) key_width = std::max(key_width, row[0].size()), value_width = std::max(value_width, row[1].size());
-  std::string out;
-  for (const auto& row : rows) out += fmt::format("  {:<{}}  {:<{}}  {}\n", row[0], key_width, row[1], value_width, row[2]);
+  for (const auto& row : rows) {
+    key_width = std::max(key_width, row[0].size());
+    value_width = std::max(value_width, row[1].size());
+  }
+  std::string out = fmt::format("{} setting{} from the defaults:\n", changed, changed == 1 ? " differs" : "s differ");
+  for (const auto& row : rows)
+    out += fmt::format("  {:<{}}  {:<{}}  {}\n", row[0], key_width, row[1], value_width, row[2]);
   return out;
 }
 

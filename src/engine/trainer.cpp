@@ -385,7 +385,7 @@ void Trainer::log_start() const {
   } else if (config_.checkpoint.resume == "auto") {
     spdlog::info("checkpoint.resume auto: no valid checkpoint in {}, starting afresh", checkpoint_dir_.string());
   }
-  spdlog::info("resolved config:\n{}", config::format_table(run_.loaded()));
+  spdlog::info("{}", config::format_table(run_.loaded()));
   const data::TrainLoader& loader = run_.train_loader();
   const int64_t ranks = run_.ranks();
   if (run_.group())

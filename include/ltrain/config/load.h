@@ -73,7 +73,8 @@ nlohmann::json to_json(const RunConfig& config);
 /// counts as its default, which is what that older run used.
 std::vector<std::string> changed_settings(const nlohmann::json& before, const nlohmann::json& after);
 
-/// The resolved config as an aligned table: key, value, and where the value came from.
+/// The settings whose values differ from the defaults, as "N settings differ from the defaults:"
+/// and an aligned table of key, value and where the value came from (to_json has every key).
 std::string format_table(const LoadedConfig& loaded);
 
 /// One config key as --help, the JSON Schema and shell completion describe it (from visit()).
