@@ -58,13 +58,18 @@ exit codes: 0 success, 1 internal error, 2 usage or config error, 3 data error,
             failed or hung, 130 interrupted
 )";
 
+/// Bare KEY=VALUE arguments (Hydra's style) are positional arguments of this hidden option, which
+/// keeps them in order with the --set ones.
+constexpr const char* kBareOverrides = "bare-overrides";
+constexpr const char* kHiddenGroup = "hidden";
+
 /// Parses argv for one command; --help prints the help (plus `extra_help`) and returns nullopt.
 std::optional<cxxopts::ParseResult> parse(cxxopts::Options& options, int argc, char** argv,
                                           const std::string& extra_help = "") {
   options.add_options()("verbose", "log debug messages too")("help", "show this help");
   cxxopts::ParseResult result = options.parse(argc, argv);
   if (result.count("help")) {
-    std::cout << options.help() << extra_help;
+    std::cout << options.help({""}) << extra_help;
     return std::nullopt;
   }
   if (!result.unmatched().empty())
@@ -79,20 +84,38 @@ std::string required(const cxxopts::ParseResult& args, const std::string& name, 
   return args[name].as<std::string>();
 }
 
-/// Every --set value, in the order given. The option holds one string per use: cxxopts would split
-/// a list option's values at commas, which JSON lists and objects hold.
-std::vector<std::string> overrides(const cxxopts::ParseResult& args) {
+/// Every --set value and bare KEY=VALUE argument, in the order given (arguments() holds each as
+/// typed; a list option's own values would be split at the commas that JSON lists and objects hold).
+/// ConfigError naming a bare argument that is not KEY=VALUE of a config key or section.
+std::vector<std::string> overrides(const cxxopts::ParseResult& args, const std::string& program) {
   std::vector<std::string> specs;
-  for (const cxxopts::KeyValue& argument : args.arguments())
+  for (const cxxopts::KeyValue& argument : args.arguments()) {
     if (argument.key() == "set") specs.push_back(argument.value());
+    if (argument.key() != kBareOverrides) continue;
+    const std::string& text = argument.value();
+    const auto equals = text.find('=');
+    if (equals == std::string::npos || equals == 0)
+      throw ltrain::ConfigError(fmt::format("{}: unexpected argument \"{}\"; arguments besides options are config "
+                                            "overrides KEY=VALUE, e.g. optim.lr=0.05 (see {} --help)",
+                                            program, ltrain::config::shown(text), program));
+    if (const std::string key = text.substr(0, equals); !ltrain::config::is_key_or_section(key))
+      throw ltrain::ConfigError(fmt::format("{}: argument \"{}\": \"{}\" is not a config key; {} --help lists them",
+                                            program, ltrain::config::shown(text), ltrain::config::shown(key),
+                                            program));
+    specs.push_back(text);
+  }
   return specs;
 }
 
+/// --set KEY=VALUE, and bare KEY=VALUE arguments beside it.
 void add_set_option(cxxopts::Options& options) {
   options.add_options()("set",
                         "override a config key, repeatable: --set optim.lr=0.05, --set data.mean=[0.5,0.5,0.5], "
-                        "--set 'optim={\"lr\":0.05,\"momentum\":0.8}'",
+                        "--set 'optim={\"lr\":0.05,\"momentum\":0.8}'; or without --set: optim.lr=0.05",
                         cxxopts::value<std::string>(), "KEY=VALUE");
+  options.add_options(kHiddenGroup)(kBareOverrides, "", cxxopts::value<std::vector<std::string>>());
+  options.parse_positional({kBareOverrides});
+  options.positional_help("[KEY=VALUE...]");
 }
 
 int run_train(int argc, char** argv) {
@@ -100,9 +123,11 @@ int run_train(int argc, char** argv) {
   options.add_options()("config", "run config (JSON)", cxxopts::value<std::string>(), "FILE")(
       "print-config", "print the resolved config and exit");
   add_set_option(options);
-  const auto args = parse(options, argc, argv, "\nConfig keys (JSON key == --set key):\n" + ltrain::config::describe_keys());
+  const auto args = parse(options, argc, argv,
+                          "\nConfig keys (JSON key == --set key == bare KEY=VALUE):\n" + ltrain::config::describe_keys());
   if (!args) return 0;
-  const auto loaded = ltrain::config::load_file(required(*args, "config", "ltrain train"), overrides(*args));
+  const auto loaded =
+      ltrain::config::load_file(required(*args, "config", "ltrain train"), overrides(*args, options.program()));
   if (args->count("print-config")) {
     std::cout << ltrain::config::to_json(loaded.config).dump(2) << "\n";
     return 0;
@@ -129,7 +154,8 @@ int run_eval(int argc, char** argv) {
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
   const std::string path = required(*args, "checkpoint", "ltrain eval");
-  const ltrain::engine::CheckpointEvaluation evaluation = ltrain::engine::evaluate_checkpoint(path, overrides(*args));
+  const ltrain::engine::CheckpointEvaluation evaluation =
+      ltrain::engine::evaluate_checkpoint(path, overrides(*args, options.program()));
   const ltrain::engine::EvalResult& result = evaluation.result;
   if (args->count("json")) {
     std::cout << nlohmann::json{{"checkpoint", path},          {"step", evaluation.step},
@@ -173,7 +199,8 @@ int run_bench_step(int argc, char** argv) {
   add_set_option(options);
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
-  const auto loaded = ltrain::config::load_file(required(*args, "config", "ltrain bench step"), overrides(*args));
+  const auto loaded =
+      ltrain::config::load_file(required(*args, "config", "ltrain bench step"), overrides(*args, options.program()));
   const std::string profile_trace = args->count("profile") ? (*args)["profile"].as<std::string>() : "";
   const int64_t warmup = (*args)["warmup"].as<int64_t>();
   const int64_t steps = (*args)["steps"].as<int64_t>();
@@ -270,7 +297,7 @@ int run_sweep(int argc, char** argv) {
   const std::filesystem::path file = required(*args, "config", "ltrain sweep");
   const std::filesystem::path out =
       args->count("out") ? std::filesystem::path((*args)["out"].as<std::string>()) : "sweeps" / file.stem();
-  const ltrain::bench::SweepResult result = ltrain::bench::run_sweep(file, out, overrides(*args));
+  const ltrain::bench::SweepResult result = ltrain::bench::run_sweep(file, out, overrides(*args, options.program()));
   std::cout << ltrain::bench::write_sweep_results(result, out);
   std::cout << fmt::format("{} point(s), {} failed; results in {} (plot: python3 scripts/report/plot_sweep.py {})\n",
                            result.points.size(),
@@ -326,7 +353,7 @@ int run_reproduce(int argc, char** argv) {
   if (!args) return 0;
   ltrain::bench::ReproduceOptions settings;
   settings.base_config = required(*args, "config", "ltrain reproduce");
-  settings.overrides = overrides(*args);
+  settings.overrides = overrides(*args, options.program());
   settings.warmup = (*args)["warmup"].as<int64_t>();
   settings.steps = (*args)["steps"].as<int64_t>();
   settings.rounds = (*args)["rounds"].as<int64_t>();

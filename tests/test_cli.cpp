@@ -241,6 +241,48 @@ TEST(Cli, SetTakesJsonListsAndObjects) {
   EXPECT_EQ(printed["optim"]["momentum"], 0.8);
 }
 
+TEST(Cli, BareKeyValueArgumentsOverrideInOrderWithSet) {
+  TempDir dir;
+  const std::string print = "train --print-config --config " + tiny_config(dir);
+  const auto log = dir.path() / "out";
+  // Hydra's style beside --set, applied in the order given: the last value of a key wins.
+  ASSERT_EQ(run_ltrain(print + " optim.lr=0.05 --set optim.lr=0.07 data.batch_size=4 'optim={\"momentum\":0.8}' "
+                               "--set optim.momentum=0.7 data.mean=[0.5,0.25,0.125]",
+                       log),
+            0)
+      << read_file(log);
+  const auto printed = nlohmann::json::parse(read_file(log));
+  EXPECT_EQ(printed["optim"]["lr"], 0.07);
+  EXPECT_EQ(printed["data"]["batch_size"], 4);
+  EXPECT_EQ(printed["optim"]["momentum"], 0.7);
+  EXPECT_EQ(printed["data"]["mean"], nlohmann::json({0.5, 0.25, 0.125}));
+  ASSERT_EQ(run_ltrain(print + " optim.lr=0.3 --set optim.lr=0.2 optim.lr=0.1", log), 0) << read_file(log);
+  EXPECT_EQ(nlohmann::json::parse(read_file(log))["optim"]["lr"], 0.1);
+
+  // Anything else is named, with what to do.
+  EXPECT_EQ(run_ltrain(print + " configs/quickstart.json", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain train: unexpected argument \"configs/quickstart.json\"; arguments besides "
+                                 "options are config overrides KEY=VALUE, e.g. optim.lr=0.05 (see ltrain train --help)"));
+  EXPECT_EQ(run_ltrain(print + " optim.lrr=0.1", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain train: argument \"optim.lrr=0.1\": \"optim.lrr\" is not a config key; ltrain "
+                                 "train --help lists them"));
+  EXPECT_EQ(run_ltrain(print + " =0.1", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain train: unexpected argument \"=0.1\""));
+  // A value the key cannot take is the config reader's error, as with --set.
+  EXPECT_EQ(run_ltrain(print + " optim.lr=-1", log), 2);
+  EXPECT_TRUE(one_line_with(log, "--set optim.lr=-1: optim.lr = -1: expected a number > 0 and <= 1000"));
+  // The other commands that take overrides take them bare too; those that take none refuse them.
+  EXPECT_EQ(run_ltrain("bench step --warmup 0 --steps 1 --json --config " + (dir.path() / "c.json").string() +
+                           " data.batch_size=4",
+                       log),
+            0)
+      << read_file(log);
+  const std::string bench = read_file(log);
+  EXPECT_EQ(nlohmann::json::parse(bench.substr(bench.find('{')))["batch_size"], 4);
+  EXPECT_EQ(run_ltrain("export --checkpoint c.ltc --out x.safetensors optim.lr=0.1", log), 2);
+  EXPECT_TRUE(one_line_with(log, "unexpected argument \"optim.lr=0.1\"; see ltrain export --help"));
+}
+
 TEST(Cli, CheckpointsAndOutputsThatAreNotRegularFilesAreRefused) {
   TempDir dir;
   const auto log = dir.path() / "out";
