@@ -578,7 +578,7 @@ TEST(Config, ShippedConfigsLoad) {
   for (const auto& file : ltrain::testing::files_below(configs, ".json")) {
     // configs/sweeps/ holds sweep descriptions, whose points are run configs.
     if (file.parent_path().filename() == "sweeps")
-      EXPECT_NO_THROW(bench::check_sweep(file)) << file;
+      EXPECT_NO_THROW(bench::plan_sweep(file)) << file;
     else
       EXPECT_NO_THROW(load_file(file)) << file;
     ++count;
