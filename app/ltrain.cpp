@@ -121,7 +121,9 @@ void add_set_option(cxxopts::Options& options) {
 int run_train(int argc, char** argv) {
   cxxopts::Options options("ltrain train", "Train a model from a JSON run config.");
   options.add_options()("config", "run config (JSON)", cxxopts::value<std::string>(), "FILE")(
-      "print-config", "print the resolved config and exit");
+      "print-config", "print the resolved config (every key, JSON) and exit")(
+      "dry-run", "check the config, the data, the model and the device as a run would, print one summary line and "
+                 "exit; writes nothing");
   add_set_option(options);
   const auto args = parse(options, argc, argv,
                           "\nConfig keys (JSON key == --set key == bare KEY=VALUE):\n" + ltrain::config::describe_keys());
@@ -130,6 +132,11 @@ int run_train(int argc, char** argv) {
       ltrain::config::load_file(required(*args, "config", "ltrain train"), overrides(*args, options.program()));
   if (args->count("print-config")) {
     std::cout << ltrain::config::to_json(loaded.config).dump(2) << "\n";
+    return 0;
+  }
+  if (args->count("dry-run")) {
+    const ltrain::engine::RunPlan plan = ltrain::engine::plan_run(loaded);
+    std::cout << "dry run: " << ltrain::engine::to_text(loaded.config, plan) << "; nothing was written\n";
     return 0;
   }
   ltrain::engine::train(loaded);
@@ -290,11 +297,31 @@ int run_sweep(int argc, char** argv) {
                            "scripts/report/plot_sweep.py draws results.png.");
   options.add_options()("config", "sweep description (JSON; the format is in include/ltrain/bench/sweep.h)",
                         cxxopts::value<std::string>(), "FILE")(
-      "out", "results folder (default: sweeps/NAME, NAME the sweep file's name)", cxxopts::value<std::string>(), "DIR");
+      "out", "results folder (default: sweeps/NAME, NAME the sweep file's name)", cxxopts::value<std::string>(), "DIR")(
+      "dry-run", "list the points the sweep would run and check that each is a valid config; runs nothing");
   add_set_option(options);
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
   const std::filesystem::path file = required(*args, "config", "ltrain sweep");
+  if (args->count("dry-run")) {
+    const std::vector<std::string> every_point = overrides(*args, options.program());
+    const ltrain::bench::SweepPlan plan = ltrain::bench::plan_sweep(file, every_point);
+    std::cout << fmt::format("{}: mode {}, base {}, {} point(s)", file.string(), plan.mode, plan.base.string(),
+                             plan.points.size());
+    if (plan.batch_search)
+      std::cout << fmt::format(", each a search of data.batch_size from {} up to {}", plan.batch_search->start,
+                               plan.batch_search->max);
+    std::cout << "\n";
+    std::vector<std::string> common = plan.set;
+    common.insert(common.end(), every_point.begin(), every_point.end());
+    if (!common.empty()) std::cout << fmt::format("  every point: {}\n", fmt::join(common, " "));
+    for (size_t i = 0; i < plan.points.size(); ++i) {
+      const std::string settings = fmt::format("{}", fmt::join(plan.points[i], " "));
+      std::cout << fmt::format("  point {}: {}\n", i, settings.empty() ? "the base config" : settings);
+    }
+    std::cout << "every point is a valid config; nothing was run\n";
+    return 0;
+  }
   const std::filesystem::path out =
       args->count("out") ? std::filesystem::path((*args)["out"].as<std::string>()) : "sweeps" / file.stem();
   const ltrain::bench::SweepResult result = ltrain::bench::run_sweep(file, out, overrides(*args, options.program()));

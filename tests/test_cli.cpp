@@ -283,6 +283,38 @@ TEST(Cli, BareKeyValueArgumentsOverrideInOrderWithSet) {
   EXPECT_TRUE(one_line_with(log, "unexpected argument \"optim.lr=0.1\"; see ltrain export --help"));
 }
 
+TEST(Cli, TrainDryRunChecksEverythingAStartChecksAndWritesNothing) {
+  TempDir dir;
+  const std::string config = tiny_config(dir);
+  const auto log = dir.path() / "out";
+  ASSERT_EQ(run_ltrain("train --dry-run --config " + config, log), 0) << read_file(log);
+  const std::string out = read_file(log);
+  const std::string start = "dry run: resnet18 (cifar stem, width 4): ";
+  EXPECT_EQ(out.substr(0, start.size()), start) << out;
+  EXPECT_NE(out.find(" parameters | synthetic: 32 training, 8 test images | 4 steps per epoch of 8 images, 1 steps in "
+                     "1 epoch(s) | device cpu; nothing was written\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+  // The parameters are the model's: the same count a run logs.
+  ASSERT_EQ(run_ltrain("train --config " + config + " run.out_dir=" + (dir.path() / "real").string(),
+                       dir.path() / "train.out"),
+            0);
+  const std::string parameters = out.substr(start.size(), out.find(" parameters") - start.size());
+  EXPECT_NE(read_file(dir.path() / "train.out").find(": " + parameters + " parameters"), std::string::npos)
+      << parameters;
+
+  // Bad input fails as the run would, with its exit code, before anything is written.
+  EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " data.batch_size=64", log), 2);
+  EXPECT_TRUE(one_line_with(log, "data.batch_size = 64: larger than the training set (32 images)"));
+  EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " data.source=cifar10 data.root=/nonexistent", log), 3);
+  EXPECT_NE(read_file(log).find("/nonexistent/data_batch_1.bin"), std::string::npos) << read_file(log);
+  EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " checkpoint.resume=/nonexistent.ltc", log), 2);
+  EXPECT_TRUE(one_line_with(log, "checkpoint.resume = \"/nonexistent.ltc\": no such checkpoint file"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+}
+
 TEST(Cli, CheckpointsAndOutputsThatAreNotRegularFilesAreRefused) {
   TempDir dir;
   const auto log = dir.path() / "out";

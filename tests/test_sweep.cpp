@@ -322,6 +322,33 @@ TEST(Sweep, ScaleLrWithRefusesAPointThatSetsTheLrAndKeysTheSweepDoesNotVary) {
   EXPECT_FALSE(fs::exists(dir.path() / "out"));
 }
 
+TEST(Sweep, DryRunListsThePointsAndNamesTheFirstThatIsNoConfig) {
+  TempDir dir;
+  const fs::path file = write_sweep(dir, R"("set": ["run.seed=3"], "grid": {"data.batch_size": [8, 16]},
+      "scale_lr_with": {"key": "data.batch_size", "reference": 8})");
+  const auto log = dir.path() / "log";
+  ASSERT_EQ(run_ltrain("sweep --dry-run --config " + file.string() + " --out " + (dir.path() / "out").string() +
+                           " model.width=8",
+                       log),
+            0)
+      << read_file(log);
+  EXPECT_EQ(read_file(log), file.string() + ": mode bench, base " + (dir.path() / "base.json").string() +
+                                ", 2 point(s)\n"
+                                "  every point: run.seed=3 model.width=8\n"
+                                "  point 0: data.batch_size=8 optim.lr=0.1\n"
+                                "  point 1: data.batch_size=16 optim.lr=0.2\n"
+                                "every point is a valid config; nothing was run\n");
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));
+  write_sweep(dir, R"("grid": {"data.batch_size": [8, 16], "optim.momentum": [0.9, 2]})");
+  EXPECT_EQ(run_ltrain("sweep --dry-run --config " + file.string(), log), 2);
+  const std::string out = read_file(log);
+  EXPECT_NE(out.find(file.string() + ": point 1 (data.batch_size=8 optim.momentum=2) is not a valid config: --set "
+                                     "optim.momentum=2: optim.momentum = 2: expected a number between 0 and 1"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
 TEST(Sweep, TheBatchLrScalingExampleScalesTheRecipesLr) {
   const fs::path file = fs::path(LTRAIN_SOURCE_DIR) / "configs" / "sweeps" / "batch-lr-scaling.json";
   const SweepPlan plan = plan_sweep(file);
