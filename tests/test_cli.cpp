@@ -1,6 +1,7 @@
 // The ltrain executable as a user meets it: help texts, exit codes, one-line errors.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 
 #include <sys/stat.h>
@@ -52,6 +53,90 @@ TEST(Cli, ConfigSchemaIsJsonSchemaOfEveryKey) {
   EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain config needs --schema; see ltrain config --help"));
 }
 
+/// The words a shell's completion offers for the command line `line` (cursor at its end), from the
+/// script `script` run by `shell` ("bash" with a COMP_LINE; "zsh" with its completion builtins
+/// replaced by ones that print what they were given).
+std::string completed(const std::filesystem::path& script, const std::string& shell, const std::string& line,
+                      const TempDir& dir) {
+  const auto driver = dir.path() / ("driver." + shell);
+  const auto out = dir.path() / "completed";
+  if (shell == "bash") {
+    write_file(driver, "source '" + script.string() + "'\nCOMP_LINE='" + line + "'\nCOMP_POINT=${#COMP_LINE}\n"
+                       "_ltrain\necho \"${COMPREPLY[*]}\"\n");
+  } else {
+    write_file(driver,
+               "compdef() { :; }\n"
+               "compadd() { if [[ $1 == -a ]]; then print -r -- \"${(P)2}\"; else shift; print -r -- \"$*\"; fi }\n"
+               "_describe() { while [[ $1 == -t ]]; do shift 2; done; print -r -- \"${(P)2}\"; }\n"
+               "_files() { print -r -- files; }\n"
+               "compset() { [[ $1 == -P && ${words[CURRENT]} == *=* ]] || return 1; IPREFIX=${words[CURRENT]%%=*}=; }\n"
+               "source '" + script.string() + "'\n"
+               "words=(${(z)LINE}); [[ $LINE == *' ' ]] && words+=(''); CURRENT=${#words}\n_ltrain\n");
+  }
+  const int status = std::system(("LINE='" + line + "' " + shell + " " + driver.string() + " > " + out.string() +
+                                  " 2>&1").c_str());
+  EXPECT_EQ(status, 0) << read_file(out);
+  std::string words = read_file(out);
+  while (!words.empty() && words.back() == '\n') words.pop_back();
+  return words;
+}
+
+TEST(Cli, CompletionScriptsOfferCommandsOptionsKeysAndValues) {
+  TempDir dir;
+  const auto script = dir.path() / "ltrain.bash";
+  ASSERT_EQ(run_ltrain("completion bash", script), 0) << read_file(script);
+  const std::string bash = read_file(script);
+  EXPECT_NE(bash.find("\n_ltrain() {\n"), std::string::npos);
+  EXPECT_NE(bash.find("\ncomplete -F _ltrain ltrain\n"), std::string::npos);
+  EXPECT_NE(bash.find("_ltrain_commands='train eval export bench doctor sweep reproduce launch config completion'"),
+            std::string::npos);
+  const auto keys_at = bash.find("\n_ltrain_keys='");
+  ASSERT_NE(keys_at, std::string::npos);
+  const std::string keys = " " + bash.substr(keys_at + 15, bash.find('\'', keys_at + 15) - keys_at - 15) + " ";
+  for (const config::KeyInfo& key : config::config_keys().keys)
+    EXPECT_NE(keys.find(" " + key.name + " "), std::string::npos) << key.name;
+  // What bash offers, read from the options --help lists and the config keys.
+  EXPECT_EQ(completed(script, "bash", "ltrain ", dir),
+            "train eval export bench doctor sweep reproduce launch config completion --help --version");
+  EXPECT_EQ(completed(script, "bash", "ltrain train --d", dir), "--dry-run");
+  EXPECT_EQ(completed(script, "bash", "ltrain train --set optim.l", dir), "optim.lr=");
+  EXPECT_EQ(completed(script, "bash", "ltrain train --config c.json precision.mo", dir), "precision.mode=");
+  EXPECT_EQ(completed(script, "bash", "ltrain train precision.mode=b", dir), "bf16");
+  EXPECT_EQ(completed(script, "bash", "ltrain eval --set model.channels_last=", dir), "true false");
+  EXPECT_EQ(completed(script, "bash", "ltrain bench ", dir), "step matmul --help");
+  EXPECT_EQ(completed(script, "bash", "ltrain bench step --st", dir), "--steps");
+  EXPECT_EQ(completed(script, "bash", "ltrain bench step --steps ", dir), "");
+  EXPECT_EQ(completed(script, "bash", "ltrain completion ", dir), "bash zsh");
+  EXPECT_EQ(completed(script, "bash", "ltrain launch -n 2 -- sweep --dry", dir), "--dry-run");
+  write_file(dir.path() / "runs.json", "{}");
+  EXPECT_EQ(completed(script, "bash", "ltrain train --config " + (dir.path() / "runs.j").string(), dir),
+            (dir.path() / "runs.json").string());
+  EXPECT_EQ(completed(script, "bash", "ltrain export optim.l", dir), "");  // export takes no overrides
+
+  const auto zsh_script = dir.path() / "_ltrain";
+  ASSERT_EQ(run_ltrain("completion zsh", zsh_script), 0) << read_file(zsh_script);
+  const std::string zsh = read_file(zsh_script);
+  EXPECT_EQ(zsh.substr(0, 16), "#compdef ltrain\n");
+  EXPECT_NE(zsh.find("\n_ltrain() {\n"), std::string::npos);
+  EXPECT_NE(zsh.find("compdef _ltrain ltrain"), std::string::npos);
+  for (const config::KeyInfo& key : config::config_keys().keys)
+    EXPECT_NE(zsh.find("'" + key.name + ":"), std::string::npos) << key.name;
+  if (std::system("command -v zsh > /dev/null 2>&1") == 0) {
+    EXPECT_EQ(std::system(("zsh -n " + zsh_script.string()).c_str()), 0);
+    EXPECT_EQ(completed(zsh_script, "zsh", "ltrain train precision.mode=", dir), "fp32 tf32 fp16 bf16");
+    EXPECT_EQ(completed(zsh_script, "zsh", "ltrain completion ", dir), "bash zsh");
+    EXPECT_EQ(completed(zsh_script, "zsh", "ltrain train --config ", dir), "files");
+    const std::string options = completed(zsh_script, "zsh", "ltrain train --", dir);
+    EXPECT_NE(options.find("--dry-run:check the config"), std::string::npos) << options;
+  }
+
+  EXPECT_EQ(run_ltrain("completion fish", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain completion fish: no script for this shell; use bash or zsh"));
+  EXPECT_EQ(run_ltrain("completion", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain completion needs the shell: ltrain completion bash, or ltrain "
+                                                "completion zsh"));
+}
+
 TEST(Cli, UsageErrorsExitTwo) {
   TempDir dir;
   EXPECT_EQ(run_ltrain("", dir.path() / "out"), 2);
@@ -60,6 +145,12 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(run_ltrain("train", dir.path() / "out"), 2);
   EXPECT_NE(read_file(dir.path() / "out").find("ltrain train needs --config"), std::string::npos);
   EXPECT_EQ(run_ltrain("train --config x.json --bogus", dir.path() / "out"), 2);
+  EXPECT_EQ(run_ltrain("bench", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain bench needs one of: step, matmul; see ltrain bench --help"));
+  EXPECT_EQ(run_ltrain("bench fly", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "unknown command \"ltrain bench fly\"; use one of: step, matmul"));
+  EXPECT_EQ(run_ltrain("bench --help", dir.path() / "out"), 0);
+  EXPECT_NE(read_file(dir.path() / "out").find("bench matmul"), std::string::npos);
 }
 
 TEST(Cli, ConfigErrorIsOneLineAndExitsTwo) {
