@@ -16,6 +16,7 @@
 #include "ltrain/bench/reproduce.h"
 #include "ltrain/bench/step_bench.h"
 #include "ltrain/bench/sweep.h"
+#include "ltrain/cli/completion.h"
 #include "ltrain/config/load.h"
 #include "ltrain/core/build_info.h"
 #include "ltrain/core/environment.h"
@@ -35,35 +36,34 @@ namespace {
 
 using ltrain::ExitCode;
 
-constexpr const char* kUsage = R"(usage: ltrain COMMAND [OPTIONS]
-
-Trains torchvision-style ResNets on CIFAR-10 from JSON run configs.
-
-commands:
-  train     train a model:                 ltrain train --config configs/quickstart.json
-  eval      evaluate a checkpoint:         ltrain eval --checkpoint RUN/checkpoints/step-00000390.ltc
-  export    weights to safetensors:        ltrain export --checkpoint CKPT --out resnet.safetensors
-  bench     training-step throughput:      ltrain bench step --config CONFIG
-            matmul TFLOP/s per precision:  ltrain bench matmul [--device cuda]
-  doctor    versions, GPUs, warnings:      ltrain doctor [--json] [--device cuda]
-  sweep     a grid of configs, or a batch-size search: ltrain sweep --config configs/sweeps/precision-batch.json
-  reproduce the guides' claims measured here: ltrain reproduce --config configs/bench/resnet50-step.json
-  launch    N data-parallel processes:     ltrain launch -n 2 -- train --config configs/quickstart.json
-            (or torchrun --nproc-per-node 2 --no-python build/ltrain train --config ...)
-
+constexpr const char* kUsageFooter = R"(
 "ltrain COMMAND --help" lists a command's options with their defaults.
+"ltrain --version" prints the version and the LibTorch it was built against.
+Several processes: ltrain launch, or torchrun --nproc-per-node 2 --no-python build/ltrain train ...
 exit codes: 0 success, 1 internal error, 2 usage or config error, 3 data error,
             4 run failed (non-finite loss, out of memory), 5 another data-parallel process
             failed or hung, 130 interrupted
 )";
 
+/// Bare KEY=VALUE arguments (Hydra's style) are positional arguments of this hidden option, which
+/// keeps them in order with the --set ones.
+constexpr const char* kBareOverrides = "bare-overrides";
+constexpr const char* kHiddenGroup = "hidden";
+
+/// A command's options with those every command has (--verbose, --help). Each command builds
+/// its options in a function of its own, which its parser, its --help and shell completion share.
+cxxopts::Options command_options(const std::string& program, const std::string& description) {
+  cxxopts::Options options(program, description);
+  options.add_options()("verbose", "log debug messages too")("help", "show this help");
+  return options;
+}
+
 /// Parses argv for one command; --help prints the help (plus `extra_help`) and returns nullopt.
 std::optional<cxxopts::ParseResult> parse(cxxopts::Options& options, int argc, char** argv,
                                           const std::string& extra_help = "") {
-  options.add_options()("verbose", "log debug messages too")("help", "show this help");
   cxxopts::ParseResult result = options.parse(argc, argv);
   if (result.count("help")) {
-    std::cout << options.help() << extra_help;
+    std::cout << options.help({""}) << extra_help;
     return std::nullopt;
   }
   if (!result.unmatched().empty())
@@ -78,47 +78,102 @@ std::string required(const cxxopts::ParseResult& args, const std::string& name, 
   return args[name].as<std::string>();
 }
 
-/// Every --set value, in the order given. The option holds one string per use: cxxopts would split
-/// a list option's values at commas, which JSON lists and objects hold.
-std::vector<std::string> overrides(const cxxopts::ParseResult& args) {
+/// Every --set value and bare KEY=VALUE argument, in the order given (arguments() holds each as
+/// typed; a list option's own values would be split at the commas that JSON lists and objects hold).
+/// ConfigError naming a bare argument that is not KEY=VALUE of a config key or section.
+std::vector<std::string> overrides(const cxxopts::ParseResult& args, const std::string& program) {
   std::vector<std::string> specs;
-  for (const cxxopts::KeyValue& argument : args.arguments())
+  for (const cxxopts::KeyValue& argument : args.arguments()) {
     if (argument.key() == "set") specs.push_back(argument.value());
+    if (argument.key() != kBareOverrides) continue;
+    const std::string& text = argument.value();
+    const auto equals = text.find('=');
+    if (equals == std::string::npos || equals == 0)
+      throw ltrain::ConfigError(fmt::format("{}: unexpected argument \"{}\"; arguments besides options are config "
+                                            "overrides KEY=VALUE, e.g. optim.lr=0.05 (see {} --help)",
+                                            program, ltrain::config::shown(text), program));
+    if (const std::string key = text.substr(0, equals); !ltrain::config::is_key_or_section(key))
+      throw ltrain::ConfigError(fmt::format("{}: argument \"{}\": \"{}\" is not a config key; {} --help lists them",
+                                            program, ltrain::config::shown(text), ltrain::config::shown(key),
+                                            program));
+    specs.push_back(text);
+  }
   return specs;
 }
 
+/// --set KEY=VALUE, and bare KEY=VALUE arguments beside it.
 void add_set_option(cxxopts::Options& options) {
   options.add_options()("set",
                         "override a config key, repeatable: --set optim.lr=0.05, --set data.mean=[0.5,0.5,0.5], "
-                        "--set 'optim={\"lr\":0.05,\"momentum\":0.8}'",
+                        "--set 'optim={\"lr\":0.05,\"momentum\":0.8}'; or without --set: optim.lr=0.05",
                         cxxopts::value<std::string>(), "KEY=VALUE");
+  options.add_options(kHiddenGroup)(kBareOverrides, "", cxxopts::value<std::vector<std::string>>());
+  options.parse_positional({kBareOverrides});
+  options.positional_help("[KEY=VALUE...]");
+}
+
+cxxopts::Options train_options() {
+  cxxopts::Options options = command_options("ltrain train", "Train a model from a JSON run config.");
+  options.add_options()("config", "run config (JSON)", cxxopts::value<std::string>(), "FILE")(
+      "print-config", "print the resolved config (every key, JSON) and exit")(
+      "dry-run", "check the config, the data, the model and the device as a run would, print one summary line and "
+                 "exit; writes nothing");
+  add_set_option(options);
+  return options;
 }
 
 int run_train(int argc, char** argv) {
-  cxxopts::Options options("ltrain train", "Train a model from a JSON run config.");
-  options.add_options()("config", "run config (JSON)", cxxopts::value<std::string>(), "FILE")(
-      "print-config", "print the resolved config and exit");
-  add_set_option(options);
-  const auto args = parse(options, argc, argv, "\nConfig keys (JSON key == --set key):\n" + ltrain::config::describe_keys());
+  cxxopts::Options options = train_options();
+  const auto args = parse(options, argc, argv,
+                          "\nConfig keys (JSON key == --set key == bare KEY=VALUE):\n" +
+                              ltrain::config::describe_keys());
   if (!args) return 0;
-  const auto loaded = ltrain::config::load_file(required(*args, "config", "ltrain train"), overrides(*args));
+  const auto loaded =
+      ltrain::config::load_file(required(*args, "config", "ltrain train"), overrides(*args, options.program()));
   if (args->count("print-config")) {
     std::cout << ltrain::config::to_json(loaded.config).dump(2) << "\n";
+    return 0;
+  }
+  if (args->count("dry-run")) {
+    const ltrain::engine::RunPlan plan = ltrain::engine::plan_run(loaded);
+    std::cout << "dry run: " << ltrain::engine::to_text(loaded.config, plan) << "; nothing was written\n";
     return 0;
   }
   ltrain::engine::train(loaded);
   return 0;
 }
 
-int run_eval(int argc, char** argv) {
-  cxxopts::Options options("ltrain eval", "Evaluate a checkpoint on the test set (its saved config, with overrides).");
+cxxopts::Options config_options() {
+  cxxopts::Options options = command_options("ltrain config", "Describe the run config format.");
+  options.add_options()("schema", "print a JSON Schema (draft 2020-12) of run config files, for editors and checkers");
+  return options;
+}
+
+int run_config(int argc, char** argv) {
+  cxxopts::Options options = config_options();
+  const auto args = parse(options, argc, argv);
+  if (!args) return 0;
+  if (!args->count("schema")) throw ltrain::ConfigError("ltrain config needs --schema; see ltrain config --help");
+  std::cout << ltrain::config::json_schema().dump(2) << "\n";
+  return 0;
+}
+
+cxxopts::Options eval_options() {
+  cxxopts::Options options =
+      command_options("ltrain eval", "Evaluate a checkpoint on the test set (its saved config, with overrides).");
   options.add_options()("checkpoint", "checkpoint file (.ltc)", cxxopts::value<std::string>(), "FILE")(
       "json", "print the result as JSON on stdout");
   add_set_option(options);
+  return options;
+}
+
+int run_eval(int argc, char** argv) {
+  cxxopts::Options options = eval_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
   const std::string path = required(*args, "checkpoint", "ltrain eval");
-  const ltrain::engine::CheckpointEvaluation evaluation = ltrain::engine::evaluate_checkpoint(path, overrides(*args));
+  const ltrain::engine::CheckpointEvaluation evaluation =
+      ltrain::engine::evaluate_checkpoint(path, overrides(*args, options.program()));
   const ltrain::engine::EvalResult& result = evaluation.result;
   if (args->count("json")) {
     std::cout << nlohmann::json{{"checkpoint", path},          {"step", evaluation.step},
@@ -133,10 +188,17 @@ int run_eval(int argc, char** argv) {
   return 0;
 }
 
-int run_export(int argc, char** argv) {
-  cxxopts::Options options("ltrain export", "Write a checkpoint's model weights (the averaged ones with optim.ema_decay) as safetensors with torchvision's names.");
+cxxopts::Options export_options() {
+  cxxopts::Options options = command_options("ltrain export",
+                                             "Write a checkpoint's model weights (the averaged ones with "
+                                             "optim.ema_decay) as safetensors with torchvision's names.");
   options.add_options()("checkpoint", "checkpoint file (.ltc)", cxxopts::value<std::string>(), "FILE")(
       "out", "output file (.safetensors)", cxxopts::value<std::string>(), "FILE");
+  return options;
+}
+
+int run_export(int argc, char** argv) {
+  cxxopts::Options options = export_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
   const std::string path = required(*args, "checkpoint", "ltrain export");
@@ -151,8 +213,9 @@ int run_export(int argc, char** argv) {
   return 0;
 }
 
-int run_bench_step(int argc, char** argv) {
-  cxxopts::Options options("ltrain bench step", "Time training steps of a config (after warm-up steps).");
+cxxopts::Options bench_step_options() {
+  cxxopts::Options options =
+      command_options("ltrain bench step", "Time training steps of a config (after warm-up steps).");
   options.add_options()("config", "run config (JSON)", cxxopts::value<std::string>(), "FILE")(
       "warmup", "untimed steps first", cxxopts::value<int64_t>()->default_value("10"), "N")(
       "steps", "timed steps", cxxopts::value<int64_t>()->default_value("50"), "N")(
@@ -160,9 +223,15 @@ int run_bench_step(int argc, char** argv) {
       "profile", "after timing, profile a few more steps and write the Chrome trace here",
       cxxopts::value<std::string>(), "TRACE.json");
   add_set_option(options);
+  return options;
+}
+
+int run_bench_step(int argc, char** argv) {
+  cxxopts::Options options = bench_step_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
-  const auto loaded = ltrain::config::load_file(required(*args, "config", "ltrain bench step"), overrides(*args));
+  const auto loaded =
+      ltrain::config::load_file(required(*args, "config", "ltrain bench step"), overrides(*args, options.program()));
   const std::string profile_trace = args->count("profile") ? (*args)["profile"].as<std::string>() : "";
   const int64_t warmup = (*args)["warmup"].as<int64_t>();
   const int64_t steps = (*args)["steps"].as<int64_t>();
@@ -186,10 +255,11 @@ torch::Device device_option(const std::string& name) {
   return ltrain::engine::resolve_device(ltrain::config::load_json({{"run", {{"device", name}}}}, "--device"));
 }
 
-int run_bench_matmul(int argc, char** argv) {
-  cxxopts::Options options("ltrain bench matmul",
-                           "Square matmul throughput per precision (the 4090 guide's test): TFLOP/s = 2 n^3 "
-                           "products / time, timed with CUDA events on a GPU.");
+cxxopts::Options bench_matmul_options() {
+  cxxopts::Options options = command_options(
+      "ltrain bench matmul",
+      "Square matmul throughput per precision (the 4090 guide's test): TFLOP/s = 2 n^3 "
+      "products / time, timed with CUDA events on a GPU.");
   options.add_options()("device", "auto | cpu | cuda | cuda:N", cxxopts::value<std::string>()->default_value("auto"),
                         "D")("size", "matrix side n", cxxopts::value<int64_t>()->default_value("8192"), "N")(
       "warmup", "untimed products first", cxxopts::value<int64_t>()->default_value("10"), "N")(
@@ -197,6 +267,11 @@ int run_bench_matmul(int argc, char** argv) {
       "precision", "comma-separated: fp32, tf32, fp16, bf16",
       cxxopts::value<std::string>()->default_value("fp32,tf32,fp16,bf16"), "LIST")(
       "json", "print one JSON object per precision on stdout");
+  return options;
+}
+
+int run_bench_matmul(int argc, char** argv) {
+  cxxopts::Options options = bench_matmul_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
   const int64_t n = (*args)["size"].as<int64_t>(), warmup = (*args)["warmup"].as<int64_t>();
@@ -229,37 +304,48 @@ int run_bench_matmul(int argc, char** argv) {
   return 0;
 }
 
-int run_bench(int argc, char** argv) {
-  const std::string name = argc >= 2 ? argv[1] : "";
-  if (name == "step") return run_bench_step(argc - 1, argv + 1);
-  if (name == "matmul") return run_bench_matmul(argc - 1, argv + 1);
-  if (name == "--help" || name == "-h") {
-    std::cout << "usage: ltrain bench step --config FILE [--set KEY=VALUE]... [--warmup N] [--steps N] [--json]"
-                 " [--profile TRACE.json]\n"
-                 "       ltrain bench matmul [--device D] [--size 8192] [--warmup 10] [--iters 100]"
-                 " [--precision fp32,tf32,fp16,bf16] [--json]\n";
-    return 0;
-  }
-  throw ltrain::ConfigError("ltrain bench needs a benchmark name: ltrain bench step --config FILE, or ltrain bench "
-                            "matmul");
+cxxopts::Options sweep_options() {
+  cxxopts::Options options = command_options(
+      "ltrain sweep",
+      "Run a config sweep: a base config and keys with lists of values (a grid, a zip), timed steps "
+      "(mode bench) or full runs (mode train) per point, or a batch-size search up to a "
+      "fraction of GPU memory. Writes results.csv, results.md and results.json; "
+      "scripts/report/plot_sweep.py draws results.png.");
+  options.add_options()("config", "sweep description (JSON; the format is in configs/sweeps/README.md)",
+                        cxxopts::value<std::string>(), "FILE")(
+      "out", "results folder (default: sweeps/NAME, NAME the sweep file's name)", cxxopts::value<std::string>(), "DIR")(
+      "dry-run", "list the points the sweep would run and check that each is a valid config; runs nothing");
+  add_set_option(options);
+  return options;
 }
 
 int run_sweep(int argc, char** argv) {
-  cxxopts::Options options("ltrain sweep",
-                           "Run a config sweep: a base config and keys with lists of values (a grid), timed steps "
-                           "(mode bench) or full runs (mode train) per point, or a batch-size search up to a "
-                           "fraction of GPU memory. Writes results.csv, results.md and results.json; "
-                           "scripts/report/plot_sweep.py draws results.png.");
-  options.add_options()("config", "sweep description (JSON; the format is in include/ltrain/bench/sweep.h)",
-                        cxxopts::value<std::string>(), "FILE")(
-      "out", "results folder (default: sweeps/NAME, NAME the sweep file's name)", cxxopts::value<std::string>(), "DIR");
-  add_set_option(options);
+  cxxopts::Options options = sweep_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
   const std::filesystem::path file = required(*args, "config", "ltrain sweep");
+  if (args->count("dry-run")) {
+    const std::vector<std::string> every_point = overrides(*args, options.program());
+    const ltrain::bench::SweepPlan plan = ltrain::bench::plan_sweep(file, every_point);
+    std::cout << fmt::format("{}: mode {}, base {}, {} point(s)", file.string(), plan.mode, plan.base.string(),
+                             plan.points.size());
+    if (plan.batch_search)
+      std::cout << fmt::format(", each a search of data.batch_size from {} up to {}", plan.batch_search->start,
+                               plan.batch_search->max);
+    std::cout << "\n";
+    std::vector<std::string> common = plan.set;
+    common.insert(common.end(), every_point.begin(), every_point.end());
+    if (!common.empty()) std::cout << fmt::format("  every point: {}\n", fmt::join(common, " "));
+    for (size_t i = 0; i < plan.points.size(); ++i) {
+      const std::string settings = fmt::format("{}", fmt::join(plan.points[i], " "));
+      std::cout << fmt::format("  point {}: {}\n", i, settings.empty() ? "the base config" : settings);
+    }
+    std::cout << "every point is a valid config; nothing was run\n";
+    return 0;
+  }
   const std::filesystem::path out =
       args->count("out") ? std::filesystem::path((*args)["out"].as<std::string>()) : "sweeps" / file.stem();
-  const ltrain::bench::SweepResult result = ltrain::bench::run_sweep(file, out, overrides(*args));
+  const ltrain::bench::SweepResult result = ltrain::bench::run_sweep(file, out, overrides(*args, options.program()));
   std::cout << ltrain::bench::write_sweep_results(result, out);
   std::cout << fmt::format("{} point(s), {} failed; results in {} (plot: python3 scripts/report/plot_sweep.py {})\n",
                            result.points.size(),
@@ -294,12 +380,13 @@ std::vector<int64_t> image_sizes(const std::string& list) {
   return sizes;
 }
 
-int run_reproduce(int argc, char** argv) {
-  cxxopts::Options options("ltrain reproduce",
-                           "The GPU guides' claims (AMP speed and memory, TF32, cudnn.benchmark, CUDA graphs, gradient "
-                           "accumulation, activation checkpointing, the matmul test, the batch-size search, the "
-                           "hardware), each with its guide and line, as A/B measurements on this machine; writes "
-                           "REPORT.md and results.json.");
+cxxopts::Options reproduce_options() {
+  cxxopts::Options options = command_options(
+      "ltrain reproduce",
+      "The GPU guides' claims (AMP speed and memory, TF32, cudnn.benchmark, CUDA graphs, gradient "
+      "accumulation, activation checkpointing, the matmul test, the batch-size search, the "
+      "hardware), each with its guide and line, as A/B measurements on this machine; writes "
+      "REPORT.md and results.json.");
   options.add_options()("config", "the run config every measurement starts from", cxxopts::value<std::string>(), "FILE")(
       "out", "report folder", cxxopts::value<std::string>()->default_value("reports/reproduce"), "DIR")(
       "warmup", "untimed steps per measurement", cxxopts::value<int64_t>()->default_value("10"), "N")(
@@ -311,11 +398,16 @@ int run_reproduce(int argc, char** argv) {
       "matmul-iters", "matmul test's timed products", cxxopts::value<int64_t>()->default_value("100"), "N")(
       "no-batch-search", "skip the batch-size search (the longest part on a GPU)");
   add_set_option(options);
+  return options;
+}
+
+int run_reproduce(int argc, char** argv) {
+  cxxopts::Options options = reproduce_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
   ltrain::bench::ReproduceOptions settings;
   settings.base_config = required(*args, "config", "ltrain reproduce");
-  settings.overrides = overrides(*args);
+  settings.overrides = overrides(*args, options.program());
   settings.warmup = (*args)["warmup"].as<int64_t>();
   settings.steps = (*args)["steps"].as<int64_t>();
   settings.rounds = (*args)["rounds"].as<int64_t>();
@@ -333,14 +425,20 @@ int run_reproduce(int argc, char** argv) {
   return 0;
 }
 
-int run_doctor(int argc, char** argv) {
-  cxxopts::Options options("ltrain doctor",
-                           "What this machine and build offer: LibTorch, CUDA runtime and driver, cuDNN, NCCL, how "
-                           "ltrain was built, and for each GPU the code its kernels load and which fast paths run "
-                           "there (and why not); warns about mismatches. LTRAIN_GPU_PROFILE="
-                           + ltrain::kernels::gpu_profile_names() + " plans the kernels for that card's limits.");
+cxxopts::Options doctor_options() {
+  cxxopts::Options options = command_options(
+      "ltrain doctor",
+      "What this machine and build offer: LibTorch, CUDA runtime and driver, cuDNN, NCCL, how "
+      "ltrain was built, and for each GPU the code its kernels load and which fast paths run "
+      "there (and why not); warns about mismatches. LTRAIN_GPU_PROFILE="
+      + ltrain::kernels::gpu_profile_names() + " plans the kernels for that card's limits.");
   options.add_options()("device", "also check that this device can be used (cpu, cuda, cuda:N)",
                         cxxopts::value<std::string>(), "D")("json", "print the report as JSON");
+  return options;
+}
+
+int run_doctor(int argc, char** argv) {
+  cxxopts::Options options = doctor_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
   const ltrain::engine::DoctorReport report = ltrain::engine::doctor_report();
@@ -353,16 +451,22 @@ int run_doctor(int argc, char** argv) {
   return 0;
 }
 
-int run_launch(int argc, char** argv) {
-  constexpr const char* kLaunchHelp = R"(usage: ltrain launch -n N [--master-port P] -- COMMAND [OPTIONS]
+/// launch's options, for its --help and completion; run_launch parses them itself, since
+/// everything after "--" is the command it starts.
+cxxopts::Options launch_options() {
+  cxxopts::Options options("ltrain launch",
+                           "Starts N ltrain processes on this host as torchrun does (RANK, WORLD_SIZE, LOCAL_RANK, "
+                           "MASTER_ADDR, MASTER_PORT), each running COMMAND; data-parallel training when COMMAND is "
+                           "train. Signals are passed on; when one process fails the others are stopped. Exit code: 0 "
+                           "when every process succeeded, else the first failure's.");
+  options.custom_help("-n N [--master-port P] -- COMMAND [OPTIONS]");
+  options.add_options()("n,nproc-per-node", "processes (one per GPU on a GPU host)", cxxopts::value<int64_t>(), "N")(
+      "master-port", "rendezvous port (default: a free one)", cxxopts::value<int64_t>(), "P")("help",
+                                                                                            "show this help");
+  return options;
+}
 
-Starts N ltrain processes on this host as torchrun does (RANK, WORLD_SIZE, LOCAL_RANK,
-MASTER_ADDR, MASTER_PORT), each running COMMAND; data-parallel training when COMMAND is train.
-Signals are passed on; when one process fails the others are stopped.
-  -n, --nproc-per-node N  processes (one per GPU on a GPU host)
-  --master-port P         rendezvous port (default: a free one)
-Exit code: 0 when every process succeeded, else the first failure's.
-)";
+int run_launch(int argc, char** argv) {
   constexpr int64_t kMaxPort = 65535;
   constexpr int64_t kMaxProcesses = 256;
   ltrain::dist::LaunchOptions options;
@@ -372,7 +476,7 @@ Exit code: 0 when every process succeeded, else the first failure's.
     const std::string argument = argv[i];
     if (argument == "--") break;
     if (argument == "--help" || argument == "-h") {
-      std::cout << kLaunchHelp;
+      std::cout << launch_options().help({""});
       return 0;
     }
     if ((argument == "-n" || argument == "--nproc-per-node" || argument == "--master-port") && i + 1 < argc) {
@@ -408,14 +512,113 @@ Exit code: 0 when every process succeeded, else the first failure's.
   return ltrain::dist::launch(options);
 }
 
+cxxopts::Options completion_options() {
+  cxxopts::Options options = command_options(
+      "ltrain completion",
+      "Print a shell completion script for ltrain's commands, options and config keys (bash or zsh). bash: source "
+      "<(ltrain completion bash), or save it as ~/.local/share/bash-completion/completions/ltrain; zsh: save it as "
+      "_ltrain in a folder of $fpath, or source <(ltrain completion zsh).");
+  options.add_options(kHiddenGroup)("shell", "", cxxopts::value<std::string>());
+  options.parse_positional({"shell"});
+  options.positional_help("bash|zsh");
+  return options;
+}
+
+int run_completion(int argc, char** argv);
+
+/// One command as ltrain --help lists it, dispatch runs it and shell completion offers it.
+struct Command {
+  const char* name;     ///< "train", or "bench step" for a command of two words
+  const char* summary;  ///< what it does, for ltrain --help
+  const char* example;
+  cxxopts::Options (*options)();
+  int (*run)(int argc, char** argv);
+  std::vector<std::string> arguments;  ///< the fixed words it takes as arguments, for completion
+};
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> list{
+      {"train", "train a model", "ltrain train --config configs/quickstart.json optim.lr=0.1", train_options,
+       run_train, {}},
+      {"eval", "evaluate a checkpoint", "ltrain eval --checkpoint RUN/checkpoints/step-00000390.ltc", eval_options,
+       run_eval, {}},
+      {"export", "weights to safetensors", "ltrain export --checkpoint CKPT --out resnet.safetensors", export_options,
+       run_export, {}},
+      {"bench step", "training-step throughput", "ltrain bench step --config CONFIG", bench_step_options,
+       run_bench_step, {}},
+      {"bench matmul", "matmul TFLOP/s per precision", "ltrain bench matmul [--device cuda]", bench_matmul_options,
+       run_bench_matmul, {}},
+      {"doctor", "versions, GPUs, warnings", "ltrain doctor [--json] [--device cuda]", doctor_options, run_doctor,
+       {}},
+      {"sweep", "a grid of configs, or a batch-size search",
+       "ltrain sweep --config configs/sweeps/precision-batch.json", sweep_options, run_sweep, {}},
+      {"reproduce", "the guides' claims measured here", "ltrain reproduce --config configs/bench/resnet50-step.json",
+       reproduce_options, run_reproduce, {}},
+      {"launch", "N data-parallel processes", "ltrain launch -n 2 -- train --config configs/quickstart.json",
+       launch_options, run_launch, {}},
+      {"config", "the config format as JSON Schema", "ltrain config --schema > ltrain.schema.json", config_options,
+       run_config, {}},
+      {"completion", "shell completion (bash, zsh)", "source <(ltrain completion bash)", completion_options,
+       run_completion, {"bash", "zsh"}},
+  };
+  return list;
+}
+
+/// ltrain --help: the commands, each with what it does and an example, from commands().
+std::string usage() {
+  std::string out = "usage: ltrain COMMAND [OPTIONS]\n\nTrains torchvision-style ResNets on CIFAR-10 from JSON run "
+                    "configs.\n\ncommands:\n";
+  for (const Command& command : commands())
+    out += fmt::format("  {:<13} {:<44} {}\n", command.name, std::string(command.summary) + ":", command.example);
+  return out + kUsageFooter;
+}
+
+/// The commands with their options as shell completion sees them.
+std::vector<ltrain::cli::CommandSpec> completion_specs() {
+  std::vector<ltrain::cli::CommandSpec> specs;
+  for (const Command& command : commands()) {
+    ltrain::cli::CommandSpec spec{command.name, command.summary, {}, false, command.arguments};
+    const cxxopts::Options options = command.options();
+    for (const std::string& group : options.groups()) {
+      for (const cxxopts::HelpOptionDetails& option : options.group_help(group).options) {
+        if (group == kHiddenGroup) {
+          spec.overrides = spec.overrides || option.l.front() == kBareOverrides;
+          continue;
+        }
+        ltrain::cli::Flag flag{{}, option.desc, option.is_boolean ? "" : option.arg_help};
+        if (!option.s.empty()) flag.names.push_back("-" + option.s);
+        for (const std::string& name : option.l) flag.names.push_back("--" + name);
+        spec.flags.push_back(flag);
+      }
+    }
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+int run_completion(int argc, char** argv) {
+  cxxopts::Options options = completion_options();
+  const auto args = parse(options, argc, argv);
+  if (!args) return 0;
+  const std::string shell = args->count("shell") ? (*args)["shell"].as<std::string>() : "";
+  if (shell == "bash") std::cout << ltrain::cli::bash_completion(completion_specs(), LTRAIN_VERSION);
+  else if (shell == "zsh") std::cout << ltrain::cli::zsh_completion(completion_specs(), LTRAIN_VERSION);
+  else if (shell.empty())
+    throw ltrain::ConfigError("ltrain completion needs the shell: ltrain completion bash, or ltrain completion zsh");
+  else
+    throw ltrain::ConfigError(fmt::format("ltrain completion {}: no script for this shell; use bash or zsh",
+                                          ltrain::config::shown(shell)));
+  return 0;
+}
+
 int dispatch(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << kUsage;
+    std::cerr << usage();
     return static_cast<int>(ExitCode::usage);
   }
   const std::string command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") {
-    std::cout << kUsage;
+    std::cout << usage();
     return 0;
   }
   if (command == "--version") {
@@ -424,16 +627,35 @@ int dispatch(int argc, char** argv) {
               << (ltrain::compat::built_with_cuda() ? ", CUDA" : ", CPU only") << ")\n";
     return 0;
   }
-  // The doctor reports a bad LTRAIN_GPU_PROFILE among its warnings; the launcher's children check it.
-  if (command != "doctor" && command != "launch") ltrain::engine::check_gpu_profile_setting();
-  if (command == "train") return run_train(argc - 1, argv + 1);
-  if (command == "eval") return run_eval(argc - 1, argv + 1);
-  if (command == "export") return run_export(argc - 1, argv + 1);
-  if (command == "bench") return run_bench(argc - 1, argv + 1);
-  if (command == "doctor") return run_doctor(argc - 1, argv + 1);
-  if (command == "sweep") return run_sweep(argc - 1, argv + 1);
-  if (command == "reproduce") return run_reproduce(argc - 1, argv + 1);
-  if (command == "launch") return run_launch(argc - 1, argv + 1);
+  // The doctor reports a bad LTRAIN_GPU_PROFILE among its warnings; the launcher's children check it;
+  // completion scripts are text.
+  if (command != "doctor" && command != "launch" && command != "completion")
+    ltrain::engine::check_gpu_profile_setting();
+  // A command of two words ("bench step") takes argv[2] as its second.
+  const std::string second = argc >= 3 ? argv[2] : "";
+  for (const Command& entry : commands()) {
+    if (entry.name == command) return entry.run(argc - 1, argv + 1);
+    if (entry.name == command + " " + second) return entry.run(argc - 2, argv + 2);
+  }
+  // The first word of commands of two words alone ("ltrain bench"): its commands, or which they are.
+  std::string group_usage;
+  std::vector<std::string> second_words;
+  for (const Command& entry : commands())
+    if (std::string(entry.name).rfind(command + " ", 0) == 0) {
+      second_words.push_back(std::string(entry.name).substr(command.size() + 1));
+      group_usage += fmt::format("  {:<13} {:<44} {}\n", entry.name, std::string(entry.summary) + ":", entry.example);
+    }
+  if (!second_words.empty() && (second == "--help" || second == "-h")) {
+    std::cout << group_usage;
+    return 0;
+  }
+  if (!second_words.empty() && second.empty())
+    throw ltrain::ConfigError(fmt::format("ltrain {} needs one of: {}; see ltrain {} --help", command,
+                                          fmt::join(second_words, ", "), command));
+  if (!second_words.empty())
+    throw ltrain::ConfigError(fmt::format("unknown command \"ltrain {} {}\"; use one of: {} (see ltrain {} --help)",
+                                          command, ltrain::config::shown(second), fmt::join(second_words, ", "),
+                                          command));
   throw ltrain::ConfigError(fmt::format("unknown command \"{}\"; run ltrain --help for the list", command));
 }
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 
 #include <sys/stat.h>
@@ -21,18 +22,120 @@ using testing::run_ltrain_within;
 using testing::TempDir;
 using testing::write_file;
 
+::testing::AssertionResult one_line_with(const std::filesystem::path& log, const std::string& text);
+
 TEST(Cli, HelpListsCommandsAndOptionsWithDefaults) {
   TempDir dir;
   EXPECT_EQ(run_ltrain("--help", dir.path() / "out"), 0);
   const std::string top = read_file(dir.path() / "out");
   for (const char* command : {"train", "eval", "export", "bench"}) EXPECT_NE(top.find(command), std::string::npos);
+  EXPECT_NE(top.find("ltrain --version"), std::string::npos) << top;
   EXPECT_EQ(run_ltrain("train --help", dir.path() / "out"), 0);
   const std::string train = read_file(dir.path() / "out");
   EXPECT_NE(train.find("--config"), std::string::npos);
   EXPECT_NE(train.find("optim.lr"), std::string::npos);
-  EXPECT_NE(train.find("(default 0.1)"), std::string::npos);
+  // optim.lr's line, and the next that continues its description.
+  EXPECT_NE(train.find("  optim.lr                      peak learning rate; the schedule scales it (number > 0 and <= "
+                       "1000, default\n                                0.1)"),
+            std::string::npos)
+      << train;
   EXPECT_EQ(run_ltrain("bench step --help", dir.path() / "out"), 0);
   EXPECT_NE(read_file(dir.path() / "out").find("(default: 50)"), std::string::npos);
+}
+
+TEST(Cli, ConfigSchemaIsJsonSchemaOfEveryKey) {
+  TempDir dir;
+  ASSERT_EQ(run_ltrain("config --schema", dir.path() / "out"), 0) << read_file(dir.path() / "out");
+  const auto schema = nlohmann::json::parse(read_file(dir.path() / "out"));
+  EXPECT_EQ(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+  EXPECT_EQ(schema["properties"]["precision"]["properties"]["mode"]["enum"],
+            nlohmann::json::parse(R"(["fp32", "tf32", "fp16", "bf16"])"));
+  EXPECT_EQ(run_ltrain("config", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain config needs --schema; see ltrain config --help"));
+}
+
+/// The words a shell's completion offers for the command line `line` (cursor at its end), from the
+/// script `script` run by `shell` ("bash" with a COMP_LINE; "zsh" with its completion builtins
+/// replaced by ones that print what they were given).
+std::string completed(const std::filesystem::path& script, const std::string& shell, const std::string& line,
+                      const TempDir& dir) {
+  const auto driver = dir.path() / ("driver." + shell);
+  const auto out = dir.path() / "completed";
+  if (shell == "bash") {
+    write_file(driver, "source '" + script.string() + "'\nCOMP_LINE='" + line + "'\nCOMP_POINT=${#COMP_LINE}\n"
+                       "_ltrain\necho \"${COMPREPLY[*]}\"\n");
+  } else {
+    write_file(driver,
+               "compdef() { :; }\n"
+               "compadd() { if [[ $1 == -a ]]; then print -r -- \"${(P)2}\"; else shift; print -r -- \"$*\"; fi }\n"
+               "_describe() { while [[ $1 == -t ]]; do shift 2; done; print -r -- \"${(P)2}\"; }\n"
+               "_files() { print -r -- files; }\n"
+               "compset() { [[ $1 == -P && ${words[CURRENT]} == *=* ]] || return 1; IPREFIX=${words[CURRENT]%%=*}=; }\n"
+               "source '" + script.string() + "'\n"
+               "words=(${(z)LINE}); [[ $LINE == *' ' ]] && words+=(''); CURRENT=${#words}\n_ltrain\n");
+  }
+  const int status = std::system(("LINE='" + line + "' " + shell + " " + driver.string() + " > " + out.string() +
+                                  " 2>&1").c_str());
+  EXPECT_EQ(status, 0) << read_file(out);
+  std::string words = read_file(out);
+  while (!words.empty() && words.back() == '\n') words.pop_back();
+  return words;
+}
+
+TEST(Cli, CompletionScriptsOfferCommandsOptionsKeysAndValues) {
+  TempDir dir;
+  const auto script = dir.path() / "ltrain.bash";
+  ASSERT_EQ(run_ltrain("completion bash", script), 0) << read_file(script);
+  const std::string bash = read_file(script);
+  EXPECT_NE(bash.find("\n_ltrain() {\n"), std::string::npos);
+  EXPECT_NE(bash.find("\ncomplete -F _ltrain ltrain\n"), std::string::npos);
+  EXPECT_NE(bash.find("_ltrain_commands='train eval export bench doctor sweep reproduce launch config completion'"),
+            std::string::npos);
+  const auto keys_at = bash.find("\n_ltrain_keys='");
+  ASSERT_NE(keys_at, std::string::npos);
+  const std::string keys = " " + bash.substr(keys_at + 15, bash.find('\'', keys_at + 15) - keys_at - 15) + " ";
+  for (const config::KeyInfo& key : config::config_keys().keys)
+    EXPECT_NE(keys.find(" " + key.name + " "), std::string::npos) << key.name;
+  // What bash offers, read from the options --help lists and the config keys.
+  EXPECT_EQ(completed(script, "bash", "ltrain ", dir),
+            "train eval export bench doctor sweep reproduce launch config completion --help --version");
+  EXPECT_EQ(completed(script, "bash", "ltrain train --d", dir), "--dry-run");
+  EXPECT_EQ(completed(script, "bash", "ltrain train --set optim.l", dir), "optim.lr=");
+  EXPECT_EQ(completed(script, "bash", "ltrain train --config c.json precision.mo", dir), "precision.mode=");
+  EXPECT_EQ(completed(script, "bash", "ltrain train precision.mode=b", dir), "bf16");
+  EXPECT_EQ(completed(script, "bash", "ltrain eval --set model.channels_last=", dir), "true false");
+  EXPECT_EQ(completed(script, "bash", "ltrain bench ", dir), "step matmul --help");
+  EXPECT_EQ(completed(script, "bash", "ltrain bench step --st", dir), "--steps");
+  EXPECT_EQ(completed(script, "bash", "ltrain bench step --steps ", dir), "");
+  EXPECT_EQ(completed(script, "bash", "ltrain completion ", dir), "bash zsh");
+  EXPECT_EQ(completed(script, "bash", "ltrain launch -n 2 -- sweep --dry", dir), "--dry-run");
+  write_file(dir.path() / "runs.json", "{}");
+  EXPECT_EQ(completed(script, "bash", "ltrain train --config " + (dir.path() / "runs.j").string(), dir),
+            (dir.path() / "runs.json").string());
+  EXPECT_EQ(completed(script, "bash", "ltrain export optim.l", dir), "");  // export takes no overrides
+
+  const auto zsh_script = dir.path() / "_ltrain";
+  ASSERT_EQ(run_ltrain("completion zsh", zsh_script), 0) << read_file(zsh_script);
+  const std::string zsh = read_file(zsh_script);
+  EXPECT_EQ(zsh.substr(0, 16), "#compdef ltrain\n");
+  EXPECT_NE(zsh.find("\n_ltrain() {\n"), std::string::npos);
+  EXPECT_NE(zsh.find("compdef _ltrain ltrain"), std::string::npos);
+  for (const config::KeyInfo& key : config::config_keys().keys)
+    EXPECT_NE(zsh.find("'" + key.name + ":"), std::string::npos) << key.name;
+  if (std::system("command -v zsh > /dev/null 2>&1") == 0) {
+    EXPECT_EQ(std::system(("zsh -n " + zsh_script.string()).c_str()), 0);
+    EXPECT_EQ(completed(zsh_script, "zsh", "ltrain train precision.mode=", dir), "fp32 tf32 fp16 bf16");
+    EXPECT_EQ(completed(zsh_script, "zsh", "ltrain completion ", dir), "bash zsh");
+    EXPECT_EQ(completed(zsh_script, "zsh", "ltrain train --config ", dir), "files");
+    const std::string options = completed(zsh_script, "zsh", "ltrain train --", dir);
+    EXPECT_NE(options.find("--dry-run:check the config"), std::string::npos) << options;
+  }
+
+  EXPECT_EQ(run_ltrain("completion fish", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain completion fish: no script for this shell; use bash or zsh"));
+  EXPECT_EQ(run_ltrain("completion", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain completion needs the shell: ltrain completion bash, or ltrain "
+                                                "completion zsh"));
 }
 
 TEST(Cli, UsageErrorsExitTwo) {
@@ -43,6 +146,12 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(run_ltrain("train", dir.path() / "out"), 2);
   EXPECT_NE(read_file(dir.path() / "out").find("ltrain train needs --config"), std::string::npos);
   EXPECT_EQ(run_ltrain("train --config x.json --bogus", dir.path() / "out"), 2);
+  EXPECT_EQ(run_ltrain("bench", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain bench needs one of: step, matmul; see ltrain bench --help"));
+  EXPECT_EQ(run_ltrain("bench fly", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "unknown command \"ltrain bench fly\"; use one of: step, matmul"));
+  EXPECT_EQ(run_ltrain("bench --help", dir.path() / "out"), 0);
+  EXPECT_NE(read_file(dir.path() / "out").find("bench matmul"), std::string::npos);
 }
 
 TEST(Cli, ConfigErrorIsOneLineAndExitsTwo) {
@@ -222,6 +331,80 @@ TEST(Cli, SetTakesJsonListsAndObjects) {
   EXPECT_EQ(printed["data"]["mean"], nlohmann::json({0.5, 0.25, 0.125}));
   EXPECT_EQ(printed["optim"]["lr"], 0.05);
   EXPECT_EQ(printed["optim"]["momentum"], 0.8);
+}
+
+TEST(Cli, BareKeyValueArgumentsOverrideInOrderWithSet) {
+  TempDir dir;
+  const std::string print = "train --print-config --config " + tiny_config(dir);
+  const auto log = dir.path() / "out";
+  // Hydra's style beside --set, applied in the order given: the last value of a key wins.
+  ASSERT_EQ(run_ltrain(print + " optim.lr=0.05 --set optim.lr=0.07 data.batch_size=4 'optim={\"momentum\":0.8}' "
+                               "--set optim.momentum=0.7 data.mean=[0.5,0.25,0.125]",
+                       log),
+            0)
+      << read_file(log);
+  const auto printed = nlohmann::json::parse(read_file(log));
+  EXPECT_EQ(printed["optim"]["lr"], 0.07);
+  EXPECT_EQ(printed["data"]["batch_size"], 4);
+  EXPECT_EQ(printed["optim"]["momentum"], 0.7);
+  EXPECT_EQ(printed["data"]["mean"], nlohmann::json({0.5, 0.25, 0.125}));
+  ASSERT_EQ(run_ltrain(print + " optim.lr=0.3 --set optim.lr=0.2 optim.lr=0.1", log), 0) << read_file(log);
+  EXPECT_EQ(nlohmann::json::parse(read_file(log))["optim"]["lr"], 0.1);
+
+  // Anything else is named, with what to do.
+  EXPECT_EQ(run_ltrain(print + " configs/quickstart.json", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain train: unexpected argument \"configs/quickstart.json\"; arguments besides "
+                                 "options are config overrides KEY=VALUE, e.g. optim.lr=0.05 (see ltrain train --help)"));
+  EXPECT_EQ(run_ltrain(print + " optim.lrr=0.1", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain train: argument \"optim.lrr=0.1\": \"optim.lrr\" is not a config key; ltrain "
+                                 "train --help lists them"));
+  EXPECT_EQ(run_ltrain(print + " =0.1", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain train: unexpected argument \"=0.1\""));
+  // A value the key cannot take is the config reader's error, as with --set.
+  EXPECT_EQ(run_ltrain(print + " optim.lr=-1", log), 2);
+  EXPECT_TRUE(one_line_with(log, "--set optim.lr=-1: optim.lr = -1: expected a number > 0 and <= 1000"));
+  // The other commands that take overrides take them bare too; those that take none refuse them.
+  EXPECT_EQ(run_ltrain("bench step --warmup 0 --steps 1 --json --config " + (dir.path() / "c.json").string() +
+                           " data.batch_size=4",
+                       log),
+            0)
+      << read_file(log);
+  const std::string bench = read_file(log);
+  EXPECT_EQ(nlohmann::json::parse(bench.substr(bench.find('{')))["batch_size"], 4);
+  EXPECT_EQ(run_ltrain("export --checkpoint c.ltc --out x.safetensors optim.lr=0.1", log), 2);
+  EXPECT_TRUE(one_line_with(log, "unexpected argument \"optim.lr=0.1\"; see ltrain export --help"));
+}
+
+TEST(Cli, TrainDryRunChecksEverythingAStartChecksAndWritesNothing) {
+  TempDir dir;
+  const std::string config = tiny_config(dir);
+  const auto log = dir.path() / "out";
+  ASSERT_EQ(run_ltrain("train --dry-run --config " + config, log), 0) << read_file(log);
+  const std::string out = read_file(log);
+  const std::string start = "dry run: resnet18 (cifar stem, width 4): ";
+  EXPECT_EQ(out.substr(0, start.size()), start) << out;
+  EXPECT_NE(out.find(" parameters | synthetic: 32 training, 8 test images | 4 steps per epoch of 8 images, 1 steps in "
+                     "1 epoch(s) | device cpu; nothing was written\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+  // The parameters are the model's: the same count a run logs.
+  ASSERT_EQ(run_ltrain("train --config " + config + " run.out_dir=" + (dir.path() / "real").string(),
+                       dir.path() / "train.out"),
+            0);
+  const std::string parameters = out.substr(start.size(), out.find(" parameters") - start.size());
+  EXPECT_NE(read_file(dir.path() / "train.out").find(": " + parameters + " parameters"), std::string::npos)
+      << parameters;
+
+  // Bad input fails as the run would, with its exit code, before anything is written.
+  EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " data.batch_size=64", log), 2);
+  EXPECT_TRUE(one_line_with(log, "data.batch_size = 64: larger than the training set (32 images)"));
+  EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " data.source=cifar10 data.root=/nonexistent", log), 3);
+  EXPECT_NE(read_file(log).find("/nonexistent/data_batch_1.bin"), std::string::npos) << read_file(log);
+  EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " checkpoint.resume=/nonexistent.ltc", log), 2);
+  EXPECT_TRUE(one_line_with(log, "checkpoint.resume = \"/nonexistent.ltc\": no such checkpoint file"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
 }
 
 TEST(Cli, CheckpointsAndOutputsThatAreNotRegularFilesAreRefused) {

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -59,7 +60,7 @@ TEST(Trainer, ShortRunOnCifarMiniLearns) {
   EXPECT_EQ(config::load_json(nlohmann::json::parse(read_file(result.run_dir / "config.json")), "saved")
                 .config.model.width,
             8);
-  EXPECT_NE(read_file(result.run_dir / "train.log").find("resolved config"), std::string::npos);
+  EXPECT_NE(read_file(result.run_dir / "train.log").find(" settings differ from the defaults:"), std::string::npos);
   // summary.json: the result, with the device's peak memory (unknown, -1, on the CPU).
   const nlohmann::json summary = nlohmann::json::parse(read_file(result.run_dir / "summary.json"));
   EXPECT_EQ(summary["steps"], 150);
@@ -252,6 +253,58 @@ TEST(Run, BuildsThePartsItIsAskedFor) {
   engine::Run bare(synthetic_run(), model_only);
   EXPECT_THROW(bare.sets(), std::bad_optional_access);
   EXPECT_GT(models::count_parameters(*bare.model()), 0);
+}
+
+TEST(Trainer, TrainLogHoldsEachLineAsItIsLogged) {
+  TempDir dir;
+  const auto log = dir.path() / "log" / "train.log";
+  std::string seen_at_step_two;
+  TrainHooks hooks;
+  hooks.after_step = [&](int64_t step) {
+    if (step == 2) seen_at_step_two = read_file(log);
+  };
+  train(synthetic_run({"run.out_dir=" + dir.path().string(), "run.name=log", "run.epochs=1", "run.log_every_steps=1"}),
+        hooks);
+  // What `tail -f` shows during the run: the start-up lines and step 1's line, before step 2 ends.
+  EXPECT_NE(seen_at_step_two.find(" settings differ from the defaults:"), std::string::npos) << seen_at_step_two;
+  EXPECT_NE(seen_at_step_two.find("step 1/4 | loss "), std::string::npos) << seen_at_step_two;
+}
+
+TEST(Trainer, PlanRunReportsWhatARunWouldBuildAndWritesNothing) {
+  TempDir dir;
+  const auto out_dir = dir.path() / "runs";
+  const std::vector<std::string> settings{"run.out_dir=" + out_dir.string(), "run.name=plan", "run.max_steps=3",
+                                          "optim.accumulation_steps=2"};
+  const config::LoadedConfig loaded = synthetic_run(settings);
+  const RunPlan plan = plan_run(loaded);
+  EXPECT_EQ(plan.device, "cpu");
+  EXPECT_EQ(plan.train_images, 64);
+  EXPECT_EQ(plan.test_images, 40);
+  EXPECT_EQ(plan.images_per_step, 32);  // 2 accumulated micro-batches of 16
+  EXPECT_EQ(plan.steps_per_epoch, 2);
+  EXPECT_EQ(plan.total_steps, 3);  // run.max_steps cuts the 10 epochs short
+  EXPECT_EQ(plan.epochs, 2);
+  EXPECT_EQ(plan.parameters, models::count_parameters(*engine::Run(loaded, RunParts{}).model()));
+  EXPECT_TRUE(plan.resume_from.empty());
+  EXPECT_EQ(to_text(loaded.config, plan),
+            fmt::format("resnet18 (cifar stem, width 4): {} parameters | synthetic: 64 training, 40 test images | 2 "
+                        "steps per epoch of 32 images, 3 steps in 2 epoch(s) | device cpu",
+                        plan.parameters));
+  EXPECT_FALSE(std::filesystem::exists(out_dir));
+
+  // checkpoint.resume: the checkpoint is read and named, and still nothing is written.
+  std::vector<std::string> one_step = settings;
+  one_step.push_back("run.max_steps=1");
+  const TrainResult trained = train(synthetic_run(one_step));
+  const auto checkpoint = trained.run_dir / "checkpoints" / checkpoint_file_name(1);
+  std::vector<std::string> resumed = settings;
+  resumed.push_back("checkpoint.resume=" + checkpoint.string());
+  const RunPlan again = plan_run(synthetic_run(resumed));
+  EXPECT_EQ(again.resume_from, checkpoint);
+  EXPECT_EQ(again.resume_step, 1);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(out_dir)) ++entries;
+  EXPECT_EQ(entries, 1);  // the one run's folder
 }
 
 TEST(Run, CallerLoadedWeightsSkipInitFrom) {

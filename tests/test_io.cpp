@@ -13,6 +13,7 @@
 #include "ltrain/core/errors.h"
 #include "ltrain/core/files.h"
 #include "ltrain/core/log.h"
+#include "ltrain/core/progress.h"
 #include "ltrain/io/run_files.h"
 #include "ltrain/io/tensor_file.h"
 #include "support.h"
@@ -261,6 +262,38 @@ TEST(LogFile, AMessageThatCannotBeWrittenIsReportedNamingTheFile) {
   EXPECT_NE(read_file(dir.path() / "train.log").find("written at once"), std::string::npos);  // no buffer
   EXPECT_NO_THROW(log::throw_if_file_failed());
   log::remove_file();
+}
+
+TEST(Progress, TheLineFitsTheTerminalDroppingFieldsFromTheRight) {
+  ProgressState state;
+  state.epoch = 3, state.epochs = 10, state.step = 404, state.total_steps = 1960;
+  state.epoch_step = 12, state.epoch_steps = 196;
+  state.loss = 1.23451, state.accuracy = 0.567, state.lr = 0.1;
+  state.images_per_second = 1234.4, state.eta_seconds = 185;
+  const std::string bar = "epoch 3/10 [#.......................] 12/196";
+  const std::string full = bar + " | loss 1.2345 acc  56.7% | lr 0.1 | 1234 img/s | eta 3m05s";
+  EXPECT_EQ(progress_line(state, 200), full);
+  EXPECT_EQ(progress_line(state, full.size() + 1), full);
+  // One column short: the eta goes, then the next field from the right, never a wrapped line.
+  EXPECT_EQ(progress_line(state, full.size()), bar + " | loss 1.2345 acc  56.7% | lr 0.1 | 1234 img/s");
+  EXPECT_EQ(progress_line(state, 80), bar + " | loss 1.2345 acc  56.7% | lr 0.1");
+  EXPECT_EQ(progress_line(state, bar.size() + 1), bar);
+  EXPECT_EQ(progress_line(state, 20), bar.substr(0, 19));
+  for (size_t columns = 0; columns <= 200; ++columns)
+    EXPECT_LE(progress_line(state, columns).size(), std::max<size_t>(columns, 1) - 1) << columns;
+}
+
+TEST(Progress, TerminalWidthFallsBackToColumnsThenEighty) {
+  if (::isatty(STDERR_FILENO) == 1) GTEST_SKIP() << "stderr is a terminal: its own width wins";
+  const char* saved = std::getenv("COLUMNS");
+  const std::string saved_value = saved ? saved : "";
+  ::setenv("COLUMNS", "57", 1);
+  EXPECT_EQ(terminal_columns(), 57u);
+  ::setenv("COLUMNS", "wide", 1);
+  EXPECT_EQ(terminal_columns(), 80u);
+  ::unsetenv("COLUMNS");
+  EXPECT_EQ(terminal_columns(), 80u);
+  if (saved) ::setenv("COLUMNS", saved_value.c_str(), 1);
 }
 
 }  // namespace

@@ -242,5 +242,148 @@ TEST(Sweep, FilesFoldersAndGridsThatCannotWorkAreRefusedAtStart) {
   }
 }
 
+/// The ConfigError message of planning `file`.
+std::string plan_error(const fs::path& file, const std::vector<std::string>& overrides = {}) {
+  try {
+    plan_sweep(file, overrides);
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+TEST(Sweep, ZipTakesValuesTogetherAndTheGridCrossesThem) {
+  TempDir dir;
+  const fs::path file = write_sweep(dir, R"("grid": {"precision.mode": ["fp32", "bf16"]},
+      "zip": {"data.batch_size": [8, 16, 32], "schedule.warmup_epochs": [0, 0.5, 0.25]})");
+  const SweepPlan plan = plan_sweep(file);
+  EXPECT_EQ(plan.mode, "bench");
+  const std::vector<std::vector<std::string>> expected{
+      {"precision.mode=\"fp32\"", "data.batch_size=8", "schedule.warmup_epochs=0"},
+      {"precision.mode=\"fp32\"", "data.batch_size=16", "schedule.warmup_epochs=0.5"},
+      {"precision.mode=\"fp32\"", "data.batch_size=32", "schedule.warmup_epochs=0.25"},
+      {"precision.mode=\"bf16\"", "data.batch_size=8", "schedule.warmup_epochs=0"},
+      {"precision.mode=\"bf16\"", "data.batch_size=16", "schedule.warmup_epochs=0.5"},
+      {"precision.mode=\"bf16\"", "data.batch_size=32", "schedule.warmup_epochs=0.25"}};
+  EXPECT_EQ(plan.points, expected);
+  // A zip alone.
+  EXPECT_EQ(plan_sweep(write_sweep(dir, R"("zip": {"data.batch_size": [8, 16], "optim.lr": [0.1, 0.2]})")).points,
+            (std::vector<std::vector<std::string>>{{"data.batch_size=8", "optim.lr=0.1"},
+                                                   {"data.batch_size=16", "optim.lr=0.2"}}));
+
+  EXPECT_EQ(plan_error(write_sweep(dir, R"("zip": {"data.batch_size": [8, 16, 32], "optim.lr": [0.1, 0.2]})")),
+            (dir.path() / "sweep.json").string() +
+                ": zip: lists of different lengths (data.batch_size: 3, optim.lr: 2); zip takes the i-th value of "
+                "every list together, so give them equal lengths");
+  EXPECT_EQ(plan_error(write_sweep(dir, R"("grid": {"optim.lr": [0.1]}, "zip": {"optim.lr": [0.1, 0.2]})")),
+            (dir.path() / "sweep.json").string() + ": \"optim.lr\" is in both grid and zip; keep it in one");
+  EXPECT_EQ(plan_error(write_sweep(dir, R"("zip": {"optim.lr": []})")),
+            (dir.path() / "sweep.json").string() + ": zip.optim.lr = []: expected a non-empty list of values");
+}
+
+TEST(Sweep, ScaleLrWithSetsEachPointsLrFromTheBaseLrLinearly) {
+  TempDir dir;
+  // The base config's LR is the default, 0.1, at the reference batch of 16.
+  const fs::path file = write_sweep(dir, R"("zip": {"data.batch_size": [8, 16, 32]},
+      "scale_lr_with": {"key": "data.batch_size", "reference": 16})");
+  EXPECT_EQ(plan_sweep(file).points,
+            (std::vector<std::vector<std::string>>{{"data.batch_size=8", "optim.lr=0.05"},
+                                                   {"data.batch_size=16", "optim.lr=0.1"},
+                                                   {"data.batch_size=32", "optim.lr=0.2"}}));
+  // The base LR is the one after the file's "set" and the command line's --set.
+  write_sweep(dir, R"("set": ["optim.lr=0.4"], "grid": {"data.batch_size": [32, 64]},
+      "scale_lr_with": {"key": "data.batch_size", "reference": 32})");
+  EXPECT_EQ(plan_sweep(file).points, (std::vector<std::vector<std::string>>{{"data.batch_size=32", "optim.lr=0.4"},
+                                                                            {"data.batch_size=64", "optim.lr=0.8"}}));
+  EXPECT_EQ(plan_sweep(file, {"optim.lr=0.2"}).points[1],
+            (std::vector<std::string>{"data.batch_size=64", "optim.lr=0.4"}));
+
+  // Each point runs with its LR: the resolved config of a training point says so.
+  write_sweep(dir, R"("mode": "train", "set": ["run.max_steps=1", "run.eval_every_epochs=0"],
+      "zip": {"data.batch_size": [8, 32]}, "scale_lr_with": {"key": "data.batch_size", "reference": 16})");
+  const SweepResult result = run_sweep(file, dir.path() / "out");
+  EXPECT_EQ(result.keys, (std::vector<std::string>{"data.batch_size", "optim.lr"}));
+  ASSERT_EQ(result.points.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(result.points[i].error.empty()) << result.points[i].error;
+    const auto saved = nlohmann::json::parse(
+        read_file(dir.path() / "out" / "runs" / fmt::format("point-{:03d}", i) / "config.json"));
+    EXPECT_EQ(saved["optim"]["lr"], i == 0 ? 0.05 : 0.2);
+    EXPECT_EQ(saved["data"]["batch_size"], i == 0 ? 8 : 32);
+  }
+  EXPECT_EQ(read_file(dir.path() / "out" / "results.csv").substr(0, 25), "data.batch_size,optim.lr,");
+}
+
+TEST(Sweep, ScaleLrWithRefusesAPointThatSetsTheLrAndKeysTheSweepDoesNotVary) {
+  TempDir dir;
+  const std::string file = (dir.path() / "sweep.json").string();
+  EXPECT_EQ(plan_error(write_sweep(dir, R"("zip": {"data.batch_size": [8, 16], "optim.lr": [0.1, 0.2]},
+      "scale_lr_with": {"key": "data.batch_size", "reference": 8})")),
+            file + ": point 0 (data.batch_size=8 optim.lr=0.1) sets optim.lr itself, which scale_lr_with computes "
+                   "from data.batch_size; take optim.lr out of the grid and zip (the base config's LR is the one at "
+                   "data.batch_size = 8), or drop scale_lr_with");
+  // A whole optim section with an lr in it sets the LR too.
+  EXPECT_NE(plan_error(write_sweep(dir, R"("grid": {"data.batch_size": [8], "optim": [{"lr": 0.1}]},
+      "scale_lr_with": {"key": "data.batch_size", "reference": 8})"))
+                .find(": point 0 (data.batch_size=8 optim={\"lr\":0.1}) sets optim.lr itself"),
+            std::string::npos);
+  EXPECT_EQ(plan_error(write_sweep(dir, R"("grid": {"precision.mode": ["fp32"]},
+      "scale_lr_with": {"key": "data.batch_size", "reference": 8})")),
+            file + ": scale_lr_with.key \"data.batch_size\": not a key of the grid or zip (or data.batch_size with "
+                   "batch_search); the LR scales with a value the sweep varies");
+  EXPECT_EQ(plan_error(write_sweep(dir, R"("grid": {"data.batch_size": [8]},
+      "scale_lr_with": {"key": "data.batch_size", "reference": 0})")),
+            file + ": scale_lr_with.reference: expected a number > 0, the value at which optim.lr is the base "
+                   "config's (e.g. 256 for data.batch_size)");
+  EXPECT_EQ(plan_error(write_sweep(dir, R"("grid": {"data.batch_size": [8]},
+      "scale_lr_with": {"key": "data.batch_size", "reference": 8, "rule": "sqrt"})")),
+            file + ": scale_lr_with: unknown key \"rule\"; it has key and reference");
+  EXPECT_EQ(plan_error(write_sweep(dir, R"("grid": {"run.name": ["a"]},
+      "scale_lr_with": {"key": "run.name", "reference": 8})")),
+            file + ": point 0 (run.name=\"a\"): scale_lr_with needs run.name to be a number > 0");
+  // run_sweep refuses it at start, before it writes anything.
+  write_sweep(dir, R"("zip": {"data.batch_size": [8], "optim.lr": [0.1]},
+      "scale_lr_with": {"key": "data.batch_size", "reference": 8})");
+  EXPECT_THROW(run_sweep(file, dir.path() / "out"), ConfigError);
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));
+}
+
+TEST(Sweep, DryRunListsThePointsAndNamesTheFirstThatIsNoConfig) {
+  TempDir dir;
+  const fs::path file = write_sweep(dir, R"("set": ["run.seed=3"], "grid": {"data.batch_size": [8, 16]},
+      "scale_lr_with": {"key": "data.batch_size", "reference": 8})");
+  const auto log = dir.path() / "log";
+  ASSERT_EQ(run_ltrain("sweep --dry-run --config " + file.string() + " --out " + (dir.path() / "out").string() +
+                           " model.width=8",
+                       log),
+            0)
+      << read_file(log);
+  EXPECT_EQ(read_file(log), file.string() + ": mode bench, base " + (dir.path() / "base.json").string() +
+                                ", 2 point(s)\n"
+                                "  every point: run.seed=3 model.width=8\n"
+                                "  point 0: data.batch_size=8 optim.lr=0.1\n"
+                                "  point 1: data.batch_size=16 optim.lr=0.2\n"
+                                "every point is a valid config; nothing was run\n");
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));
+  write_sweep(dir, R"("grid": {"data.batch_size": [8, 16], "optim.momentum": [0.9, 2]})");
+  EXPECT_EQ(run_ltrain("sweep --dry-run --config " + file.string(), log), 2);
+  const std::string out = read_file(log);
+  EXPECT_NE(out.find(file.string() + ": point 1 (data.batch_size=8 optim.momentum=2) is not a valid config: --set "
+                                     "optim.momentum=2: optim.momentum = 2: expected a number between 0 and 1"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
+TEST(Sweep, TheBatchLrScalingExampleScalesTheRecipesLr) {
+  const fs::path file = fs::path(LTRAIN_SOURCE_DIR) / "configs" / "sweeps" / "batch-lr-scaling.json";
+  const SweepPlan plan = plan_sweep(file);
+  EXPECT_EQ(plan.mode, "train");
+  ASSERT_EQ(plan.points.size(), 8u);
+  // The recipe's LR, 0.4 at batch 512, scaled with the batch; two seeds of each.
+  const std::vector<std::string> lrs{"optim.lr=0.2", "optim.lr=0.4", "optim.lr=0.8", "optim.lr=1.6"};
+  for (size_t i = 0; i < plan.points.size(); ++i) EXPECT_EQ(plan.points[i].back(), lrs[i % 4]) << i;
+}
+
 }  // namespace
 }  // namespace ltrain::bench

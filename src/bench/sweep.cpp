@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "ltrain/bench/step_bench.h"
@@ -25,14 +27,27 @@ using nlohmann::json;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+using Settings = std::vector<std::pair<std::string, json>>;
+using KeyLists = std::vector<std::pair<std::string, std::vector<json>>>;
+
+/// "scale_lr_with": optim.lr = base LR * (the point's value of `key`) / reference.
+struct LrScaling {
+  std::string key;
+  double reference = 0.0;
+  double base_lr = 0.0;  ///< optim.lr of the base config with "set" and --set, once resolved
+};
+
 struct SweepSpec {
+  fs::path file;
   fs::path base;
   std::vector<std::string> set;
   std::string mode = "bench";
-  std::vector<std::pair<std::string, std::vector<json>>> grid;
+  KeyLists grid;  ///< every combination, the first key varying slowest
+  KeyLists zip;   ///< lists of one length, their i-th values taken together
   int64_t warmup = 10;
   int64_t steps = 30;
   std::optional<BatchSearch> batch_search;
+  std::optional<LrScaling> scale_lr;
 };
 
 ConfigError spec_error(const fs::path& file, const std::string& message) {
@@ -50,6 +65,22 @@ T field(const fs::path& file, const json& object, const std::string& where, cons
   }
 }
 
+/// An object of "section.key": [values] in the file's order (`name` is "grid" or "zip").
+KeyLists key_lists(const fs::path& file, const nlohmann::ordered_json& document, const char* name) {
+  KeyLists lists;
+  if (!document.contains(name)) return lists;
+  if (!document.at(name).is_object())
+    throw spec_error(file, fmt::format("{}: expected an object of \"section.key\": [values]", name));
+  for (const auto& [key, ordered_values] : document.at(name).items()) {
+    const json values(ordered_values);
+    if (!values.is_array() || values.empty())
+      throw spec_error(file, fmt::format("{}.{} = {}: expected a non-empty list of values", name, config::shown(key),
+                                         config::shown(values.dump())));
+    lists.emplace_back(key, std::vector<json>(values.begin(), values.end()));
+  }
+  return lists;
+}
+
 SweepSpec parse_spec(const fs::path& file) {
   const std::string text =
       config::read_config_text(file, "give the path of a sweep file (see ltrain sweep --help for its format)");
@@ -57,11 +88,14 @@ SweepSpec parse_spec(const fs::path& file) {
   const nlohmann::ordered_json ordered = config::parse_ordered_json(text, file.string());
   const json doc(ordered);
   if (!doc.is_object()) throw spec_error(file, "not a JSON object (see ltrain sweep --help)");
-  const std::set<std::string> known{"base", "set", "mode", "grid", "bench", "batch_search"};
+  const std::set<std::string> known{"base", "set", "mode", "grid", "zip", "scale_lr_with", "bench", "batch_search"};
   for (const auto& [key, value] : doc.items())
     if (!known.count(key))
-      throw spec_error(file, fmt::format("unknown key \"{}\"; a sweep has base, set, mode, grid, bench, batch_search", key));
+      throw spec_error(file, fmt::format("unknown key \"{}\"; a sweep has base, set, mode, grid, zip, scale_lr_with, "
+                                         "bench, batch_search",
+                                         config::shown(key)));
   SweepSpec spec;
+  spec.file = file;
   const std::string base = field<std::string>(file, doc, "", "base", "");
   if (base.empty()) throw spec_error(file, "needs \"base\": the run config the points start from");
   spec.base = file.parent_path() / base;
@@ -73,23 +107,27 @@ SweepSpec parse_spec(const fs::path& file) {
   spec.mode = field<std::string>(file, doc, "", "mode", "bench");
   if (spec.mode != "bench" && spec.mode != "train")
     throw spec_error(file, fmt::format("mode = \"{}\": use \"bench\" (timed steps) or \"train\" (full runs)", spec.mode));
-  if (doc.contains("grid")) {
-    if (!doc["grid"].is_object()) throw spec_error(file, "grid: expected an object of \"section.key\": [values]");
-    // In the file's order: the first key varies slowest.
-    double points = 1;
-    for (const auto& [key, ordered_values] : ordered.at("grid").items()) {
-      const json values(ordered_values);
-      if (!values.is_array() || values.empty())
-        throw spec_error(file, fmt::format("grid.{} = {}: expected a non-empty list of values", config::shown(key),
-                                           config::shown(values.dump())));
-      spec.grid.emplace_back(key, std::vector<json>(values.begin(), values.end()));
-      points *= static_cast<double>(values.size());
+  spec.grid = key_lists(file, ordered, "grid");
+  spec.zip = key_lists(file, ordered, "zip");
+  for (const auto& [key, values] : spec.zip) {
+    if (values.size() != spec.zip.front().second.size()) {
+      std::vector<std::string> lengths;
+      for (const auto& [name, list] : spec.zip)
+        lengths.push_back(fmt::format("{}: {}", config::shown(name), list.size()));
+      throw spec_error(file, fmt::format("zip: lists of different lengths ({}); zip takes the i-th value of every "
+                                         "list together, so give them equal lengths",
+                                         fmt::join(lengths, ", ")));
     }
-    if (points > static_cast<double>(kMaxSweepPoints))
-      throw spec_error(file, fmt::format("grid: {:.4g} points (the product of its lists' lengths) are more than {}; "
-                                         "shorten the lists or split the sweep",
-                                         points, kMaxSweepPoints));
+    for (const auto& [grid_key, grid_values] : spec.grid)
+      if (grid_key == key)
+        throw spec_error(file, fmt::format("\"{}\" is in both grid and zip; keep it in one", config::shown(key)));
   }
+  double points = spec.zip.empty() ? 1.0 : static_cast<double>(spec.zip.front().second.size());
+  for (const auto& [key, values] : spec.grid) points *= static_cast<double>(values.size());
+  if (points > static_cast<double>(kMaxSweepPoints))
+    throw spec_error(file, fmt::format("grid: {:.4g} points (the product of its lists' lengths{}) are more than {}; "
+                                       "shorten the lists or split the sweep",
+                                       points, spec.zip.empty() ? "" : ", times zip's length", kMaxSweepPoints));
   const json bench = doc.value("bench", json::object());
   spec.warmup = field<int64_t>(file, bench, "bench.", "warmup", spec.warmup);
   spec.steps = field<int64_t>(file, bench, "bench.", "steps", spec.steps);
@@ -111,15 +149,87 @@ SweepSpec parse_spec(const fs::path& file) {
       throw spec_error(file, "batch_search measures the memory of timed steps: use it with mode \"bench\"");
     spec.batch_search = s;
   }
-  if (spec.grid.empty() && !spec.batch_search) throw spec_error(file, "needs a \"grid\" or a \"batch_search\"");
+  if (spec.grid.empty() && spec.zip.empty() && !spec.batch_search)
+    throw spec_error(file, "needs a \"grid\", a \"zip\" or a \"batch_search\"");
+  if (doc.contains("scale_lr_with")) {
+    const json& scaling = doc["scale_lr_with"];
+    if (!scaling.is_object())
+      throw spec_error(file, "scale_lr_with: expected {\"key\": \"data.batch_size\", \"reference\": 256}");
+    for (const auto& [key, value] : scaling.items())
+      if (key != "key" && key != "reference")
+        throw spec_error(file, fmt::format("scale_lr_with: unknown key \"{}\"; it has key and reference",
+                                           config::shown(key)));
+    LrScaling lr;
+    lr.key = field<std::string>(file, scaling, "scale_lr_with.", "key", "");
+    lr.reference = field<double>(file, scaling, "scale_lr_with.", "reference", 0.0);
+    if (!(lr.reference > 0.0) || !std::isfinite(lr.reference))
+      throw spec_error(file, "scale_lr_with.reference: expected a number > 0, the value at which optim.lr is the base "
+                             "config's (e.g. 256 for data.batch_size)");
+    const auto swept = [&lr](const KeyLists& lists) {
+      return std::any_of(lists.begin(), lists.end(), [&lr](const auto& list) { return list.first == lr.key; });
+    };
+    if (!swept(spec.grid) && !swept(spec.zip) && !(spec.batch_search && lr.key == "data.batch_size"))
+      throw spec_error(file, fmt::format("scale_lr_with.key \"{}\": not a key of the grid or zip (or "
+                                         "data.batch_size with batch_search); the LR scales with a value the "
+                                         "sweep varies",
+                                         config::shown(lr.key)));
+    spec.scale_lr = lr;
+  }
   return spec;
 }
 
-/// Every combination of the grid's values, the first key varying slowest.
-std::vector<std::vector<std::pair<std::string, json>>> expand(const SweepSpec& spec) {
-  std::vector<std::vector<std::pair<std::string, json>>> points{{}};
+std::string settings_text(const Settings& settings) {
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : settings) parts.push_back(key + "=" + value.dump());
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+/// With scale_lr_with: the point's optim.lr, scaled linearly from the base LR, added last.
+/// ConfigError when the point sets optim.lr itself (the two would contradict each other).
+void add_scaled_lr(const SweepSpec& spec, int64_t index, Settings& settings) {
+  if (!spec.scale_lr) return;
+  const LrScaling& lr = *spec.scale_lr;
+  std::optional<double> value;
+  for (const auto& [key, setting] : settings) {
+    const bool sets_lr = key == "optim.lr" || (key == "optim" && setting.is_object() && setting.contains("lr"));
+    if (sets_lr)
+      throw spec_error(spec.file, fmt::format("point {} ({}) sets optim.lr itself, which scale_lr_with computes from "
+                                              "{}; take optim.lr out of the grid and zip (the base config's LR is "
+                                              "the one at {} = {:g}), or drop scale_lr_with",
+                                              index, settings_text(settings), lr.key, lr.key, lr.reference));
+    if (key == lr.key) {
+      if (!setting.is_number() || !(setting.get<double>() > 0.0))
+        throw spec_error(spec.file, fmt::format("point {} ({}): scale_lr_with needs {} to be a number > 0", index,
+                                                settings_text(settings), lr.key));
+      value = setting.get<double>();
+    }
+  }
+  if (value) settings.emplace_back("optim.lr", lr.base_lr * *value / lr.reference);
+}
+
+/// The overrides of one point: the file's "set", the command line's --set, then the point's settings.
+std::vector<std::string> point_overrides(const SweepSpec& spec, const std::vector<std::string>& overrides,
+                                         const Settings& settings) {
+  std::vector<std::string> sets = spec.set;
+  sets.insert(sets.end(), overrides.begin(), overrides.end());
+  for (const auto& [key, value] : settings) sets.push_back(key + "=" + value.dump());
+  return sets;
+}
+
+/// The file, with scale_lr_with's base LR resolved from the base config, "set" and `overrides`.
+SweepSpec prepare_spec(const fs::path& file, const std::vector<std::string>& overrides) {
+  SweepSpec spec = parse_spec(file);
+  if (spec.scale_lr)
+    spec.scale_lr->base_lr = config::load_file(spec.base, point_overrides(spec, overrides, {})).config.optim.lr;
+  return spec;
+}
+
+/// The points: every combination of the grid's values (the first key varying slowest), each with
+/// each of zip's tuples, and scale_lr_with's LR (not with batch_search, whose batches come later).
+std::vector<Settings> expand(const SweepSpec& spec) {
+  std::vector<Settings> points{{}};
   for (const auto& [key, values] : spec.grid) {
-    std::vector<std::vector<std::pair<std::string, json>>> next;
+    std::vector<Settings> next;
     for (const auto& point : points)
       for (const json& value : values) {
         next.push_back(point);
@@ -127,6 +237,17 @@ std::vector<std::vector<std::pair<std::string, json>>> expand(const SweepSpec& s
       }
     points = std::move(next);
   }
+  if (!spec.zip.empty()) {
+    std::vector<Settings> next;
+    for (const auto& point : points)
+      for (size_t i = 0; i < spec.zip.front().second.size(); ++i) {
+        next.push_back(point);
+        for (const auto& [key, values] : spec.zip) next.back().emplace_back(key, values[i]);
+      }
+    points = std::move(next);
+  }
+  if (!spec.batch_search)
+    for (size_t i = 0; i < points.size(); ++i) add_scaled_lr(spec, static_cast<int64_t>(i), points[i]);
   return points;
 }
 
@@ -137,9 +258,7 @@ class SweepRunner {
 
   /// Runs one point; fills `point.values` or `point.error`.
   void run(SweepPoint& point, int64_t index) {
-    std::vector<std::string> sets = spec_.set;
-    sets.insert(sets.end(), overrides_.begin(), overrides_.end());
-    for (const auto& [key, value] : point.settings) sets.push_back(key + "=" + value.dump());
+    std::vector<std::string> sets = point_overrides(spec_, overrides_, point.settings);
     if (spec_.mode == "train") {
       sets.push_back("run.out_dir=" + (out_dir_ / "runs").string());
       sets.push_back(fmt::format("run.name=point-{:03d}", index));
@@ -173,12 +292,13 @@ class SweepRunner {
   }
 
   /// The batch-size search on top of `settings` (BatchSearchPlan); every batch tried is a row.
-  void search(const std::vector<std::pair<std::string, json>>& settings, std::vector<SweepPoint>& out) {
+  void search(const Settings& settings, std::vector<SweepPoint>& out) {
     BatchSearchPlan plan(*spec_.batch_search);
     while (const std::optional<int64_t> batch = plan.next()) {
       SweepPoint point;
       point.settings = settings;
       point.settings.emplace_back("data.batch_size", *batch);
+      add_scaled_lr(spec_, static_cast<int64_t>(out.size()), point.settings);
       run(point, static_cast<int64_t>(out.size()));
       const auto fraction = point.values.find("memory_fraction");
       if (point.error.empty() && fraction == point.values.end()) {
@@ -196,8 +316,8 @@ class SweepRunner {
  private:
   /// One line per point as it ends: a long sweep shows where it is.
   static void log_point(const SweepPoint& point, int64_t index, double seconds) {
-    std::string settings, values;
-    for (const auto& [key, value] : point.settings) settings += fmt::format(" {}={}", key, value.dump());
+    std::string values;
+    const std::string settings = point.settings.empty() ? "" : " " + settings_text(point.settings);
     for (const auto& [key, value] : point.values) values += fmt::format(" {} {:.4g}", key, value);
     spdlog::info("sweep point {}:{} |{} ({:.0f} s)", index, settings,
                  point.error.empty() ? values : " failed: " + point.error, seconds);
@@ -263,18 +383,38 @@ void BatchSearchPlan::record(int64_t batch, std::optional<double> memory_fractio
   }
 }
 
-void check_sweep(const fs::path& sweep_file) {
-  const SweepSpec spec = parse_spec(sweep_file);
-  for (const auto& settings : expand(spec)) {
-    std::vector<std::string> sets = spec.set;
-    for (const auto& [key, value] : settings) sets.push_back(key + "=" + value.dump());
-    config::load_file(spec.base, sets);
+SweepPlan plan_sweep(const fs::path& sweep_file, const std::vector<std::string>& overrides) {
+  const SweepSpec spec = prepare_spec(sweep_file, overrides);
+  SweepPlan plan;
+  plan.mode = spec.mode;
+  plan.base = spec.base;
+  plan.set = spec.set;
+  plan.batch_search = spec.batch_search;
+  for (const Settings& settings : expand(spec)) {
+    const int64_t index = static_cast<int64_t>(plan.points.size());
+    // A batch-size search starts at its first batch: check the point's config there.
+    Settings checked = settings;
+    if (spec.batch_search) {
+      checked.emplace_back("data.batch_size", spec.batch_search->start);
+      add_scaled_lr(spec, index, checked);
+    }
+    try {
+      config::load_file(spec.base, point_overrides(spec, overrides, checked));
+    } catch (const ConfigError& error) {
+      throw spec_error(sweep_file, fmt::format("point {} ({}) is not a valid config: {}", index,
+                                               settings_text(checked), error.what()));
+    }
+    std::vector<std::string> point;
+    for (const auto& [key, value] : settings) point.push_back(key + "=" + value.dump());
+    plan.points.push_back(std::move(point));
   }
+  return plan;
 }
 
 SweepResult run_sweep(const fs::path& sweep_file, const fs::path& out_dir, const std::vector<std::string>& overrides) {
   const auto started = std::chrono::system_clock::now();
-  SweepRunner runner(parse_spec(sweep_file), out_dir, overrides);
+  SweepRunner runner(prepare_spec(sweep_file, overrides), out_dir, overrides);
+  const std::vector<Settings> points = expand(runner.spec());  // its errors before anything is written
   std::error_code error;
   fs::create_directories(out_dir, error);
   if (error || !fs::is_directory(out_dir, error))
@@ -284,11 +424,13 @@ SweepResult run_sweep(const fs::path& sweep_file, const fs::path& out_dir, const
   result.provenance = sweep_provenance(sweep_file, runner.spec(), overrides, started);
   result.mode = runner.spec().mode;
   for (const auto& [key, values] : runner.spec().grid) result.keys.push_back(key);
+  for (const auto& [key, values] : runner.spec().zip) result.keys.push_back(key);
   if (runner.spec().batch_search) result.keys.push_back("data.batch_size");
+  if (runner.spec().scale_lr) result.keys.push_back("optim.lr");
   result.columns = result.mode == "bench"
                        ? std::vector<std::string>{"img_per_s", "ms_per_step", "peak_gib", "reserved_gib", "memory_fraction"}
                        : std::vector<std::string>{"test_acc", "best_test_acc", "train_s", "wall_s", "img_per_s"};
-  for (const auto& settings : expand(runner.spec())) {
+  for (const Settings& settings : points) {
     if (runner.spec().batch_search) {
       runner.search(settings, result.points);
     } else {

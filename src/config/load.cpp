@@ -446,6 +446,40 @@ json value_to_json(const T& value) {
   else return value;
 }
 
+// ---- JSON Schema (draft 2020-12) of one key ------------------------------------------------------
+
+[[maybe_unused]] void add_limits(nlohmann::ordered_json&, const NoLimit&) {}
+void add_limits(nlohmann::ordered_json& schema, const Range& r) {
+  schema[r.lo_exclusive ? "exclusiveMinimum" : "minimum"] = r.lo;
+  if (r.hi < 1e299) schema["maximum"] = r.hi;
+}
+
+/// The schema of a number's value: JSON Schema's integer for int64_t (limits as integers there).
+template <class C>
+nlohmann::ordered_json number_schema(const char* type, const C& constraint) {
+  nlohmann::ordered_json schema{{"type", type}};
+  add_limits(schema, constraint);
+  if (std::string(type) == "integer")
+    for (const char* limit : {"minimum", "exclusiveMinimum", "maximum"})
+      if (schema.contains(limit)) schema[limit] = static_cast<int64_t>(schema[limit].get<double>());
+  return schema;
+}
+
+template <class T, class C>
+nlohmann::ordered_json key_schema(const C& constraint) {
+  if constexpr (std::is_same_v<T, bool>) return {{"type", "boolean"}};
+  else if constexpr (std::is_same_v<T, int64_t>) return number_schema("integer", constraint);
+  else if constexpr (std::is_same_v<T, double>) return number_schema("number", constraint);
+  else if constexpr (std::is_same_v<T, std::string>) return {{"type", "string"}};
+  else if constexpr (std::is_same_v<T, std::vector<double>>)
+    return {{"type", "array"}, {"items", number_schema("number", constraint)}};
+  else {
+    nlohmann::ordered_json names = nlohmann::ordered_json::array();
+    for (const auto& [value, name] : EnumNames<T>::names) names.push_back(name);
+    return {{"type", "string"}, {"enum", names}};
+  }
+}
+
 // ---- Visitors over the sections ----------------------------------------------------------------
 
 /// Parses one section's JSON object into its struct, strictly.
@@ -455,7 +489,7 @@ class FieldReader {
       : object_(object), section_(std::move(section)), doc_(doc), default_source_(default_source) {}
 
   template <class T, class C = NoLimit>
-  void operator()(const char* key, T& field, const C& constraint = {}) {
+  void operator()(const char* key, T& field, const char* /*description*/, const C& constraint = {}) {
     known_.emplace_back(key);
     auto it = object_.find(key);
     if (it == object_.end()) return;
@@ -548,7 +582,7 @@ class SectionReader {
   SectionReader(const Document& doc, const std::string& default_source) : doc_(doc), default_source_(default_source) {}
 
   template <class S>
-  void section(const char* name, S& target) {
+  void section(const char* name, S& target, const char* /*description*/) {
     known_.emplace_back(name);
     auto it = doc_.root.find(name);
     if (it == doc_.root.end()) return;
@@ -583,29 +617,42 @@ struct JsonWriter {
   json* current = nullptr;
 
   template <class S>
-  void section(const char* name, S& s) {
+  void section(const char* name, S& s, const char* /*description*/) {
     out[name] = json::object();
     current = &out[name];
     s.visit(*this);
   }
   template <class T, class C = NoLimit>
-  void operator()(const char* key, T& field, const C& = {}) {
+  void operator()(const char* key, T& field, const char* /*description*/, const C& = {}) {
     (*current)[key] = value_to_json(field);
   }
 };
 
-struct KeyDescriber {
-  std::vector<std::array<std::string, 3>> rows;  // key, type, default
-  std::string prefix;
+/// Every section and key of a default config as ConfigKeys describes them.
+struct KeyLister {
+  ConfigKeys keys;
 
   template <class S>
-  void section(const char* name, S& s) {
-    prefix = name;
+  void section(const char* name, S& s, const char* description) {
+    keys.sections.push_back({name, description});
     s.visit(*this);
   }
   template <class T, class C = NoLimit>
-  void operator()(const char* key, T& field, const C& constraint = {}) {
-    rows.push_back({prefix + "." + key, type_text<T>(constraint), value_to_json(field).dump()});
+  void operator()(const char* key, T& field, const char* description, const C& constraint = {}) {
+    KeyInfo info;
+    info.name = keys.sections.back().name + "." + key;
+    info.description = description;
+    info.type = type_text<T>(constraint);
+    info.default_value = value_to_json(field);
+    if constexpr (std::is_enum_v<T>) {
+      for (const auto& [value, spelled] : EnumNames<T>::names) info.choices.emplace_back(spelled);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      info.choices = {"true", "false"};
+    }
+    info.schema = key_schema<T>(constraint);
+    info.schema["default"] = info.default_value;
+    info.schema["description"] = description;
+    keys.keys.push_back(std::move(info));
   }
 };
 
@@ -769,31 +816,100 @@ std::vector<std::string> changed_settings(const nlohmann::json& before, const nl
 std::string format_table(const LoadedConfig& loaded) {
   const json resolved = to_json(loaded.config);
   std::vector<std::array<std::string, 3>> rows{{"key", "value", "from"}};
-  for (const auto& [section, keys] : resolved.items()) {
-    for (const auto& [key, value] : keys.items()) {
-      const std::string path = section + "." + key;
-      auto from = loaded.origin.find(path);
-      rows.push_back({path, value.is_string() ? value.get<std::string>() : value.dump(),
-                      from == loaded.origin.end() ? "default" : from->second});
-    }
+  for (const KeyInfo& key : config_keys().keys) {
+    const auto dot = key.name.find('.');
+    const json& value = resolved[key.name.substr(0, dot)][key.name.substr(dot + 1)];
+    if (value == key.default_value) continue;
+    // A document loaded whole (a checkpoint's config) records no origin per key.
+    auto from = loaded.origin.find(key.name);
+    rows.push_back({key.name, value.is_string() ? value.get<std::string>() : value.dump(),
+                    from == loaded.origin.end() ? loaded.source : from->second});
   }
+  const size_t changed = rows.size() - 1;
+  if (changed == 0) return "every setting is at its default\n";
   size_t key_width = 0, value_width = 0;
-  for (const auto& row : rows) key_width = std::max(key_width, row[0].size()), value_width = std::max(value_width, row[1].size());
-  std::string out;
-  for (const auto& row : rows) out += fmt::format("  {:<{}}  {:<{}}  {}\n", row[0], key_width, row[1], value_width, row[2]);
+  for (const auto& row : rows) {
+    key_width = std::max(key_width, row[0].size());
+    value_width = std::max(value_width, row[1].size());
+  }
+  std::string out = fmt::format("{} setting{} from the defaults:\n", changed, changed == 1 ? " differs" : "s differ");
+  for (const auto& row : rows)
+    out += fmt::format("  {:<{}}  {:<{}}  {}\n", row[0], key_width, row[1], value_width, row[2]);
   return out;
 }
 
+const ConfigKeys& config_keys() {
+  static const ConfigKeys keys = [] {
+    KeyLister lister;
+    RunConfig defaults;
+    defaults.visit_sections(lister);
+    return lister.keys;
+  }();
+  return keys;
+}
+
+bool is_key_or_section(const std::string& name) {
+  const ConfigKeys& all = config_keys();
+  return std::any_of(all.keys.begin(), all.keys.end(), [&](const KeyInfo& key) { return key.name == name; }) ||
+         std::any_of(all.sections.begin(), all.sections.end(),
+                     [&](const SectionInfo& section) { return section.name == name; });
+}
+
 std::string describe_keys() {
-  KeyDescriber describer;
-  RunConfig defaults;
-  defaults.visit_sections(describer);
-  size_t key_width = 0, type_width = 0;
-  for (const auto& row : describer.rows) key_width = std::max(key_width, row[0].size()), type_width = std::max(type_width, row[1].size());
+  // argparse's layout, which Lightning's and jsonargparse's help share: the key, then its
+  // description and (type, default), wrapped under the description; a key longer than its column
+  // has the description on the next line.
+  constexpr size_t kLineWidth = 110;
+  constexpr size_t kKeyWidth = 28;
+  const std::string indent(2 + kKeyWidth + 2, ' ');
   std::string out;
-  for (const auto& row : describer.rows)
-    out += fmt::format("  {:<{}}  {:<{}}  (default {})\n", row[0], key_width, row[1], type_width, row[2]);
+  for (const KeyInfo& key : config_keys().keys) {
+    std::string text = "  " + key.name;
+    text += text.size() + 2 > indent.size() ? "\n" + indent : std::string(indent.size() - text.size(), ' ');
+    size_t column = indent.size();
+    bool line_start = true;
+    std::istringstream words(fmt::format("{} ({}, default {})", key.description, key.type, key.default_value.dump()));
+    for (std::string word; words >> word; line_start = false) {
+      if (!line_start && column + 1 + word.size() > kLineWidth) {
+        text += "\n" + indent;
+        column = indent.size();
+        line_start = true;
+      }
+      if (!line_start) {
+        text += ' ';
+        ++column;
+      }
+      text += word;
+      column += word.size();
+    }
+    out += text + "\n";
+  }
   return out;
+}
+
+nlohmann::ordered_json json_schema() {
+  using ordered = nlohmann::ordered_json;
+  const ConfigKeys& all = config_keys();
+  ordered properties = ordered::object();
+  properties[kExtendsKey] = {
+      {"description", "the config file (or files, in order) this one builds on, relative to this file"},
+      {"anyOf", ordered::array({{{"type", "string"}}, {{"type", "array"}, {"items", {{"type", "string"}}}}})}};
+  for (const SectionInfo& section : all.sections)
+    properties[section.name] = {{"description", section.description},
+                                {"type", "object"},
+                                {"properties", ordered::object()},
+                                {"additionalProperties", false}};
+  for (const KeyInfo& key : all.keys) {
+    const auto dot = key.name.find('.');
+    properties[key.name.substr(0, dot)]["properties"][key.name.substr(dot + 1)] = key.schema;
+  }
+  return {{"$schema", "https://json-schema.org/draft/2020-12/schema"},
+          {"title", "ltrain run config"},
+          {"description", "A run config of ltrain (ltrain train --config FILE); every key is optional and has a "
+                          "default."},
+          {"type", "object"},
+          {"properties", properties},
+          {"additionalProperties", false}};
 }
 
 }  // namespace ltrain::config

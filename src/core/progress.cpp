@@ -1,9 +1,13 @@
 #include "ltrain/core/progress.h"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-
-#include <unistd.h>
+#include <cstdlib>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -20,21 +24,48 @@ std::string format_duration(double seconds) {
 
 bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
+size_t terminal_columns() {
+  constexpr size_t kFallbackColumns = 80;
+  winsize size{};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  if (const char* columns = std::getenv("COLUMNS")) {
+    char* end = nullptr;
+    const long value = std::strtol(columns, &end, 10);
+    if (end != columns && *end == '\0' && value > 0 && value < 100000) return static_cast<size_t>(value);
+  }
+  return kFallbackColumns;
+}
+
+std::string progress_line(const ProgressState& s, size_t columns) {
+  constexpr int kBarWidth = 24;
+  const double fraction =
+      s.epoch_steps > 0 ? static_cast<double>(s.epoch_step) / static_cast<double>(s.epoch_steps) : 0.0;
+  const int filled = std::clamp(static_cast<int>(fraction * kBarWidth), 0, kBarWidth);
+  const std::vector<std::string> fields{
+      fmt::format("epoch {}/{} [{}{}] {}/{}", s.epoch, s.epochs, std::string(static_cast<size_t>(filled), '#'),
+                  std::string(static_cast<size_t>(kBarWidth - filled), '.'), s.epoch_step, s.epoch_steps),
+      fmt::format("loss {:.4f} acc {:5.1f}%", s.loss, 100.0 * s.accuracy),
+      fmt::format("lr {:.4g}", s.lr),
+      fmt::format("{:.0f} img/s", s.images_per_second),
+      fmt::format("eta {}", format_duration(s.eta_seconds))};
+  const size_t width = columns > 1 ? columns - 1 : 0;
+  std::string line = fields.front().substr(0, width);
+  for (size_t i = 1; i < fields.size(); ++i) {
+    if (line.size() + 3 + fields[i].size() > width) break;
+    line += " | " + fields[i];
+  }
+  return line;
+}
+
 void Progress::update(const ProgressState& s) {
-  const std::string numbers =
-      fmt::format("loss {:.4f} acc {:5.1f}% | lr {:.4g} | {:.0f} img/s | eta {}", s.loss, 100.0 * s.accuracy, s.lr,
-                  s.images_per_second, format_duration(s.eta_seconds));
   if (!on_terminal_) {
-    spdlog::info("epoch {}/{} step {}/{} | {}", s.epoch, s.epochs, s.step, s.total_steps, numbers);
+    spdlog::info("epoch {}/{} step {}/{} | loss {:.4f} acc {:5.1f}% | lr {:.4g} | {:.0f} img/s | eta {}", s.epoch,
+                 s.epochs, s.step, s.total_steps, s.loss, 100.0 * s.accuracy, s.lr, s.images_per_second,
+                 format_duration(s.eta_seconds));
     return;
   }
-  constexpr int kWidth = 24;
-  const double fraction = s.epoch_steps > 0 ? static_cast<double>(s.epoch_step) / static_cast<double>(s.epoch_steps) : 0.0;
-  const int filled = static_cast<int>(fraction * kWidth);
-  std::fprintf(stderr, "\r\033[2Kepoch %lld/%lld [%s%s] %lld/%lld | %s", static_cast<long long>(s.epoch),
-               static_cast<long long>(s.epochs), std::string(static_cast<size_t>(filled), '#').c_str(),
-               std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), static_cast<long long>(s.epoch_step),
-               static_cast<long long>(s.epoch_steps), numbers.c_str());
+  // The width is read at each update: a resized terminal gets a line that fits it.
+  std::fprintf(stderr, "\r\033[2K%s", progress_line(s, terminal_columns()).c_str());
   std::fflush(stderr);
   bar_shown_ = true;
 }

@@ -41,6 +41,17 @@ double seconds_since(Clock::time_point start) {
 
 bool due(int64_t epoch, int64_t every, bool last) { return last || (every > 0 && epoch % every == 0); }
 
+/// The run's optimizer steps: run.epochs of `steps_per_epoch`, capped by run.max_steps.
+int64_t total_steps_of(const config::RunConfig& config, int64_t steps_per_epoch) {
+  const int64_t all = config.run.epochs * steps_per_epoch;
+  return config.run.max_steps > 0 ? std::min(config.run.max_steps, all) : all;
+}
+
+/// The epochs `total_steps` begin (the last one may be cut short by run.max_steps).
+int64_t epochs_of(int64_t total_steps, int64_t steps_per_epoch) {
+  return (total_steps + steps_per_epoch - 1) / steps_per_epoch;
+}
+
 /// Out-of-memory as a user error with what to try, as the GPU guides advise.
 RunError out_of_memory_error(const config::RunConfig& config, const std::exception& error) {
   return RunError(fmt::format("out of memory with data.batch_size {} ({}): lower data.batch_size, or use a smaller "
@@ -259,9 +270,8 @@ Trainer::Trainer(Run& run, StartPoint start, const TrainHooks& hooks, std::chron
       start_(std::move(start)),
       hooks_(hooks),
       steps_per_epoch_(run.train_loader().batches_per_epoch()),
-      total_steps_(config_.run.max_steps > 0 ? std::min(config_.run.max_steps, config_.run.epochs * steps_per_epoch_)
-                                             : config_.run.epochs * steps_per_epoch_),
-      epochs_((total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_),
+      total_steps_(total_steps_of(config_, steps_per_epoch_)),
+      epochs_(epochs_of(total_steps_, steps_per_epoch_)),
       schedule_(config_.schedule, config_.optim.lr, total_steps_, steps_per_epoch_),
       started_(started) {}
 
@@ -396,7 +406,7 @@ void Trainer::log_start() const {
   } else if (config_.checkpoint.resume == "auto") {
     spdlog::info("checkpoint.resume auto: no valid checkpoint in {}, starting afresh", checkpoint_dir_.string());
   }
-  spdlog::info("resolved config:\n{}", config::format_table(run_.loaded()));
+  spdlog::info("{}", config::format_table(run_.loaded()));
   const data::TrainLoader& loader = run_.train_loader();
   const int64_t ranks = run_.ranks();
   if (run_.group())
@@ -612,6 +622,39 @@ TrainResult Trainer::summarize() {
 }
 
 }  // namespace
+
+RunPlan plan_run(const config::LoadedConfig& loaded) {
+  const StartPoint start = choose_start(loaded);
+  RunParts parts;  // one process: a dry run joins no group
+  parts.weights_from_caller = start.resume.has_value();
+  Run run(loaded, parts);
+  RunPlan plan;
+  plan.device = run.device().str();
+  plan.parameters = models::count_parameters(*run.model());
+  plan.train_images = run.sets().train.size();
+  plan.test_images = run.sets().test.size();
+  plan.images_per_step = run.train_loader().batch_size();
+  plan.steps_per_epoch = run.train_loader().batches_per_epoch();
+  plan.total_steps = total_steps_of(run.config(), plan.steps_per_epoch);
+  plan.epochs = epochs_of(plan.total_steps, plan.steps_per_epoch);
+  if (start.resume) {
+    plan.resume_from = start.resume->file;
+    plan.resume_step = start.resume->checkpoint.meta.step;
+  }
+  return plan;
+}
+
+std::string to_text(const config::RunConfig& config, const RunPlan& plan) {
+  return fmt::format("{} ({} stem, width {}): {} parameters | {}: {} training, {} test images | {} steps per epoch of "
+                     "{} images, {} steps in {} epoch(s){} | device {}",
+                     config::to_string(config.model.arch), config::to_string(config.model.stem), config.model.width,
+                     plan.parameters, config::to_string(config.data.source), plan.train_images, plan.test_images,
+                     plan.steps_per_epoch, plan.images_per_step, plan.total_steps, plan.epochs,
+                     plan.resume_from.empty()
+                         ? ""
+                         : fmt::format(", resuming from {} (step {})", plan.resume_from.string(), plan.resume_step),
+                     plan.device);
+}
 
 TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   const auto started = std::chrono::system_clock::now();

@@ -1,15 +1,20 @@
 #pragma once
 // Config sweeps (`ltrain sweep --config SWEEP.json`): a base run config, keys with lists of values
-// (a grid), and per point either timed steps (mode "bench") or a full training run (mode
-// "train"); or a batch-size search that doubles data.batch_size until the step's peak memory
-// reaches a fraction of the GPU, as the 4090D guide advises, then bisects between the last batch
-// under the fraction and the first past it (or out of memory) to land near the fraction. A point that fails (out of memory, a
-// bad combination) becomes a row with its error, never the end of the sweep.
+// (a grid, every combination; a zip, values taken together), and per point either timed steps
+// (mode "bench") or a full training run (mode "train"); or a batch-size search that doubles
+// data.batch_size until the step's peak memory reaches a fraction of the GPU, as the 4090D guide
+// advises, then bisects between the last batch under the fraction and the first past it (or out
+// of memory) to land near the fraction. A point that fails (out of memory, a bad combination)
+// becomes a row with its error, never the end of the sweep. configs/sweeps/README.md has examples.
 //
 //   {"base": "../bench/resnet50-step.json",          (relative to the sweep file)
 //    "set": ["precision.cudnn_benchmark=true"],      (optional, every point)
 //    "mode": "bench",                                ("bench" or "train")
-//    "grid": {"data.batch_size": [256, 512], "precision.mode": ["fp16", "bf16"]},
+//    "grid": {"precision.mode": ["fp16", "bf16"]},   (every combination, the first key slowest)
+//    "zip": {"data.batch_size": [256, 512], "schedule.warmup_epochs": [1, 2]},  (lists of one length:
+//                                                    the i-th values together; points: grid x zip)
+//    "scale_lr_with": {"key": "data.batch_size", "reference": 256},  (optim.lr = base config's LR
+//                                                    * value / reference: the linear scaling rule)
 //    "bench": {"warmup": 10, "steps": 30},
 //    "batch_search": {"start": 256, "factor": 2, "memory_fraction": 0.9, "max": 65536, "refine": 3}}
 #include <cstdint>
@@ -23,7 +28,7 @@
 
 namespace ltrain::bench {
 
-/// The most points a grid may have (the product of its lists' lengths).
+/// The most points a sweep may have (the product of its grid lists' lengths, times its zip lists' length).
 constexpr int64_t kMaxSweepPoints = 10000;
 
 struct SweepPoint {
@@ -74,16 +79,28 @@ struct SweepResult {
   std::vector<SweepPoint> points;
 };
 
-/// Checks a sweep description without running it: its format, its base config with its "set",
-/// and every grid value as an override. ConfigError naming the file and what is wrong.
-void check_sweep(const std::filesystem::path& sweep_file);
+/// What a sweep would run, without running it.
+struct SweepPlan {
+  std::string mode;
+  std::filesystem::path base;
+  std::vector<std::string> set;                  ///< the file's "set", every point
+  std::vector<std::vector<std::string>> points;  ///< each point's "key=value" settings (scale_lr_with's LR too)
+  std::optional<BatchSearch> batch_search;       ///< with it, each point is where a search starts
+};
+
+/// Checks a sweep description without running it: its format, and every point as a config (the
+/// base config, its "set", `overrides`, the point's settings; with batch_search at its start
+/// batch). ConfigError naming the file and what is wrong, or the first point that is no valid
+/// config, its settings and why.
+SweepPlan plan_sweep(const std::filesystem::path& sweep_file, const std::vector<std::string>& overrides = {});
 
 /// Runs the sweep described by `sweep_file`; points' run directories (mode train) go under
 /// `out_dir`/runs, which is created first (ConfigError when it cannot be). `overrides` (--set) apply to every point after the file's "set". The results
 /// files (write_sweep_results) are rewritten as the points finish, so a sweep cut short keeps
 /// what it measured.
 /// ConfigError naming the file for a malformed sweep description, a base config that is not a
-/// file, or a grid of more than kMaxSweepPoints points.
+/// file, a grid (times the zip) of more than kMaxSweepPoints points, zip lists of different
+/// lengths, or a point that sets optim.lr with scale_lr_with.
 SweepResult run_sweep(const std::filesystem::path& sweep_file, const std::filesystem::path& out_dir,
                       const std::vector<std::string>& overrides = {});
 

@@ -1,8 +1,9 @@
 #pragma once
 // The run configuration: one plain struct per section, defaults in the declarations.
 // One name per setting everywhere: the JSON key `optim.lr` is `--set optim.lr=...` is
-// `RunConfig::optim.lr`. Each section lists its keys once, in visit(); parsing, printing,
-// saving and --help all walk that list.
+// `RunConfig::optim.lr`. Each section lists its keys once, in visit(), each with its one-line
+// description and its limits; parsing, printing, saving, --help, the JSON Schema and shell
+// completion all walk that list.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -166,17 +167,20 @@ struct RunSection {
 
   template <class V>
   void visit(V& v) {
-    v("name", name);
-    v("out_dir", out_dir);
-    v("seed", seed, at_least(0));
-    v("device", device);
-    v("epochs", epochs, between(1, kMaxEpochs));
-    v("max_steps", max_steps, at_least(0));
-    v("eval_every_epochs", eval_every_epochs, at_least(0));
-    v("log_every_steps", log_every_steps, at_least(1));
-    v("tensorboard", tensorboard);
-    v("threads", threads, at_least(0));
-    v("gpu_memory_fraction", gpu_memory_fraction, Range{0, 1, true});
+    v("name", name, "run name; its folder is out_dir/name (-2, -3, ... added when taken)");
+    v("out_dir", out_dir, "folder that holds the run folders");
+    v("seed", seed, "seed of initialization, epoch order and augmentation", at_least(0));
+    v("device", device, "auto, cpu, cuda or cuda:N (auto: cuda:0 where the build and a GPU allow it)");
+    v("epochs", epochs, "training epochs", between(1, kMaxEpochs));
+    v("max_steps", max_steps, "stop after this many optimizer steps (0: run all epochs)", at_least(0));
+    v("eval_every_epochs", eval_every_epochs,
+      "evaluate every N epochs and after the last (0: only after the last)", at_least(0));
+    v("log_every_steps", log_every_steps,
+      "read the loss, log and write metrics every N steps (one host sync each)", at_least(1));
+    v("tensorboard", tensorboard, "write TensorBoard event files into the run folder");
+    v("threads", threads, "CPU threads of LibTorch (0: one per core; at most 4 per core)", at_least(0));
+    v("gpu_memory_fraction", gpu_memory_fraction,
+      "share of the GPU's memory this process may hold; past it, out of memory", Range{0, 1, true});
   }
 };
 
@@ -214,17 +218,20 @@ struct ModelSection {
 
   template <class V>
   void visit(V& v) {
-    v("arch", arch);
-    v("stem", stem);
-    v("num_classes", num_classes, between(2, kMaxClasses));
-    v("width", width, between(1, kMaxWidth));
-    v("zero_init_residual", zero_init_residual);
-    v("channels_last", channels_last);
-    v("checkpoint_segments", checkpoint_segments, at_least(0));
-    v("fused_batchnorm", fused_batchnorm);
-    v("own_batchnorm", own_batchnorm);
-    v("own_max_pool", own_max_pool);
-    v("init_from", init_from);
+    v("arch", arch, "ResNet depth");
+    v("stem", stem, "imagenet: 7x7 stride-2 conv and max pooling (torchvision); cifar: 3x3 stride-1 conv");
+    v("num_classes", num_classes, "output classes, at least the data's 10", between(2, kMaxClasses));
+    v("width", width, "channels of the first stage (torchvision: 64)", between(1, kMaxWidth));
+    v("zero_init_residual", zero_init_residual, "start each residual branch's last BatchNorm at zero weight");
+    v("channels_last", channels_last, "NHWC weights and activations (torch.channels_last)");
+    v("checkpoint_segments", checkpoint_segments,
+      "activation checkpointing: recompute all but the last of N block segments (0: off)", at_least(0));
+    v("fused_batchnorm", fused_batchnorm,
+      "BatchNorm with its ReLU and residual add as one cuDNN kernel (CUDA, fp16/bf16, NHWC)");
+    v("own_batchnorm", own_batchnorm,
+      "BatchNorm with its ReLU and residual add on ltrain's own CUDA kernels where they apply");
+    v("own_max_pool", own_max_pool, "the imagenet stem's max pooling on ltrain's own CUDA kernels (NHWC)");
+    v("init_from", init_from, "start from the weights of this safetensors file, torchvision's names ("": fresh)");
   }
 };
 
@@ -269,22 +276,22 @@ struct DataSection {
 
   template <class V>
   void visit(V& v) {
-    v("source", source);
-    v("root", root);
-    v("batch_size", batch_size, between(1, kMaxImages));
-    v("eval_batch_size", eval_batch_size, between(1, kMaxImages));
-    v("shuffle", shuffle);
-    v("eval_flip_average", eval_flip_average);
-    v("random_crop", random_crop);
-    v("crop_padding", crop_padding, between(0, 16));
-    v("horizontal_flip", horizontal_flip);
-    v("cutout", cutout, between(0, 32));
-    v("normalize", normalize);
-    v("mean", mean, between(0, 1));
-    v("std", std, positive());
-    v("synthetic_train_size", synthetic_train_size, between(1, kMaxImages));
-    v("synthetic_test_size", synthetic_test_size, between(1, kMaxImages));
-    v("image_size", image_size, between(8, kMaxImageSize));
+    v("source", source, "cifar10: the binary files under root; synthetic: random images of the same shapes");
+    v("root", root, "folder with data_batch_1..5.bin and test_batch.bin");
+    v("batch_size", batch_size, "training images per micro-batch (per process)", between(1, kMaxImages));
+    v("eval_batch_size", eval_batch_size, "images per evaluation batch", between(1, kMaxImages));
+    v("shuffle", shuffle, "a new random order of the training images each epoch (false: file order)");
+    v("eval_flip_average", eval_flip_average, "score each test image by the mean logits of it and its mirror image");
+    v("random_crop", random_crop, "random crops of the zero-padded training images");
+    v("crop_padding", crop_padding, "zero padding of the random crop, pixels per side", between(0, 16));
+    v("horizontal_flip", horizontal_flip, "mirror half of the training images left-right");
+    v("cutout", cutout, "side of a zeroed square in each training image, in pixels (0: off)", between(0, 32));
+    v("normalize", normalize, "subtract mean and divide by std per channel");
+    v("mean", mean, "per-channel mean (R, G, B) of pixels in [0, 1]", between(0, 1));
+    v("std", std, "per-channel standard deviation (R, G, B)", positive());
+    v("synthetic_train_size", synthetic_train_size, "training images of the synthetic source", between(1, kMaxImages));
+    v("synthetic_test_size", synthetic_test_size, "test images of the synthetic source", between(1, kMaxImages));
+    v("image_size", image_size, "side of the synthetic source's square images, in pixels", between(8, kMaxImageSize));
   }
 };
 
@@ -318,18 +325,20 @@ struct OptimSection {
 
   template <class V>
   void visit(V& v) {
-    v("name", name);
-    v("lr", lr, Range{0, kMaxLearningRate, true});
-    v("momentum", momentum, between(0, 1));
-    v("nesterov", nesterov);
-    v("weight_decay", weight_decay, between(0, 1));
-    v("no_decay_norm_and_bias", no_decay_norm_and_bias);
-    v("betas", betas, Range{0, 1, false});
-    v("eps", eps, Range{0, 1, true});
-    v("fused", fused);
-    v("accumulation_steps", accumulation_steps, between(1, 1024));
-    v("clip_grad_norm", clip_grad_norm, between(0, 1e6));
-    v("ema_decay", ema_decay, between(0, 0.999999));
+    v("name", name, "sgd (torch.optim.SGD) or adamw (torch.optim.AdamW)");
+    v("lr", lr, "peak learning rate; the schedule scales it", Range{0, kMaxLearningRate, true});
+    v("momentum", momentum, "SGD momentum", between(0, 1));
+    v("nesterov", nesterov, "SGD with Nesterov momentum");
+    v("weight_decay", weight_decay, "L2 penalty (SGD) or decoupled weight decay (AdamW)", between(0, 1));
+    v("no_decay_norm_and_bias", no_decay_norm_and_bias, "no weight decay for BatchNorm weights and biases");
+    v("betas", betas, "AdamW's beta1 and beta2", Range{0, 1, false});
+    v("eps", eps, "AdamW's epsilon", Range{0, 1, true});
+    v("fused", fused, "one fused optimizer kernel on CUDA");
+    v("accumulation_steps", accumulation_steps,
+      "micro-batches per optimizer step (gradient accumulation)", between(1, 1024));
+    v("clip_grad_norm", clip_grad_norm, "clip gradients to this global L2 norm (0: off)", between(0, 1e6));
+    v("ema_decay", ema_decay,
+      "decay of an exponential moving average of the weights, used to evaluate (0: off)", between(0, 0.999999));
   }
 };
 
@@ -339,7 +348,7 @@ struct LossSection {
 
   template <class V>
   void visit(V& v) {
-    v("label_smoothing", label_smoothing, Range{0, 1, false});
+    v("label_smoothing", label_smoothing, "label smoothing of the cross-entropy loss", Range{0, 1, false});
   }
 };
 
@@ -365,15 +374,16 @@ struct ScheduleSection {
 
   template <class V>
   void visit(V& v) {
-    v("name", name);
-    v("warmup_epochs", warmup_epochs, at_least(0));
-    v("warmup_start_factor", warmup_start_factor, Range{0, 1, false});
-    v("milestones", milestones, positive());
-    v("gamma", gamma, Range{0, 1, true});
-    v("min_lr", min_lr, between(0, kMaxLearningRate));
-    v("pct_start", pct_start, Range{0, 1, true});
-    v("div_factor", div_factor, between(1, 1e6));
-    v("final_div_factor", final_div_factor, between(1, 1e9));
+    v("name", name, "LR schedule, updated every optimizer step");
+    v("warmup_epochs", warmup_epochs, "linear warm-up before the schedule, in epochs (fractions allowed)", at_least(0));
+    v("warmup_start_factor", warmup_start_factor, "the warm-up starts at lr times this", Range{0, 1, false});
+    v("milestones", milestones, "multistep: epochs at which the LR is multiplied by gamma", positive());
+    v("gamma", gamma, "multistep: the factor at each milestone", Range{0, 1, true});
+    v("min_lr", min_lr, "cosine: the LR at the end", between(0, kMaxLearningRate));
+    v("pct_start", pct_start, "onecycle: fraction of the steps spent rising to the peak", Range{0, 1, true});
+    v("div_factor", div_factor, "onecycle: the start LR is lr / div_factor", between(1, 1e6));
+    v("final_div_factor", final_div_factor,
+      "onecycle: the final LR is the start LR / final_div_factor", between(1, 1e9));
   }
 };
 
@@ -403,16 +413,21 @@ struct PrecisionSection {
 
   template <class V>
   void visit(V& v) {
-    v("mode", mode);
-    v("tf32", tf32);
-    v("cudnn_benchmark", cudnn_benchmark);
-    v("cudnn_benchmark_limit", cudnn_benchmark_limit, Range{0, 100000, false});
-    v("deterministic", deterministic);
-    v("loss_scale_init", loss_scale_init, Range{0, 16777216, true});
-    v("loss_scale_growth_factor", loss_scale_growth_factor, Range{1, 100, true});
-    v("loss_scale_backoff_factor", loss_scale_backoff_factor, Range{0, 1, true});
-    v("loss_scale_growth_interval", loss_scale_growth_interval, at_least(1));
-    v("max_consecutive_skipped_steps", max_consecutive_skipped_steps, at_least(1));
+    v("mode", mode, "fp32, tf32 (TF32 matmuls and convolutions), fp16 (autocast, GradScaler), bf16 (autocast)");
+    v("tf32", tf32, "TF32 for the float32 matmuls and convolutions of any mode");
+    v("cudnn_benchmark", cudnn_benchmark, "let cuDNN time its convolution algorithms and keep the fastest");
+    v("cudnn_benchmark_limit", cudnn_benchmark_limit,
+      "cuDNN algorithms timed per convolution (0: all)", Range{0, 100000, false});
+    v("deterministic", deterministic, "only deterministic algorithms: bitwise repeatable runs, slower");
+    v("loss_scale_init", loss_scale_init, "fp16: the GradScaler's first scale", Range{0, 16777216, true});
+    v("loss_scale_growth_factor", loss_scale_growth_factor,
+      "fp16: the scale's factor after loss_scale_growth_interval clean steps", Range{1, 100, true});
+    v("loss_scale_backoff_factor", loss_scale_backoff_factor,
+      "fp16: the scale's factor after a step with inf/NaN gradients", Range{0, 1, true});
+    v("loss_scale_growth_interval", loss_scale_growth_interval,
+      "fp16: clean steps in a row before the scale grows", at_least(1));
+    v("max_consecutive_skipped_steps", max_consecutive_skipped_steps,
+      "fp16: stop the run after more skipped steps in a row than this", at_least(1));
   }
 };
 
@@ -432,11 +447,12 @@ struct CheckpointSection {
 
   template <class V>
   void visit(V& v) {
-    v("every_epochs", every_epochs, at_least(0));
-    v("every_steps", every_steps, at_least(0));
-    v("keep_last", keep_last, at_least(1));
-    v("best_metric", best_metric);
-    v("resume", resume);
+    v("every_epochs", every_epochs,
+      "write a checkpoint every N epochs and after the last (0: only after the last)", at_least(0));
+    v("every_steps", every_steps, "also write one every N optimizer steps (0: off)", at_least(0));
+    v("keep_last", keep_last, "checkpoints kept; older ones are deleted (best.ltc never)", at_least(1));
+    v("best_metric", best_metric, "keep best.ltc, the checkpoint with the best value of this metric");
+    v("resume", resume, "none, auto (the newest valid checkpoint in out_dir/name) or a checkpoint file");
   }
 };
 
@@ -452,9 +468,9 @@ struct CudaGraphSection {
 
   template <class V>
   void visit(V& v) {
-    v("train", train);
-    v("eval", eval);
-    v("warmup_steps", warmup_steps, at_least(1));
+    v("train", train, "capture the whole training step as one CUDA graph and replay it");
+    v("eval", eval, "capture evaluation's forward pass as a CUDA graph");
+    v("warmup_steps", warmup_steps, "eager training steps before the capture", at_least(1));
   }
 };
 
@@ -480,11 +496,13 @@ struct DistributedSection {
 
   template <class V>
   void visit(V& v) {
-    v("backend", backend);
-    v("timeout_s", timeout_s, Range{0, 86400, true});
-    v("sync_batchnorm", sync_batchnorm);
-    v("bucket_mb", bucket_mb, Range{0, 16384, true});
-    v("gradient_dtype", gradient_dtype);
+    v("backend", backend, "c10d backend (auto: NCCL on CUDA, Gloo on the CPU)");
+    v("timeout_s", timeout_s,
+      "seconds a process waits for the others before it stops (exit code 5)", Range{0, 86400, true});
+    v("sync_batchnorm", sync_batchnorm, "BatchNorm statistics over the global batch (SyncBatchNorm)");
+    v("bucket_mb", bucket_mb,
+      "size of the gradient buckets averaged while the backward pass runs, in MB", Range{0, 16384, true});
+    v("gradient_dtype", gradient_dtype, "type the gradients travel in: fp32, or bf16/fp16 (half the bytes)");
   }
 };
 
@@ -503,16 +521,16 @@ struct RunConfig {
 
   template <class V>
   void visit_sections(V& v) {
-    v.section("run", run);
-    v.section("model", model);
-    v.section("data", data);
-    v.section("optim", optim);
-    v.section("loss", loss);
-    v.section("schedule", schedule);
-    v.section("precision", precision);
-    v.section("checkpoint", checkpoint);
-    v.section("cuda_graph", cuda_graph);
-    v.section("distributed", distributed);
+    v.section("run", run, "the run's name and folder, length, seed, device and logging");
+    v.section("model", model, "the network: ResNet depth, stem, width, layout and kernels");
+    v.section("data", data, "the data set, batches and augmentation");
+    v.section("optim", optim, "the optimizer");
+    v.section("loss", loss, "the cross-entropy loss");
+    v.section("schedule", schedule, "the learning-rate schedule");
+    v.section("precision", precision, "number formats, cuDNN's switches and the GradScaler");
+    v.section("checkpoint", checkpoint, "checkpoints: how often, how many, the best one, resuming");
+    v.section("cuda_graph", cuda_graph, "CUDA graph capture of training and evaluation");
+    v.section("distributed", distributed, "data-parallel training over several processes");
   }
 };
 

@@ -76,10 +76,40 @@ nlohmann::json to_json(const RunConfig& config);
 /// counts as its default, which is what that older run used.
 std::vector<std::string> changed_settings(const nlohmann::json& before, const nlohmann::json& after);
 
-/// The resolved config as an aligned table: key, value, and where the value came from.
+/// The settings whose values differ from the defaults, as "N settings differ from the defaults:"
+/// and an aligned table of key, value and where the value came from (to_json has every key).
 std::string format_table(const LoadedConfig& loaded);
 
-/// One line per key for --help: "  optim.lr  number > 0  (default 0.1)".
+/// One config key as --help, the JSON Schema and shell completion describe it (from visit()).
+struct KeyInfo {
+  std::string name;                   ///< "optim.lr"
+  std::string description;            ///< one line
+  std::string type;                   ///< in words: "number > 0 and <= 1000", "sgd|adamw"
+  nlohmann::json default_value;
+  std::vector<std::string> choices;   ///< an enumeration's values, "true" and "false" for a switch; else none
+  nlohmann::ordered_json schema;      ///< its JSON Schema: type, enum, limits, default, description
+};
+struct SectionInfo {
+  std::string name;
+  std::string description;
+};
+struct ConfigKeys {
+  std::vector<SectionInfo> sections;  ///< in RunConfig's order
+  std::vector<KeyInfo> keys;          ///< section by section, in visit() order
+};
+
+/// Every section and key of RunConfig, described.
+const ConfigKeys& config_keys();
+
+/// Whether `name` is a key ("optim.lr") or a section ("optim") of RunConfig.
+bool is_key_or_section(const std::string& name);
+
+/// --help's list of keys: each key with its description, (type, default), wrapped under the description.
 std::string describe_keys();
+
+/// A JSON Schema (draft 2020-12) of a run config file: every section and key with its type,
+/// enumeration, limits, default and description, no other keys (additionalProperties false), and
+/// "extends".
+nlohmann::ordered_json json_schema();
 
 }  // namespace ltrain::config

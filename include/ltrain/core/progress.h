@@ -1,6 +1,7 @@
 #pragma once
 // Progress display: a bar redrawn in place on a terminal, plain periodic log lines otherwise.
 // It only shows numbers the loop already read at a log interval: it never causes a host sync.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -37,10 +38,19 @@ class Progress {
   bool bar_shown_ = false;
 };
 
+/// The bar's line for a terminal `columns` wide: epoch, bar and steps, loss and accuracy, LR,
+/// img/s, eta; the fields that do not fit are dropped from the right (a line that wrapped would
+/// not be redrawn in place), and a first field wider than the terminal is cut. At most
+/// columns - 1 characters: some terminals wrap on writing the last column.
+std::string progress_line(const ProgressState& state, size_t columns);
+
 /// "1h02m", "3m05s", "42s".
 std::string format_duration(double seconds);
 
 /// True when stderr is a terminal.
 bool stderr_is_terminal();
+
+/// The width of the terminal on stderr (TIOCGWINSZ), else $COLUMNS, else 80.
+size_t terminal_columns();
 
 }  // namespace ltrain

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <string>
 
 #include "ltrain/config/load.h"
 
@@ -30,6 +31,29 @@ struct TrainHooks {
   std::function<void()> after_setup;             ///< set-up done, before anything is written
   std::function<void(int64_t step)> after_step;  ///< after each optimizer step is enqueued
 };
+
+/// A run as `ltrain train --dry-run` reports it.
+struct RunPlan {
+  std::string device;
+  int64_t parameters = 0;
+  int64_t train_images = 0;
+  int64_t test_images = 0;
+  int64_t images_per_step = 0;  ///< data.batch_size x optim.accumulation_steps
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+  int64_t epochs = 0;
+  std::filesystem::path resume_from;  ///< the checkpoint checkpoint.resume continues from ("": a fresh start)
+  int64_t resume_step = 0;
+};
+
+/// Sets up what train() sets up before it writes anything, as it does (the device, the data read
+/// and checked, the loaders, the model with model.init_from, the optimizer; checkpoint.resume's
+/// checkpoint read and checked against the config), in one process, and reports it. Writes
+/// nothing; throws what train() would throw at start.
+RunPlan plan_run(const config::LoadedConfig& loaded);
+
+/// The plan as one line: model, parameters, data sizes, steps, device.
+std::string to_text(const config::RunConfig& config, const RunPlan& plan);
 
 /// Trains as `loaded` says, writing logs, metrics, checkpoints and summary.json into a new run
 /// directory, or continuing one (checkpoint.resume). SIGINT/SIGTERM (interrupt::StopRequests) during
