@@ -440,8 +440,8 @@ TEST(Config, DescribeKeysListsEveryKeyWithItsDescriptionTypeAndDefault) {
   EXPECT_NE(keys.find("peak learning rate; the schedule scales it (number > 0 and <= 1000, default 0.1)"),
             std::string::npos)
       << keys;
-  EXPECT_NE(keys.find("(resnet18|resnet34|resnet50|resnet101|resnet152|wide_resnet50_2|wide_resnet101_2|"
-                      "resnext50_32x4d|resnext101_32x8d|resnext101_64x4d, default \"resnet50\")"),
+  EXPECT_NE(keys.find("(resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | wide_resnet50_2 | wide_resnet101_2 | "
+                      "resnext50_32x4d | resnext101_32x8d | resnext101_64x4d, default \"resnet50\")"),
             std::string::npos);
   EXPECT_NE(keys.find("default 256)"), std::string::npos);
   const nlohmann::json all = to_json(RunConfig{});

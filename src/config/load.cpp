@@ -868,7 +868,10 @@ std::string describe_keys() {
     text += text.size() + 2 > indent.size() ? "\n" + indent : std::string(indent.size() - text.size(), ' ');
     size_t column = indent.size();
     bool line_start = true;
-    std::istringstream words(fmt::format("{} ({}, default {})", key.description, key.type, key.default_value.dump()));
+    // Spaces around an enum's "|", so that a long list of choices wraps like words.
+    std::string type = key.type;
+    for (size_t at = type.find('|'); at != std::string::npos; at = type.find('|', at + 3)) type.replace(at, 1, " | ");
+    std::istringstream words(fmt::format("{} ({}, default {})", key.description, type, key.default_value.dump()));
     for (std::string word; words >> word; line_start = false) {
       if (!line_start && column + 1 + word.size() > kLineWidth) {
         text += "\n" + indent;

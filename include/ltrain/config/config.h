@@ -218,7 +218,7 @@ struct ModelSection {
 
   template <class V>
   void visit(V& v) {
-    v("arch", arch, "ResNet depth");
+    v("arch", arch, "network, by torchvision's name");
     v("stem", stem, "imagenet: 7x7 stride-2 conv and max pooling (torchvision); cifar: 3x3 stride-1 conv");
     v("num_classes", num_classes, "output classes, at least the data's 10", between(2, kMaxClasses));
     v("width", width, "channels of the first stage (torchvision: 64)", between(1, kMaxWidth));
