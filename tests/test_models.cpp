@@ -102,31 +102,33 @@ TEST(MaxPool, AtenRunsItOffTheGpu) {
   EXPECT_EQ(input.grad().sum().item<float>(), 2 * 8 * 5 * 5);  // each output passes its 1 to one input
 }
 
-TEST(ResNet, ParameterCountsMatchTorchvision) {
-  const std::vector<std::pair<Arch, int64_t>> expected = {{Arch::resnet18, 11'181'642},
-                                                          {Arch::resnet34, 21'289'802},
-                                                          {Arch::resnet50, 23'528'522},
-                                                          {Arch::resnet101, 42'520'650},
-                                                          {Arch::resnet152, 58'164'298}};
+/// Each model of `expected` (model.arch and its parameter count) at torchvision's width, with the
+/// imagenet stem and `num_classes` outputs, has exactly that many parameters.
+void expect_parameter_counts(const std::vector<std::pair<Arch, int64_t>>& expected, int64_t num_classes) {
   for (const auto& [arch, count] : expected) {
-    ResNet model(model_options(arch, 64));
+    ResNet model(model_options(arch, 64, Stem::imagenet, num_classes));
     EXPECT_EQ(ltrain::models::count_parameters(*model), count) << ltrain::config::to_string(arch);
   }
-  ResNet imagenet_head(model_options(Arch::resnet50, 64, Stem::imagenet, 1000));
-  EXPECT_EQ(ltrain::models::count_parameters(*imagenet_head), 25'557'032);
+}
+
+TEST(ResNet, ParameterCountsMatchTorchvision) {
+  expect_parameter_counts({{Arch::resnet18, 11'181'642},
+                           {Arch::resnet34, 21'289'802},
+                           {Arch::resnet50, 23'528'522},
+                           {Arch::resnet101, 42'520'650},
+                           {Arch::resnet152, 58'164'298}},
+                          10);
+  expect_parameter_counts({{Arch::resnet50, 25'557'032}}, 1000);
 }
 
 TEST(ResNet, WideResNetAndResNeXtParameterCountsMatchTorchvision) {
   // torchvision's counts for its 1000-class models (the num_params of their published weights).
-  const std::vector<std::pair<Arch, int64_t>> expected = {{Arch::wide_resnet50_2, 68'883'240},
-                                                          {Arch::wide_resnet101_2, 126'886'696},
-                                                          {Arch::resnext50_32x4d, 25'028'904},
-                                                          {Arch::resnext101_32x8d, 88'791'336},
-                                                          {Arch::resnext101_64x4d, 83'455'272}};
-  for (const auto& [arch, count] : expected) {
-    ResNet model(model_options(arch, 64, Stem::imagenet, 1000));
-    EXPECT_EQ(ltrain::models::count_parameters(*model), count) << ltrain::config::to_string(arch);
-  }
+  expect_parameter_counts({{Arch::wide_resnet50_2, 68'883'240},
+                           {Arch::wide_resnet101_2, 126'886'696},
+                           {Arch::resnext50_32x4d, 25'028'904},
+                           {Arch::resnext101_32x8d, 88'791'336},
+                           {Arch::resnext101_64x4d, 83'455'272}},
+                          1000);
 }
 
 TEST(ResNet, ResNeXtGroupsTheMiddleConvolution) {

@@ -15,15 +15,16 @@ torch::TensorOptions on(const torch::Device& device, torch::ScalarType type) {
 }
 
 /// ltrain's inf/NaN check (kernels/sgd_step.h) over `gradients` in any mix of float32, fp16 and
-/// bf16, read-only: found_inf ([1] float32) becomes 1 on any inf or NaN and is left as it is
-/// otherwise. False, doing nothing, where the kernel cannot read them (a CPU build, a GPU without
-/// the kernels, sparse or non-dense tensors).
+/// bf16, read-only: found_inf ([1] float32) becomes 1 on any inf or NaN and 0 otherwise. False,
+/// doing nothing, where the kernel cannot read them (a CPU build, a GPU without the kernels,
+/// sparse or non-dense tensors).
 bool check_with_own_kernel(const std::vector<torch::Tensor>& gradients, const torch::Tensor& found_inf) {
 #if LTRAIN_WITH_CUDA
   if (!found_inf.is_cuda() || !kernels::gradient_kernels_read(gradients)) return false;
   std::vector<kernels::GradientView> views;
   views.reserve(gradients.size());
   for (const torch::Tensor& gradient : gradients) views.push_back(kernels::gradient_view_of(gradient));
+  found_inf.zero_();  // the kernel only ever sets it
   kernels::throw_on_error(kernels::find_non_finite(views.data(), static_cast<int64_t>(views.size()),
                                                    found_inf.data_ptr<float>(), kernels::current_stream_of(found_inf)),
                           "inf/NaN check kernel");
@@ -73,7 +74,6 @@ void GradScaler::unscale(const std::vector<torch::Tensor>& grads) {
 void GradScaler::check(const std::vector<torch::Tensor>& grads) {
   if (!options_.enabled) return;
   torch::NoGradGuard no_grad;
-  found_inf_.zero_();
   if (check_with_own_kernel(grads, found_inf_)) return;
   find_non_finite(grads, torch::ones({1}, on(scale_.device(), torch::kFloat32)));
 }
