@@ -165,6 +165,31 @@ TEST(RunFiles, MetricsCsvAndJsonLines) {
             "{\"epoch\":1,\"kind\":\"epoch\",\"step\":97,\"test_acc\":0.25}\n");
 }
 
+TEST(RunFiles, AResumedRunOfAnotherVersionKeepsItsCsvRowsUnderTodaysColumns) {
+  TempDir dir;
+  // A CSV as an older ltrain wrote it: fewer columns, in another order, one that is gone today.
+  write_file(dir.path() / "metrics.csv",
+             "kind,epoch,step,train_loss,lr,old_metric\n"
+             "step,1,50,2.5,0.1,7\n"
+             "epoch,1,97,2.25,,\n");
+  {
+    MetricsLog log(dir.path());
+    log.write({"step", 2, 150, {{"lr", 0.05}, {"gpu_memory_gib", 1.5}}});
+  }
+  EXPECT_EQ(read_file(dir.path() / "metrics.csv"),
+            "kind,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,img_per_s,elapsed_s,loss_scale,skipped_steps,"
+            "gpu_memory_gib,gpu_peak_memory_gib,old_metric\n"
+            "step,1,50,0.1,2.5,,,,,,,,,,7\n"
+            "epoch,1,97,,2.25,,,,,,,,,,\n"
+            "step,2,150,0.05,,,,,,,,,1.5,,\n");
+  {  // A second start finds today's header (and the kept column) and appends only.
+    MetricsLog log(dir.path());
+    log.write({"epoch", 2, 194, {{"test_acc", 0.5}}});
+  }
+  EXPECT_NE(read_file(dir.path() / "metrics.csv").find("step,2,150,0.05,,,,,,,,,1.5,,\nepoch,2,194,,,,,0.5,,,,,,,\n"),
+            std::string::npos);
+}
+
 /// The message of the files::WriteError that `action` throws ("" and a test failure if none).
 template <class Action>
 std::string write_error_of(Action action) {

@@ -113,15 +113,56 @@ std::string markdown_code_block(const std::string& text) {
 }
 
 namespace {
-/// `file`, created with the CSV header line when it does not exist.
-fs::path csv_with_header(const fs::path& file) {
-  if (!fs::exists(file)) write_text_file(file, fmt::format("kind,epoch,step,{}\n", fmt::join(MetricsLog::columns(), ",")));
-  return file;
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> cells;
+  size_t begin = 0;
+  for (size_t comma; (comma = line.find(',', begin)) != std::string::npos; begin = comma + 1)
+    cells.push_back(line.substr(begin, comma - begin));
+  cells.push_back(line.substr(begin));
+  return cells;
+}
+
+/// Makes `file` a CSV with this version's header, keeping what is already in it: a new file gets
+/// the header; a file of a run started by another version of ltrain (a resumed run) is rewritten
+/// under this version's columns, each old cell moved under its column's name and the old columns
+/// this version does not write kept at the end. Returns those old columns (new rows leave them empty).
+std::vector<std::string> prepare_csv(const fs::path& file) {
+  std::vector<std::string> header{"kind", "epoch", "step"};
+  header.insert(header.end(), MetricsLog::columns().begin(), MetricsLog::columns().end());
+  if (!fs::exists(file)) {
+    write_text_file(file, fmt::format("{}\n", fmt::join(header, ",")));
+    return {};
+  }
+  if (!fs::is_regular_file(file)) return {};  // a device or pipe is written to as it is, never read
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> old_header = split_csv_line(line);
+  if (old_header == header) return {};
+
+  std::vector<std::string> kept_old_columns;
+  for (const std::string& name : old_header)
+    if (std::find(header.begin(), header.end(), name) == header.end()) kept_old_columns.push_back(name);
+  header.insert(header.end(), kept_old_columns.begin(), kept_old_columns.end());
+  std::string rewritten = fmt::format("{}\n", fmt::join(header, ","));
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const std::vector<std::string> cells = split_csv_line(line);
+    std::vector<std::string> moved(header.size());
+    for (size_t i = 0; i < cells.size() && i < old_header.size(); ++i)
+      moved[static_cast<size_t>(std::find(header.begin(), header.end(), old_header[i]) - header.begin())] = cells[i];
+    rewritten += fmt::format("{}\n", fmt::join(moved, ","));
+  }
+  in.close();
+  write_text_file(file, rewritten);
+  return kept_old_columns;
 }
 }  // namespace
 
 MetricsLog::MetricsLog(const fs::path& run_dir, bool tensorboard)
-    : csv_(csv_with_header(run_dir / "metrics.csv")), jsonl_(run_dir / "metrics.jsonl") {
+    : old_csv_columns_(prepare_csv(run_dir / "metrics.csv")),
+      csv_(run_dir / "metrics.csv"),
+      jsonl_(run_dir / "metrics.jsonl") {
   if (tensorboard) events_.emplace(new_event_file_name(run_dir));
 }
 
@@ -147,6 +188,7 @@ void MetricsLog::write(const MetricsRow& row) {
     line += fmt::format("{:.6g}", it->second);
     record[column] = std::isfinite(it->second) ? nlohmann::json(it->second) : nlohmann::json(nullptr);
   }
+  line.append(old_csv_columns_.size(), ',');
   csv_.append(line + '\n');
   jsonl_.append(record.dump() + '\n');
   if (!events_) return;

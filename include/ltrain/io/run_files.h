@@ -63,7 +63,8 @@ std::string markdown_code_block(const std::string& text);
 /// naming the file at the first write the system refuses.
 class MetricsLog {
  public:
-  /// Opens (creates) the files; a new CSV file gets its header.
+  /// Opens (creates) the files; a new CSV file gets its header, and one written by another version
+  /// of ltrain is rewritten under this version's header (its cells kept under their column names).
   explicit MetricsLog(const std::filesystem::path& run_dir, bool tensorboard = false);
   /// The "run" row of a process that starts training at `step` (0, or a resumed checkpoint's)
   /// in `epoch`: {"kind": "run", "epoch", "step", "provenance"} in metrics.jsonl (the CSV has no
@@ -76,6 +77,7 @@ class MetricsLog {
   static const std::vector<std::string>& columns();
 
  private:
+  std::vector<std::string> old_csv_columns_;  // kept from an older version's CSV, after this version's
   files::AppendFile csv_;
   files::AppendFile jsonl_;
   std::optional<EventFile> events_;
