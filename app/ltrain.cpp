@@ -176,14 +176,19 @@ int run_eval(int argc, char** argv) {
       ltrain::engine::evaluate_checkpoint(path, overrides(*args, options.program()));
   const ltrain::engine::EvalResult& result = evaluation.result;
   if (args->count("json")) {
-    std::cout << nlohmann::json{{"checkpoint", path},          {"step", evaluation.step},
-                                {"accuracy", result.accuracy}, {"loss", result.loss},
-                                {"correct", result.correct},   {"images", result.images}}
+    std::cout << nlohmann::json{{"checkpoint", path},
+                                {"step", evaluation.step},
+                                {"data", ltrain::config::data_summary(evaluation.data)},
+                                {"accuracy", result.accuracy},
+                                {"loss", result.loss},
+                                {"correct", result.correct},
+                                {"images", result.images}}
                      .dump()
               << "\n";
   } else {
-    std::cout << fmt::format("{} (step {}): test accuracy {:.2f}% ({}/{}), loss {:.4f}\n", path, evaluation.step,
-                             100.0 * result.accuracy, result.correct, result.images, result.loss);
+    std::cout << fmt::format("{} (step {}): test accuracy {:.2f}% ({}/{}) on {} ({} classes), loss {:.4f}\n", path,
+                             evaluation.step, 100.0 * result.accuracy, result.correct, result.images,
+                             ltrain::config::to_string(evaluation.data.source), evaluation.data.classes(), result.loss);
   }
   return 0;
 }
@@ -566,8 +571,8 @@ const std::vector<Command>& commands() {
 
 /// ltrain --help: the commands, each with what it does and an example, from commands().
 std::string usage() {
-  std::string out = "usage: ltrain COMMAND [OPTIONS]\n\nTrains torchvision-style ResNets on CIFAR-10 from JSON run "
-                    "configs.\n\ncommands:\n";
+  std::string out = "usage: ltrain COMMAND [OPTIONS]\n\nTrains torchvision-style ResNets on CIFAR-10 and CIFAR-100 from "
+                    "JSON run configs.\n\ncommands:\n";
   for (const Command& command : commands())
     out += fmt::format("  {:<13} {:<44} {}\n", command.name, std::string(command.summary) + ":", command.example);
   return out + kUsageFooter;

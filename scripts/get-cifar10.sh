@@ -31,8 +31,11 @@ bbe8596564c0f86427f876058170b84dac6670ddf06d79402899d93ceea26f67  data_batch_3.b
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SHARED_DATA="${LTRAIN_SHARED_DATA:-$REPO_ROOT/../shared/data}"
 if [[ -d "$SHARED_DATA" ]]; then SHARED_DATA="$(cd "$SHARED_DATA" && pwd)"; fi
-TMP_DIR=""   # the staging folder beside the destination; removed on exit
 SOURCES=()   # what resolve_dir_source found
+# shellcheck disable=SC2034  # lib/fetch.sh's messages read it
+FETCH_NAME=get-cifar10
+# shellcheck source-path=SCRIPTDIR source=lib/fetch.sh
+source "$REPO_ROOT/scripts/lib/fetch.sh"
 
 usage() {
   cat <<EOF
@@ -56,16 +59,6 @@ Exit codes: 0 ok, 2 usage, 3 data missing/damaged/not downloadable.
 EOF
 }
 
-die() { local code="$1"; shift; echo "get-cifar10: $*" >&2; exit "$code"; }
-info() { echo "get-cifar10: $*"; }
-cleanup() { if [[ -n "$TMP_DIR" && -d "$TMP_DIR" ]]; then rm -rf "$TMP_DIR"; fi; }
-trap cleanup EXIT
-
-sha256_of() {
-  if command -v sha256sum >/dev/null; then sha256sum "$1" | cut -d' ' -f1
-  else shasum -a 256 "$1" | cut -d' ' -f1; fi
-}
-
 # check_sums DIR SUMS_TEXT -> prints "missing: f" / "damaged: f" lines; returns 1 if any.
 check_sums() {
   local dir="$1" sums="$2" want name bad=0
@@ -76,17 +69,6 @@ check_sums() {
     fi
   done <<<"$sums"
   return "$bad"
-}
-
-# install_dir STAGED FINAL: replace FINAL with the verified STAGED folder (same filesystem).
-install_dir() {
-  local staged="$1" final="$2" old=""
-  if [[ -e "$final" ]]; then
-    old="$final.old.$$"
-    mv "$final" "$old"
-  fi
-  mv "$staged" "$final"
-  if [[ -n "$old" ]]; then rm -rf "$old"; fi
 }
 
 # unpack_to STAGE SOURCE...: unpack the given archive or parts into STAGE. Returns non-zero if
@@ -141,20 +123,10 @@ offline_message() {
 # download_to FILE: fetch the official archive and check its MD5; fails fast without network.
 # On failure prints the reason on stdout and returns 1.
 download_to() {
-  local out="$1" err="$1.err"
-  if command -v curl >/dev/null; then
-    if ! curl -fsSL --connect-timeout 10 --max-time 900 -o "$out" "$URL" 2>"$err"; then
-      head -n1 "$err"; return 1
-    fi
-  elif command -v wget >/dev/null; then
-    if ! wget -q --connect-timeout=10 --read-timeout=60 --tries=1 -O "$out" "$URL" 2>"$err"; then
-      echo "wget failed: $(head -n1 "$err")"; return 1
-    fi
-  else
-    echo "neither curl nor wget is installed"; return 1
-  fi
+  local out="$1"
+  download "$URL" "$out" || return 1
   local md5
-  md5="$(md5sum "$out" | cut -d' ' -f1)"
+  md5="$(md5_of "$out")"
   if [[ "$md5" != "$URL_MD5" ]]; then
     echo "the downloaded archive is damaged: md5 $md5, expected $URL_MD5"; return 1
   fi

@@ -81,6 +81,27 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   out << text;
 }
 
+std::string cifar100_record(int record, int coarse, int fine) {
+  std::string bytes{static_cast<char>(coarse), static_cast<char>(fine)};
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 32; ++y)
+      for (int x = 0; x < 32; ++x) bytes.push_back(static_cast<char>((record * 31 + c * 101 + y * 7 + x * 3) % 256));
+  return bytes;
+}
+
+int cifar100_fine_label(int record) { return record % 100; }
+
+void write_cifar100_files(const std::filesystem::path& root, int train, int test) {
+  const auto records = [](int first, int count) {
+    std::string bytes;
+    for (int record = first; record < first + count; ++record)
+      bytes += cifar100_record(record, cifar100_fine_label(record) / 5, cifar100_fine_label(record));
+    return bytes;
+  };
+  write_file(root / "train.bin", records(0, train));
+  write_file(root / "test.bin", records(train, test));
+}
+
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;

@@ -43,6 +43,16 @@ config::LoadedConfig config_from(std::vector<std::string> overrides, const std::
 /// Writes `text` to `path` (creating parent folders).
 void write_file(const std::filesystem::path& path, const std::string& text);
 
+/// A record of CIFAR-100's binary release: the coarse and the fine label byte, then the R, G, B
+/// planes (row-major 32x32), pixel (c, y, x) = (record * 31 + c * 101 + y * 7 + x * 3) % 256.
+std::string cifar100_record(int record, int coarse, int fine);
+/// Record `record`'s fine label in the files write_cifar100_files writes: record % 100 (its coarse
+/// label: fine / 5).
+int cifar100_fine_label(int record);
+/// ROOT/train.bin with `train` records (numbered 0 to train - 1) and ROOT/test.bin with `test`
+/// (numbered on from train), labelled as cifar100_fine_label says.
+void write_cifar100_files(const std::filesystem::path& root, int train, int test);
+
 /// Runs the ltrain executable with `args` (shell words), returns its exit code; output goes to `log`.
 int run_ltrain(const std::string& args, const std::filesystem::path& log);
 

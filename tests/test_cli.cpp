@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <thread>
+#include <vector>
 
 #include <sys/stat.h>
 
@@ -479,6 +481,88 @@ TEST(Cli, TrainEvalExportOnSyntheticData) {
   EXPECT_EQ(tensors.back().first, "fc.bias");
   EXPECT_EQ(metadata.at("model.arch"), "resnet18");
   EXPECT_EQ(metadata.at("format"), "pt");
+}
+
+TEST(Cli, Cifar100RunTrainsEvaluatesAndExportsWithItsClasses) {
+  TempDir dir;
+  const auto data = dir.path() / "cifar-100-binary";
+  testing::write_cifar100_files(data, 200, 100);
+  write_file(dir.path() / "c.json", R"({
+    "run": {"out_dir": ")" + (dir.path() / "runs").string() + R"(", "name": "c100", "epochs": 1, "device": "cpu"},
+    "model": {"arch": "resnet18", "stem": "cifar", "width": 4},
+    "data": {"source": "cifar100", "root": ")" + data.string() + R"(", "batch_size": 100}})");
+  const std::string train = "train --config " + (dir.path() / "c.json").string();
+  const auto log = dir.path() / "out";
+
+  // An explicit model.num_classes below the data's classes stops the start, in one line.
+  EXPECT_EQ(run_ltrain(train + " model.num_classes=50", log), 2);
+  EXPECT_TRUE(one_line_with(log, "--set model.num_classes=50: model.num_classes = 50: the data has 100 classes (labels "
+                                 "0 to 99); use at least 100"));
+  EXPECT_EQ(run_ltrain(train + " data.cifar100_labels=coarse model.num_classes=10", log), 2);
+  EXPECT_TRUE(one_line_with(log, "model.num_classes = 10: the data has 20 classes (labels 0 to 19); use at least 20"));
+  // A fine label byte of 100: a data error naming the file and the record.
+  const auto damaged = dir.path() / "damaged";
+  testing::write_cifar100_files(damaged, 200, 100);
+  write_file(damaged / "test.bin", testing::cifar100_record(0, 1, 5) + testing::cifar100_record(1, 1, 100));
+  EXPECT_EQ(run_ltrain(train + " data.root=" + damaged.string(), log), 3);
+  EXPECT_NE(read_file(log).find((damaged / "test.bin").string() + ": record 1 (byte offset 3074) has fine label 100 "
+                                "(expected 0-99): not a CIFAR-100 binary file; fetch it again with "
+                                "scripts/get-cifar100.sh\n"),
+            std::string::npos)
+      << read_file(log);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+
+  // Without model.num_classes the run has CIFAR-100's 100 outputs; its summary names the data.
+  ASSERT_EQ(run_ltrain(train, dir.path() / "train.out"), 0) << read_file(dir.path() / "train.out");
+  const auto run_dir = dir.path() / "runs" / "c100";
+  const auto summary = nlohmann::json::parse(read_file(run_dir / "summary.json"));
+  EXPECT_EQ(summary["data"],
+            nlohmann::json::parse(R"({"source": "cifar100", "classes": 100, "cifar100_labels": "fine"})"));
+  EXPECT_EQ(summary["steps"], 2);
+  const auto saved = nlohmann::json::parse(read_file(run_dir / "config.json"));
+  EXPECT_EQ(saved["model"]["num_classes"], 100);
+  EXPECT_EQ(saved["data"]["mean"], nlohmann::json::parse("[0.5071, 0.4865, 0.4409]"));
+  EXPECT_EQ(saved["data"]["std"], nlohmann::json::parse("[0.2673, 0.2564, 0.2762]"));
+
+  const auto checkpoint = run_dir / "checkpoints" / "step-00000002.ltc";
+  ASSERT_EQ(run_ltrain("eval --json --checkpoint " + checkpoint.string(), dir.path() / "eval.out"), 0)
+      << read_file(dir.path() / "eval.out");
+  const std::string eval_out = read_file(dir.path() / "eval.out");
+  const auto result = nlohmann::json::parse(eval_out.substr(eval_out.find('{')));
+  EXPECT_EQ(result["data"], summary["data"]);
+  EXPECT_EQ(result["images"], 100);
+  ASSERT_EQ(run_ltrain("eval --checkpoint " + checkpoint.string(), dir.path() / "eval.out"), 0);
+  EXPECT_NE(read_file(dir.path() / "eval.out").find(") on cifar100 (100 classes), loss "), std::string::npos)
+      << read_file(dir.path() / "eval.out");
+
+  // The export carries the data set, so that a reader evaluates it on CIFAR-100's test.bin and fine labels.
+  const auto weights = dir.path() / "w.safetensors";
+  ASSERT_EQ(run_ltrain("export --checkpoint " + checkpoint.string() + " --out " + weights.string(), log), 0)
+      << read_file(log);
+  std::map<std::string, std::string> metadata;
+  const NamedTensors tensors = io::read_safetensors(weights, &metadata);
+  EXPECT_EQ(tensors.back().first, "fc.bias");
+  EXPECT_EQ(tensors.back().second.sizes(), torch::IntArrayRef({100}));
+  EXPECT_EQ(metadata.at("data.source"), "cifar100");
+  EXPECT_EQ(metadata.at("data.cifar100_labels"), "fine");
+  EXPECT_EQ(metadata.at("model.num_classes"), "100");
+  EXPECT_EQ(metadata.at("data.mean"), "[0.5071,0.4865,0.4409]");
+  const auto python = testing::python_with_module("numpy");
+  if (!python) GTEST_SKIP() << "no python3 with numpy: export_accuracy.py's reading not checked";
+  const auto read = dir.path() / "read.out";
+  ASSERT_EQ(std::system((*python + " " LTRAIN_SOURCE_DIR "/scripts/pytorch/export_accuracy.py --dry-run " +
+                         weights.string() + " --data " + data.string() + " > " + read.string() + " 2>&1")
+                            .c_str()),
+            0)
+      << read_file(read);
+  const auto reading = nlohmann::json::parse(read_file(read));
+  EXPECT_EQ(reading["source"], "cifar100");
+  EXPECT_EQ(reading["labels"], "fine");
+  EXPECT_EQ(reading["file"], (data / "test.bin").string());
+  EXPECT_EQ(reading["images"], 100);
+  std::vector<int> first_labels;
+  for (int record = 200; record < 208; ++record) first_labels.push_back(testing::cifar100_fine_label(record));
+  EXPECT_EQ(reading["first_labels"], nlohmann::json(first_labels));
 }
 
 TEST(Cli, BenchStepReportsTimesAndSettings) {

@@ -133,6 +133,65 @@ TEST(Config, ImpossibleCombinations) {
                    "deterministic; turn off one of precision.cudnn_benchmark and precision.deterministic");
   EXPECT_EQ(error_of(dir, R"({"precision": {"mode": "fp8"}})"),
             file + ": precision.mode = \"fp8\": expected one of fp32, tf32, fp16, bf16");
+  EXPECT_EQ(error_of(dir, R"({"data": {"cifar100_labels": "coarse"}})"),
+            file + ": data.cifar100_labels = \"coarse\": coarse labels are CIFAR-100's and data.source is cifar10; set "
+                   "data.source to cifar100 or remove data.cifar100_labels");
+  EXPECT_EQ(error_of(dir, R"({"data": {"source": "cifar100", "cifar100_labels": "middle"}})"),
+            file + ": data.cifar100_labels = \"middle\": expected one of fine, coarse");
+}
+
+TEST(Config, Cifar100GivesItsFolderStatisticsAndClassesToTheKeysLeftOut) {
+  TempDir dir;
+  write_file(dir.path() / "c100.json", R"({"data": {"source": "cifar100"}})");
+  const std::string file = (dir.path() / "c100.json").string();
+  const LoadedConfig fine = load_file(dir.path() / "c100.json");
+  EXPECT_EQ(fine.config.data.root, "data/cifar-100-binary");
+  EXPECT_EQ(fine.config.data.mean, (std::vector<double>{0.5071, 0.4865, 0.4409}));
+  EXPECT_EQ(fine.config.data.std, (std::vector<double>{0.2673, 0.2564, 0.2762}));
+  EXPECT_EQ(fine.config.model.num_classes, 100);
+  // They count as set where data.source was, which the start-up table shows.
+  for (const char* key : {"data.root", "data.mean", "data.std", "model.num_classes"})
+    EXPECT_EQ(fine.origin.at(key), file) << key;
+  EXPECT_NE(format_table(fine).find("  model.num_classes  100"), std::string::npos) << format_table(fine);
+  // 20 outputs for the coarse labels; a --set source is the origin.
+  write_file(dir.path() / "plain.json", "{}");
+  const LoadedConfig coarse =
+      load_file(dir.path() / "plain.json", {"data.source=cifar100", "data.cifar100_labels=coarse"});
+  EXPECT_EQ(coarse.config.model.num_classes, 20);
+  EXPECT_EQ(coarse.config.data.root, "data/cifar-100-binary");
+  EXPECT_EQ(coarse.origin.at("model.num_classes"), "--set data.source=cifar100");
+  // What a config gives stays, from any file it extends or a --set: only what it leaves out follows.
+  write_file(dir.path() / "given.json", R"({"extends": "c100.json", "model": {"num_classes": 150},
+    "data": {"root": "/data/c100", "mean": [0.5, 0.5, 0.5]}})");
+  const LoadedConfig given = load_file(dir.path() / "given.json", {"data.std=[0.25,0.25,0.25]"});
+  EXPECT_EQ(given.config.model.num_classes, 150);
+  EXPECT_EQ(given.config.data.root, "/data/c100");
+  EXPECT_EQ(given.config.data.mean, (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_EQ(given.config.data.std, (std::vector<double>{0.25, 0.25, 0.25}));
+  // A saved config (every key present) reads back as it was, and the other sources keep CIFAR-10's.
+  EXPECT_EQ(to_json(load_json(to_json(given.config), "saved").config), to_json(given.config));
+  EXPECT_EQ(to_json(load_json(to_json(fine.config), "saved").config), to_json(fine.config));
+  for (const char* source : {"cifar10", "synthetic"}) {
+    const LoadedConfig other = load_file(dir.path() / "plain.json", {std::string("data.source=") + source});
+    EXPECT_EQ(other.config.data.root, "data/cifar-10-batches-bin") << source;
+    EXPECT_EQ(other.config.data.mean, DataSection{}.mean) << source;
+    EXPECT_EQ(other.config.data.std, DataSection{}.std) << source;
+    EXPECT_EQ(other.config.model.num_classes, 10) << source;
+    EXPECT_EQ(other.origin.count("model.num_classes"), 0u) << source;
+  }
+}
+
+TEST(Config, DataSummaryNamesTheSourceAndItsClasses) {
+  DataSection data;
+  EXPECT_EQ(data_summary(data), nlohmann::json::parse(R"({"source": "cifar10", "classes": 10})"));
+  data.source = DataSource::cifar100;
+  EXPECT_EQ(data_summary(data),
+            nlohmann::json::parse(R"({"source": "cifar100", "classes": 100, "cifar100_labels": "fine"})"));
+  data.cifar100_labels = Cifar100Labels::coarse;
+  EXPECT_EQ(data_summary(data),
+            nlohmann::json::parse(R"({"source": "cifar100", "classes": 20, "cifar100_labels": "coarse"})"));
+  data.source = DataSource::synthetic;
+  EXPECT_EQ(data_summary(data), nlohmann::json::parse(R"({"source": "synthetic", "classes": 10})"));
 }
 
 TEST(Config, InvalidJsonNamesFileAndPosition) {

@@ -1,4 +1,4 @@
-// The data module: CIFAR-10 reader, synthetic source, normalization, train/eval loaders and
+// The data module: CIFAR-10 and CIFAR-100 reader, synthetic source, normalization, train/eval loaders and
 // their augmentation, checked against straightforward per-sample references.
 #include <cstdint>
 #include <fstream>
@@ -437,6 +437,145 @@ TEST(CifarPublished, ADamagedFileStopsTrainingWithExitCode3AndOneLine) {
       << text;
   EXPECT_NE(text.find("the file is damaged; fetch it again with scripts/get-cifar10.sh\n"), std::string::npos) << text;
   EXPECT_FALSE(fs::exists(dir.path() / "runs"));  // stopped before anything was written
+}
+
+// ---- CIFAR-100: the same reader, two label bytes ---------------------------------------------------
+
+DataSection cifar100_data(const fs::path& root, ltrain::config::Cifar100Labels labels) {
+  DataSection data;
+  data.source = ltrain::config::DataSource::cifar100;
+  data.cifar100_labels = labels;
+  data.root = root.string();
+  return data;
+}
+
+TEST(Cifar100Reader, RecordsReadBackExactlyWithTheFineOrTheCoarseLabel) {
+  using ltrain::config::Cifar100Labels;
+  TempDir dir;
+  ltrain::testing::write_cifar100_files(dir.path(), 200, 100);
+  std::vector<int64_t> fine;
+  std::vector<int64_t> coarse;
+  for (int record = 0; record < 300; ++record) {
+    fine.push_back(ltrain::testing::cifar100_fine_label(record));
+    coarse.push_back(fine.back() / 5);
+  }
+  const auto labels = [](const std::vector<int64_t>& all, int64_t first, int64_t count) {
+    return torch::tensor(std::vector<int64_t>(all.begin() + first, all.begin() + first + count), torch::kInt64);
+  };
+  std::vector<std::string> warnings;
+  ltrain::data::TrainTestSets sets;
+  warnings = warnings_of([&] { sets = ltrain::data::load_sets(cifar100_data(dir.path(), Cifar100Labels::fine), 0); });
+  ASSERT_EQ(sets.train.images.sizes(), torch::IntArrayRef({200, 3, 32, 32}));
+  ASSERT_EQ(sets.test.images.sizes(), torch::IntArrayRef({100, 3, 32, 32}));
+  EXPECT_TRUE(torch::equal(sets.train.labels, labels(fine, 0, 200)));
+  EXPECT_TRUE(torch::equal(sets.test.labels, labels(fine, 200, 100)));
+  // Every pixel of every record: the R, G and B planes after the two label bytes.
+  const auto expected_images = [](int64_t first, int64_t count) {
+    auto images = torch::empty({count, 3, 32, 32}, torch::kUInt8);
+    auto pixels = images.accessor<uint8_t, 4>();
+    for (int64_t r = 0; r < count; ++r)
+      for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < 32; ++y)
+          for (int x = 0; x < 32; ++x) pixels[r][c][y][x] = pattern_pixel(static_cast<int>(first + r), c, y, x);
+    return images;
+  };
+  EXPECT_TRUE(torch::equal(sets.train.images, expected_images(0, 200)));
+  EXPECT_TRUE(torch::equal(sets.test.images, expected_images(200, 100)));
+  // The official files hold 50,000 and 10,000 records: these are named, once each.
+  EXPECT_EQ(warnings, (std::vector<std::string>{
+                          (dir.path() / "train.bin").string() +
+                              ": 200 records where CIFAR-100's train.bin has 50000: training on part of the data set "
+                              "(a cut download?); get the full files with scripts/get-cifar100.sh",
+                          (dir.path() / "test.bin").string() +
+                              ": 100 records where CIFAR-100's test.bin has 10000: training on part of the data set "
+                              "(a cut download?); get the full files with scripts/get-cifar100.sh"}));
+
+  const auto coarse_sets = ltrain::data::load_sets(cifar100_data(dir.path(), Cifar100Labels::coarse), 0);
+  EXPECT_TRUE(torch::equal(coarse_sets.train.labels, labels(coarse, 0, 200)));
+  EXPECT_TRUE(torch::equal(coarse_sets.test.labels, labels(coarse, 200, 100)));
+  EXPECT_TRUE(torch::equal(coarse_sets.train.images, sets.train.images));
+}
+
+TEST(Cifar100Reader, ReleasesHaveTheClassesTheConfigCounts) {
+  using ltrain::config::Cifar100Labels;
+  DataSection data;
+  EXPECT_EQ(ltrain::data::cifar_release(data).name, "CIFAR-10");
+  EXPECT_EQ(ltrain::data::cifar_release(data).classes(), data.classes());
+  EXPECT_EQ(data.classes(), 10);
+  for (const auto labels : {Cifar100Labels::fine, Cifar100Labels::coarse}) {
+    data = cifar100_data("x", labels);
+    const auto& release = ltrain::data::cifar_release(data);
+    EXPECT_EQ(release.name, "CIFAR-100");
+    EXPECT_EQ(release.record_bytes(), 3074);
+    EXPECT_EQ(release.classes(), data.classes());
+  }
+  EXPECT_EQ(data.classes(), 20);
+  data.cifar100_labels = Cifar100Labels::fine;
+  EXPECT_EQ(data.classes(), 100);
+  data.source = ltrain::config::DataSource::synthetic;
+  EXPECT_EQ(data.classes(), 10);
+  EXPECT_THROW(ltrain::data::cifar_release(data), std::logic_error);
+  // The synthetic source draws labels below its classes.
+  EXPECT_LT(ltrain::data::make_synthetic(500, 1, 0).train.labels.max().item<int64_t>(), data.classes());
+}
+
+TEST(Cifar100Reader, ALabelByteOutOfItsRangeNamesTheFileTheRecordAndTheLabel) {
+  TempDir dir;
+  const auto& release = ltrain::data::cifar100_release(ltrain::config::Cifar100Labels::fine);
+  const auto file = dir.path() / "train.bin";
+  using ltrain::testing::cifar100_record;
+  write_file(file, cifar100_record(0, 19, 99) + cifar100_record(1, 3, 100) + cifar100_record(2, 20, 5));
+  EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar_file(file, release); }),
+            file.string() + ": record 1 (byte offset 3074) has fine label 100 (expected 0-99): not a CIFAR-100 binary "
+                            "file; fetch it again with scripts/get-cifar100.sh");
+  // The coarse byte is checked too when the fine labels are trained on.
+  write_file(file, cifar100_record(0, 19, 99) + cifar100_record(1, 3, 4) + cifar100_record(2, 20, 5));
+  EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar_file(file, release); }),
+            file.string() + ": record 2 (byte offset 6148) has coarse label 20 (expected 0-19): not a CIFAR-100 "
+                            "binary file; fetch it again with scripts/get-cifar100.sh");
+}
+
+TEST(Cifar100Reader, TruncatedEmptyAndMissingFilesNameTheFileAndTheScript) {
+  TempDir dir;
+  const auto& release = ltrain::data::cifar100_release(ltrain::config::Cifar100Labels::coarse);
+  const auto file = dir.path() / "test.bin";
+  // Two whole records and the first 100 bytes of a third.
+  write_file(file, ltrain::testing::cifar100_record(0, 1, 5) + ltrain::testing::cifar100_record(1, 2, 10) +
+                       ltrain::testing::cifar100_record(2, 3, 15).substr(0, 100));
+  EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar_file(file, release); }),
+            file.string() + ": 6248 bytes is not a whole number of 3074-byte CIFAR-100 records: the file is truncated "
+                            "or not CIFAR-100 binary; fetch it again with scripts/get-cifar100.sh");
+  // CIFAR-10's records (3073 bytes) are not CIFAR-100's.
+  write_file(file, make_records({1, 2, 3}));
+  EXPECT_NE(data_error_of([&] { ltrain::data::read_cifar_file(file, release); })
+                .find(": 9219 bytes is not a whole number of 3074-byte CIFAR-100 records"),
+            std::string::npos);
+  write_file(file, "");
+  EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar_file(file, release); }),
+            file.string() + ": empty file (0 bytes): the download was interrupted; fetch it again with "
+                            "scripts/get-cifar100.sh");
+  // A folder of CIFAR-10's files: CIFAR-100's first file is named, with the script that gets it.
+  TempDir cifar10;
+  write_file(cifar10.path() / "data_batch_1.bin", make_records({1}));
+  EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar(cifar10.path(), release); }),
+            (cifar10.path() / "train.bin").string() +
+                ": no such file; run scripts/get-cifar100.sh (or point data.root at a folder with train.bin and "
+                "test.bin)");
+  ltrain::testing::write_cifar100_files(dir.path(), 3, 2);
+  std::filesystem::remove(dir.path() / "test.bin");
+  EXPECT_NE(data_error_of([&] { ltrain::data::read_cifar(dir.path(), release); })
+                .find((dir.path() / "test.bin").string() + ": no such file; run scripts/get-cifar100.sh"),
+            std::string::npos);
+  // Images other than 32x32 are refused as for CIFAR-10.
+  DataSection data = cifar100_data(dir.path(), ltrain::config::Cifar100Labels::fine);
+  data.image_size = 64;
+  try {
+    ltrain::data::load_sets(data, 0);
+    ADD_FAILURE() << "CIFAR-100 at 64x64 loaded";
+  } catch (const ltrain::ConfigError& error) {
+    EXPECT_STREQ(error.what(), "data.image_size: CIFAR-100's images are 32x32, not 64x64; set data.source to "
+                               "synthetic to measure steps at 64x64, or leave data.image_size at 32");
+  }
 }
 
 // ---- synthetic source ---------------------------------------------------------------------------------

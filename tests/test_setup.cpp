@@ -1,12 +1,15 @@
 // scripts/setup.sh: which LibTorch it builds against, and the prerequisites it refuses with what to
 // do (--check stops before installing or building anything). python3 and nvcc are stand-ins that
-// answer as a real torch and toolkit would.
+// answer as a real torch and toolkit would. scripts/get-cifar100.sh: what it refuses (the download
+// itself needs the network and is not run here).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "support.h"
 
@@ -118,6 +121,113 @@ TEST(Setup, TakesTheLibTorchArchiveLibtorchNames) {
       << read_file(log);
   write_file(archive / "share/cmake/Torch/TorchConfig.cmake", "set(TORCH_CXX_FLAGS \"-D_GLIBCXX_USE_CXX11_ABI=0\")\n");
   EXPECT_EQ(tools.check(log, "LIBTORCH=" + archive.string()), 3);
+}
+
+/// Runs `bash scripts/get-cifar100.sh ARGS` without a shared copy to take; its exit code, output in `log`.
+int get_cifar100(const std::string& args, const fs::path& log) {
+  const std::string command = "cd " LTRAIN_SOURCE_DIR
+                              " && LTRAIN_SHARED_DATA=/nonexistent bash scripts/get-cifar100.sh " +
+                              args + " > '" + log.string() + "' 2>&1";
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// The names in `folder` (hidden ones too), sorted.
+std::vector<std::string> entries_of(const fs::path& folder) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(folder)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+/// A cifar-100-binary/ folder as the archive holds it, with made-up content.
+void write_cifar100_layout(const fs::path& folder) {
+  testing::write_cifar100_files(folder, 200, 100);
+  write_file(folder / "coarse_label_names.txt", "aquatic_mammals\nfish\n");
+  write_file(folder / "fine_label_names.txt", "apple\naquarium_fish\n");
+}
+
+TEST(GetCifar100, UsageErrorsExitTwoAndAMissingSourceThree) {
+  TempDir dir;
+  const fs::path log = dir.path() / "log";
+  EXPECT_EQ(get_cifar100("--help", log), 0);
+  EXPECT_NE(read_file(log).find("Usage: scripts/get-cifar100.sh [--dest DIR] [--from PATH] [--help]"),
+            std::string::npos)
+      << read_file(log);
+  EXPECT_EQ(get_cifar100("--bogus", log), 2);
+  EXPECT_EQ(read_file(log), "get-cifar100: unknown argument '--bogus' (see --help)\n");
+  EXPECT_EQ(get_cifar100("--dest " + dir.path().string() + " --from", log), 2);
+  EXPECT_EQ(read_file(log), "get-cifar100: --from needs a path\n");
+  const fs::path nowhere = dir.path() / "nowhere";
+  EXPECT_EQ(get_cifar100("--dest " + dir.path().string() + " --from " + nowhere.string(), log), 3);
+  EXPECT_EQ(read_file(log), "get-cifar100: --from: no such file or directory: " + nowhere.string() + "\n");
+  fs::create_directories(dir.path() / "empty");
+  const fs::path data = dir.path() / "data";
+  EXPECT_EQ(get_cifar100("--dest " + data.string() + " --from " + (dir.path() / "empty").string(), log), 3);
+  EXPECT_NE(read_file(log).find("no CIFAR-100 files in " + (dir.path() / "empty").string()), std::string::npos)
+      << read_file(log);
+  EXPECT_EQ(entries_of(data), std::vector<std::string>{});
+}
+
+TEST(GetCifar100, AnArchiveOfTheRightLayoutButOtherContentFailsItsChecksumAndInstallsNothing) {
+  TempDir dir;
+  write_cifar100_layout(dir.path() / "layout" / "cifar-100-binary");
+  const fs::path archive = dir.path() / "cifar-100-binary.tar.gz";
+  ASSERT_EQ(std::system(("tar -czf '" + archive.string() + "' -C '" + (dir.path() / "layout").string() +
+                         "' cifar-100-binary")
+                            .c_str()),
+            0);
+  const fs::path log = dir.path() / "log";
+  const fs::path data = dir.path() / "data";
+  EXPECT_EQ(get_cifar100("--dest " + data.string() + " --from " + archive.string(), log), 3);
+  EXPECT_EQ(read_file(log), "get-cifar100: " + archive.string() + " is not the published cifar-100-binary.tar.gz (" +
+                                std::to_string(fs::file_size(archive)) +
+                                " bytes, the published archive has 168513733); fetch it again\n");
+  // The published size, other bytes: its SHA-256 tells. A folder holding the archive is taken as it.
+  fs::resize_file(archive, 168513733);
+  EXPECT_EQ(get_cifar100("--dest " + data.string() + " --from " + dir.path().string(), log), 3);
+  const std::string out = read_file(log);
+  EXPECT_EQ(out.rfind("get-cifar100: " + archive.string() + " is not the published cifar-100-binary.tar.gz (SHA-256 ",
+                      0),
+            0u)
+      << out;
+  EXPECT_NE(out.find(", published 58a81ae192c23a4be8b1804d68e518ed807d710a4eb253b1f2a199162a40d8ec); fetch it "
+                     "again\n"),
+            std::string::npos)
+      << out;
+  // Nothing under the final name, no staging folder left behind.
+  EXPECT_EQ(entries_of(data), std::vector<std::string>{});
+}
+
+TEST(GetCifar100, ExtractedFilesAreHeldToTheirSizesAndChecksums) {
+  TempDir dir;
+  const fs::path files = dir.path() / "files";
+  write_cifar100_layout(files);
+  const fs::path log = dir.path() / "log";
+  const fs::path data = dir.path() / "data";
+  const std::string get = "--dest " + data.string() + " --from " + files.string();
+  EXPECT_EQ(get_cifar100(get, log), 3);
+  EXPECT_NE(read_file(log).find("get-cifar100: train.bin has 614800 bytes, not 153700000 in " + files.string()),
+            std::string::npos)
+      << read_file(log);
+  // The published sizes, other bytes: the MD5s tell; a label-name file that is missing is named too.
+  fs::resize_file(files / "train.bin", 153700000);
+  fs::resize_file(files / "test.bin", 30740000);
+  fs::remove(files / "fine_label_names.txt");
+  // A damaged folder under the final name stays as it is until a good copy replaces it.
+  write_file(data / "cifar-100-binary" / "train.bin", "old");
+  EXPECT_EQ(get_cifar100(get, log), 3);
+  const std::string out = read_file(log);
+  EXPECT_NE(out.find("is incomplete or damaged (train.bin has 3 bytes, not 153700000,test.bin is missing or empty"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("get-cifar100: train.bin is damaged (MD5 mismatch) in " + files.string() +
+                     " (all problems: train.bin is damaged (MD5 mismatch),test.bin is damaged (MD5 mismatch),"
+                     "fine_label_names.txt is missing or empty); fetch a good copy\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(entries_of(data), std::vector<std::string>{"cifar-100-binary"});
+  EXPECT_EQ(read_file(data / "cifar-100-binary" / "train.bin"), "old");
 }
 
 }  // namespace

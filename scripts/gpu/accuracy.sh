@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Accuracy runs (docs/ACCURACY.md) on a GPU host: every recipe x seed on the full CIFAR-10, spread
+# Accuracy runs (docs/ACCURACY.md) on a GPU host: every recipe x seed on the full CIFAR-10 (or
+# CIFAR-100, for a recipe with data.source cifar100 and DATA_ROOT its cifar-100-binary/), spread
 # over the host's GPUs (one run per GPU at a time). Each run's metrics.jsonl, train.log and
 # summary.json are kept in OUT/RECIPE/seed-S/ (checkpoints are not), and OUT/accuracy.md gets the
 # table: accuracy at the end (mean, min-max over seeds), best epoch's, run time, training time.
 #
 #   scripts/gpu/accuracy.sh OUT DATA_ROOT "RECIPE.json ..." "SEEDS" [--set KEY=VALUE ...]
 #   scripts/gpu/accuracy.sh out /tmp/cifar/cifar-10-batches-bin "configs/accuracy/resnet18-cifar.json" "0 1 2"
+#   scripts/gpu/accuracy.sh out /tmp/cifar/cifar-100-binary "configs/cifar100/resnet50.json" "0 1 2"
 # GPUS=N overrides the GPU count (default: nvidia-smi -L); RUNS_PER_GPU=N runs N at a time on each
 # GPU (default 1; more only to compare recipes' accuracy, as runs sharing a GPU are slower);
 # LTRAIN=path the binary (build-gpu/ltrain).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out="${1:?usage: scripts/gpu/accuracy.sh OUT DATA_ROOT RECIPES SEEDS [--set KEY=VALUE ...]}"
-data_root="${2:?DATA_ROOT: the folder with data_batch_1..5.bin and test_batch.bin}"
+data_root="${2:?DATA_ROOT: the folder with data_batch_1..5.bin and test_batch.bin (CIFAR-100: train.bin and test.bin)}"
 recipes="${3:?RECIPES: config files}"
 seeds="${4:?SEEDS: e.g. \"0 1 2\"}"
 shift 4
@@ -21,7 +23,8 @@ ltrain="${LTRAIN:-build-gpu/ltrain}"
 gpus="${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}"
 ((gpus > 0)) || gpus=1
 runs_per_gpu="${RUNS_PER_GPU:-1}"
-[[ -f "$data_root/test_batch.bin" ]] || { echo "accuracy: $data_root has no test_batch.bin" >&2; exit 2; }
+[[ -f "$data_root/test_batch.bin" || -f "$data_root/test.bin" ]] \
+  || { echo "accuracy: $data_root has neither CIFAR-10's test_batch.bin nor CIFAR-100's test.bin" >&2; exit 2; }
 mkdir -p "$out"
 scratch="$(mktemp -d)"  # run directories with their checkpoints, outside OUT
 

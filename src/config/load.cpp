@@ -715,6 +715,40 @@ void validate(const LoadedConfig& loaded) {
   require(loaded, !(c.precision.deterministic && c.precision.cudnn_benchmark), "precision.cudnn_benchmark",
           "cuDNN autotuning picks algorithms by timing, which is not deterministic; turn off one of "
           "precision.cudnn_benchmark and precision.deterministic");
+  require(loaded, c.data.cifar100_labels == Cifar100Labels::fine || c.data.source == DataSource::cifar100,
+          "data.cifar100_labels",
+          fmt::format("coarse labels are CIFAR-100's and data.source is {}; set data.source to cifar100 or remove "
+                      "data.cifar100_labels",
+                      to_string(c.data.source)));
+}
+
+// ---- Settings whose defaults follow data.source --------------------------------------------------
+
+/// CIFAR-100's folder, as scripts/get-cifar100.sh puts it.
+constexpr const char* kCifar100Root = "data/cifar-100-binary";
+
+/// Where `document` (the files, overrides or saved config read) leaves `section.key` out, sets it
+/// to `value`, recorded as set where data.source was.
+template <class T>
+void follow_source(LoadedConfig& loaded, const json& document, const std::string& section, const std::string& key,
+                   T& field, T value) {
+  const auto given = document.find(section);
+  if (given != document.end() && given->is_object() && given->contains(key)) return;
+  field = std::move(value);
+  const auto source = loaded.origin.find("data.source");
+  loaded.origin[section + "." + key] = source == loaded.origin.end() ? loaded.source : source->second;
+}
+
+/// A cifar100 config that leaves them out reads data/cifar-100-binary, normalizes with CIFAR-100's
+/// training-set channel statistics and has an output per class of the label it trains on.
+/// (The struct's defaults are CIFAR-10's, which the other sources keep.)
+void follow_data_source(LoadedConfig& loaded, const json& document) {
+  RunConfig& c = loaded.config;
+  if (c.data.source != DataSource::cifar100) return;
+  follow_source(loaded, document, "data", "root", c.data.root, std::string(kCifar100Root));
+  follow_source(loaded, document, "data", "mean", c.data.mean, std::vector<double>{0.5071, 0.4865, 0.4409});
+  follow_source(loaded, document, "data", "std", c.data.std, std::vector<double>{0.2673, 0.2564, 0.2762});
+  follow_source(loaded, document, "model", "num_classes", c.model.num_classes, c.data.classes());
 }
 
 LoadedConfig resolve(Document doc, const std::vector<std::string>& overrides, const std::string& default_source) {
@@ -726,6 +760,7 @@ LoadedConfig resolve(Document doc, const std::vector<std::string>& overrides, co
   loaded.origin = std::move(doc.origin);
   loaded.source = default_source;
   loaded.files = std::move(doc.files);
+  follow_data_source(loaded, doc.root);
   validate(loaded);
   return loaded;
 }
@@ -790,6 +825,12 @@ ConfigError config_error(const LoadedConfig& loaded, const std::string& key, con
   const auto dot = key.find('.');
   const json value = to_json(loaded.config)[key.substr(0, dot)][key.substr(dot + 1)];
   return ConfigError(fmt::format("{}: {} = {}: {}", source, key, shown_value(value), message));
+}
+
+nlohmann::json data_summary(const DataSection& data) {
+  json summary{{"source", to_string(data.source)}, {"classes", data.classes()}};
+  if (data.source == DataSource::cifar100) summary["cifar100_labels"] = to_string(data.cifar100_labels);
+  return summary;
 }
 
 nlohmann::json to_json(const RunConfig& config) {

@@ -20,44 +20,44 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kFetchHint = "fetch it again with scripts/get-cifar10.sh";
-
-std::vector<fs::path> train_files(const fs::path& root) {
-  std::vector<fs::path> files;
-  for (int part = 1; part <= 5; ++part) files.push_back(root / fmt::format("data_batch_{}.bin", part));
-  return files;
+std::string fetch_hint(const CifarRelease& release) {
+  return fmt::format("fetch it again with {}", release.fetch_script);
 }
 
-fs::path test_file(const fs::path& root) { return root / "test_batch.bin"; }
-
-void require_file(const fs::path& file) {
+void require_file(const fs::path& file, const CifarRelease& release) {
   if (const std::string problem = files::not_a_regular_file(file); !problem.empty())
-    throw DataError(fmt::format("{}: {}; run scripts/get-cifar10.sh (or point data.root at a folder with "
-                                "data_batch_1..5.bin and test_batch.bin)",
-                                file.string(), problem));
+    throw DataError(fmt::format("{}: {}; run {} (or point data.root at a folder with {})", file.string(), problem,
+                                release.fetch_script, release.folder_contents));
 }
 
-/// Checks the `records` records at `bytes`, read from `file`, against the published files of its
-/// name: the official size must have the official content (DataError: damaged); another number of
-/// records is worth a warning unless a known subset has exactly this file. Hashes only files
-/// of a published size.
-void check_against_published(const fs::path& file, const uint8_t* bytes, int64_t records) {
+/// Checks the `records` records at `bytes`, read from `file`, against the release's published
+/// files of its name: a file with a published SHA-256 must have that content at the official size
+/// (DataError: damaged); another number of records than the release's is worth a warning unless a
+/// known subset has exactly this file. Hashes only files of a published size.
+void check_against_published(const fs::path& file, const uint8_t* bytes, int64_t records,
+                             const CifarRelease& release) {
   const std::string name = file.filename().string();
-  const auto& known = known_cifar10_files();
-  if (std::none_of(known.begin(), known.end(), [&](const KnownFile& k) { return k.name == name; })) return;
+  std::vector<ReleaseFile> files = release.train_files;
+  files.push_back(release.test_file);
+  const auto official = std::find_if(files.begin(), files.end(), [&](const ReleaseFile& f) { return f.name == name; });
+  if (official == files.end()) return;
+  const auto& known = release.published;
   const auto same_size =
       std::find_if(known.begin(), known.end(), [&](const KnownFile& k) { return k.name == name && k.records == records; });
   if (same_size != known.end()) {
-    const std::string digest = sha256_hex(bytes, static_cast<size_t>(records * kRecordBytes));
+    const std::string digest = sha256_hex(bytes, static_cast<size_t>(records * release.record_bytes()));
     if (digest == same_size->sha256) return;
-    if (records == kOfficialRecords)
-      throw DataError(fmt::format("{}: the size of CIFAR-10's {} but not its content (SHA-256 {}, published {}): the "
-                                  "file is damaged; {}",
-                                  file.string(), name, digest, same_size->sha256, kFetchHint));
+    if (records == official->records)
+      throw DataError(fmt::format("{}: the size of {}'s {} but not its content (SHA-256 {}, published {}): the file is "
+                                  "damaged; {}",
+                                  file.string(), release.name, name, digest, same_size->sha256, fetch_hint(release)));
+  } else if (records == official->records) {
+    return;  // the official size, and no published checksum to hold it to
   }
-  spdlog::warn("{}: {} record{} where CIFAR-10's {} has {}: training on part of the data set (a cut download?); "
-               "get the full files with scripts/get-cifar10.sh",
-               file.string(), records, records == 1 ? "" : "s", name, kOfficialRecords);
+  spdlog::warn("{}: {} record{} where {}'s {} has {}: training on part of the data set (a cut download?); "
+               "get the full files with {}",
+               file.string(), records, records == 1 ? "" : "s", release.name, name, official->records,
+               release.fetch_script);
 }
 
 ImageSet concatenate(const std::vector<ImageSet>& parts) {
@@ -68,6 +68,19 @@ ImageSet concatenate(const std::vector<ImageSet>& parts) {
     labels.push_back(part.labels);
   }
   return {torch::cat(images, 0), torch::cat(labels, 0)};
+}
+
+CifarRelease make_cifar100_release(config::Cifar100Labels labels) {
+  CifarRelease release;
+  release.name = "CIFAR-100";
+  release.fetch_script = "scripts/get-cifar100.sh";
+  release.folder_contents = "train.bin and test.bin";
+  release.label_bytes = {{"coarse label", config::kCifar100CoarseClasses},
+                         {"fine label", config::kCifar100FineClasses}};
+  release.label_byte = labels == config::Cifar100Labels::coarse ? 0 : 1;
+  release.train_files = {{"train.bin", 50000}};
+  release.test_file = {"test.bin", 10000};
+  return release;
 }
 
 }  // namespace
@@ -91,63 +104,117 @@ const std::vector<KnownFile>& known_cifar10_files() {
   return files;
 }
 
-ImageSet read_cifar10_file(const std::filesystem::path& file) {
-  require_file(file);
+const CifarRelease& cifar10_release() {
+  static const CifarRelease release = [] {
+    CifarRelease r;
+    r.name = "CIFAR-10";
+    r.fetch_script = "scripts/get-cifar10.sh";
+    r.folder_contents = "data_batch_1..5.bin and test_batch.bin";
+    r.label_bytes = {{"label", config::kCifar10Classes}};
+    for (const char* name : {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
+                             "data_batch_5.bin"})
+      r.train_files.push_back({name, kOfficialRecords});
+    r.test_file = {"test_batch.bin", kOfficialRecords};
+    r.published = known_cifar10_files();
+    return r;
+  }();
+  return release;
+}
+
+const CifarRelease& cifar100_release(config::Cifar100Labels labels) {
+  static const CifarRelease fine = make_cifar100_release(config::Cifar100Labels::fine);
+  static const CifarRelease coarse = make_cifar100_release(config::Cifar100Labels::coarse);
+  return labels == config::Cifar100Labels::coarse ? coarse : fine;
+}
+
+const CifarRelease& cifar_release(const config::DataSection& data) {
+  switch (data.source) {
+    case config::DataSource::cifar10:
+      return cifar10_release();
+    case config::DataSource::cifar100:
+      return cifar100_release(data.cifar100_labels);
+    case config::DataSource::synthetic:
+      break;
+  }
+  throw std::logic_error(fmt::format("{}:{}: data.source {} reads no release", __FILE__, __LINE__,
+                                     config::to_string(data.source)));
+}
+
+ImageSet read_cifar_file(const std::filesystem::path& file, const CifarRelease& release) {
+  require_file(file, release);
   std::error_code size_error;
   const auto file_bytes = fs::file_size(file, size_error);
   if (size_error)
     throw DataError(fmt::format("{}: cannot read its size ({}); check its permissions", file.string(),
                                 size_error.message()));
   const auto bytes = static_cast<int64_t>(file_bytes);
+  const int64_t record_bytes = release.record_bytes();
   if (bytes == 0)
     throw DataError(fmt::format("{}: empty file (0 bytes): the download was interrupted; {}", file.string(),
-                                kFetchHint));
-  if (bytes % kRecordBytes != 0)
-    throw DataError(fmt::format("{}: {} bytes is not a whole number of {}-byte CIFAR-10 records: the file is "
-                                "truncated or not CIFAR-10 binary; {}",
-                                file.string(), bytes, kRecordBytes, kFetchHint));
-  const int64_t records = bytes / kRecordBytes;
+                                fetch_hint(release)));
+  if (bytes % record_bytes != 0)
+    throw DataError(fmt::format("{}: {} bytes is not a whole number of {}-byte {} records: the file is truncated or "
+                                "not {} binary; {}",
+                                file.string(), bytes, record_bytes, release.name, release.name, fetch_hint(release)));
+  const int64_t records = bytes / record_bytes;
 
-  // One bulk read straight into a [N,3073] uint8 tensor; labels and planes are split by slicing.
-  auto raw = torch::empty({records, kRecordBytes}, torch::kUInt8);
+  // One bulk read straight into a [N,R] uint8 tensor (R: the record's bytes); labels and planes
+  // are split by slicing.
+  auto raw = torch::empty({records, record_bytes}, torch::kUInt8);
   std::ifstream in(file, std::ios::binary);
   in.read(reinterpret_cast<char*>(raw.data_ptr<uint8_t>()), static_cast<std::streamsize>(bytes));
   if (!in || in.gcount() != static_cast<std::streamsize>(bytes))
     throw DataError(fmt::format("{}: read {} of {} bytes: the file changed or cannot be read; {}", file.string(),
-                                static_cast<int64_t>(in.gcount()), bytes, kFetchHint));
-  check_against_published(file, raw.data_ptr<uint8_t>(), records);
+                                static_cast<int64_t>(in.gcount()), bytes, fetch_hint(release)));
+  check_against_published(file, raw.data_ptr<uint8_t>(), records, release);
 
-  const auto label_bytes = raw.select(1, 0);  // [N] uint8
-  const auto bad_records = torch::nonzero(label_bytes >= kNumClasses);
-  if (bad_records.size(0) > 0) {
-    const auto record = bad_records[0][0].item<int64_t>();
-    const auto label = static_cast<int>(label_bytes[record].item<uint8_t>());
-    throw DataError(fmt::format("{}: record {} (byte offset {}) has label {} (expected 0-9): not a CIFAR-10 binary "
-                                "file; {}",
-                                file.string(), record, record * kRecordBytes, label, kFetchHint));
+  // Every label byte in its range, the one trained on or not: the first record with one outside.
+  const auto label_bytes = static_cast<int64_t>(release.label_bytes.size());
+  int64_t bad_record = records;
+  int64_t bad_byte = 0;
+  for (int64_t b = 0; b < label_bytes; ++b) {
+    const auto bad = torch::nonzero(raw.select(1, b) >= release.label_bytes[static_cast<size_t>(b)].classes);
+    if (bad.size(0) > 0 && bad[0][0].item<int64_t>() < bad_record) {
+      bad_record = bad[0][0].item<int64_t>();
+      bad_byte = b;
+    }
+  }
+  if (bad_record < records) {
+    const LabelByte& label = release.label_bytes[static_cast<size_t>(bad_byte)];
+    throw DataError(fmt::format("{}: record {} (byte offset {}) has {} {} (expected 0-{}): not a {} binary file; {}",
+                                file.string(), bad_record, bad_record * record_bytes, label.name,
+                                static_cast<int>(raw[bad_record][bad_byte].item<uint8_t>()), label.classes - 1,
+                                release.name, fetch_hint(release)));
   }
 
   ImageSet set;
-  set.labels = label_bytes.to(torch::kInt64);  // [N] int64
+  set.labels = raw.select(1, static_cast<int64_t>(release.label_byte)).to(torch::kInt64);  // [N] int64
   // [N,3072] -> [N,3,32,32]: the record already holds the R, G and B planes in row-major order.
-  set.images = raw.narrow(1, 1, kPixelBytes).contiguous().view({records, kChannels, kImageSide, kImageSide});
+  set.images = raw.narrow(1, label_bytes, kPixelBytes).contiguous().view({records, kChannels, kImageSide, kImageSide});
   return set;
 }
 
-TrainTestSets read_cifar10(const std::filesystem::path& root) {
+TrainTestSets read_cifar(const std::filesystem::path& root, const CifarRelease& release) {
   // Check every file before reading any, so a missing one is reported at once.
-  const auto train_paths = train_files(root);
-  for (const auto& file : train_paths) require_file(file);
-  require_file(test_file(root));
+  std::vector<fs::path> train_paths;
+  for (const ReleaseFile& file : release.train_files) train_paths.push_back(root / std::string(file.name));
+  const fs::path test_path = root / std::string(release.test_file.name);
+  for (const auto& file : train_paths) require_file(file, release);
+  require_file(test_path, release);
 
-  // One thread per file: reading and hashing 30 MB each.
+  // One thread per file: reading and hashing 30 MB each (CIFAR-10).
+  const auto read = [&release](const fs::path& file) { return read_cifar_file(file, release); };
   std::vector<std::future<ImageSet>> reads;
-  for (const auto& file : train_paths) reads.push_back(std::async(std::launch::async, read_cifar10_file, file));
-  std::future<ImageSet> test_read = std::async(std::launch::async, read_cifar10_file, test_file(root));
+  for (const auto& file : train_paths) reads.push_back(std::async(std::launch::async, read, file));
+  std::future<ImageSet> test_read = std::async(std::launch::async, read, test_path);
   std::vector<ImageSet> train_parts;
-  for (auto& read : reads) train_parts.push_back(read.get());  // the first failing file in order throws
+  for (auto& part : reads) train_parts.push_back(part.get());  // the first failing file in order throws
   return {concatenate(train_parts), test_read.get()};
 }
+
+ImageSet read_cifar10_file(const std::filesystem::path& file) { return read_cifar_file(file, cifar10_release()); }
+
+TrainTestSets read_cifar10(const std::filesystem::path& root) { return read_cifar(root, cifar10_release()); }
 
 int64_t synthetic_pool_images(int64_t image_size) {
   return std::max<int64_t>(1, kSyntheticPool * kImageSide * kImageSide / (image_size * image_size));
@@ -162,7 +229,8 @@ TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t see
     ImageSet set;
     set.images = torch::randint(0, 256, {drawn, kChannels, image_size, image_size}, generator,
                                 torch::TensorOptions().dtype(torch::kUInt8));
-    set.labels = torch::randint(0, kNumClasses, {drawn}, generator, torch::TensorOptions().dtype(torch::kInt64));
+    set.labels =
+        torch::randint(0, config::kCifar10Classes, {drawn}, generator, torch::TensorOptions().dtype(torch::kInt64));
     if (count > drawn) {
       const int64_t copies = (count + drawn - 1) / drawn;
       set.images = set.images.repeat({copies, 1, 1, 1}).narrow(0, 0, count).contiguous();
@@ -179,11 +247,14 @@ TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t see
 TrainTestSets load_sets(const config::DataSection& data, uint64_t seed) {
   switch (data.source) {
     case config::DataSource::cifar10:
+    case config::DataSource::cifar100: {
+      const CifarRelease& release = cifar_release(data);
       if (data.image_size != kImageSide)
-        throw ConfigError(fmt::format("data.image_size: CIFAR-10's images are {0}x{0}, not {1}x{1}; set data.source to "
-                                      "synthetic to measure steps at {1}x{1}, or leave data.image_size at {0}",
-                                      kImageSide, data.image_size));
-      return read_cifar10(data.root);
+        throw ConfigError(fmt::format("data.image_size: {0}'s images are {1}x{1}, not {2}x{2}; set data.source to "
+                                      "synthetic to measure steps at {2}x{2}, or leave data.image_size at {1}",
+                                      release.name, kImageSide, data.image_size));
+      return read_cifar(data.root, release);
+    }
     case config::DataSource::synthetic:
       return make_synthetic(data.synthetic_train_size, data.synthetic_test_size, seed, data.image_size);
   }

@@ -66,6 +66,7 @@ Run::Run(const config::LoadedConfig& loaded, const RunParts& parts)
   }
   gpu_memory_limit_ = limit_gpu_memory(config, device_);
   if (parts.data) {
+    check_num_classes(loaded_);
     sets_.emplace(load_data(config, device_));
     if (parts.training) train_loader_.emplace(make_train_loader(loaded_, sets_->train, {rank(), ranks()}));
     eval_loader_.emplace(shard_of(sets_->test, rank(), ranks()), config.data);

@@ -1,5 +1,6 @@
 #include "ltrain/engine/saved_model.h"
 
+#include "ltrain/config/config.h"
 #include "ltrain/engine/run.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/io/tensor_file.h"
@@ -15,7 +16,7 @@ CheckpointEvaluation evaluate_checkpoint(const std::filesystem::path& file, cons
   parts.weights_from_caller = true;
   Run run(loaded, parts);
   load_state_dict(*run.model(), evaluation_weights(checkpoint), file.string());
-  return {checkpoint.meta.step, evaluate(run.model(), run.eval_loader(), loaded.config)};
+  return {checkpoint.meta.step, loaded.config.data, evaluate(run.model(), run.eval_loader(), loaded.config)};
 }
 
 std::map<std::string, std::string> export_metadata(const Checkpoint& checkpoint, const std::filesystem::path& file) {
@@ -27,8 +28,14 @@ std::map<std::string, std::string> export_metadata(const Checkpoint& checkpoint,
   for (const auto& [key, value] : model.items())
     metadata["model." + key] = value.is_string() ? value.get<std::string>() : value.dump();
   const nlohmann::json& data = checkpoint.meta.config.value("data", nlohmann::json::object());
-  for (const char* key : {"normalize", "mean", "std"})
-    if (data.contains(key)) metadata[std::string("data.") + key] = data[key].dump();
+  for (const char* key : {"source", "cifar100_labels", "normalize", "mean", "std"}) {
+    if (!data.contains(key)) continue;
+    const nlohmann::json& value = data[key];
+    metadata[std::string("data.") + key] = value.is_string() ? value.get<std::string>() : value.dump();
+  }
+  // CIFAR-100's labelling only where the test set is CIFAR-100's.
+  if (data.value("source", "") != config::to_string(config::DataSource::cifar100))
+    metadata.erase("data.cifar100_labels");
   return metadata;
 }
 

@@ -218,12 +218,16 @@ data::TrainTestSets load_data(const config::RunConfig& config, const torch::Devi
   return {sets.train.to(device), sets.test.to(device)};
 }
 
-data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train, data::Shard shard) {
-  // A label past the model's outputs would stop the first step inside the loss.
-  if (loaded.config.model.num_classes < data::kNumClasses)
+void check_num_classes(const config::LoadedConfig& loaded) {
+  // A label past the model's outputs would stop the first step (or evaluation) inside the loss.
+  const int64_t classes = loaded.config.data.classes();
+  if (loaded.config.model.num_classes < classes)
     throw config::config_error(loaded, "model.num_classes",
-                               fmt::format("the data has {} classes (labels 0 to {}); use at least {}", data::kNumClasses,
-                                           data::kNumClasses - 1, data::kNumClasses));
+                               fmt::format("the data has {} classes (labels 0 to {}); use at least {}", classes,
+                                           classes - 1, classes));
+}
+
+data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train, data::Shard shard) {
   // An optimizer step takes K micro-batches: the loader serves K * batch_size images at a time.
   config::DataSection step_data = loaded.config.data;
   step_data.batch_size *= loaded.config.optim.accumulation_steps;

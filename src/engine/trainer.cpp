@@ -613,6 +613,7 @@ TrainResult Trainer::summarize() {
                100.0 * result.best_test_accuracy, result.best_epoch, result.images_per_second);
   if (run_.main_process()) {
     nlohmann::json summary = result_json(result);
+    summary["data"] = config::data_summary(config_.data);
     summary["provenance"] = provenance_;
     io::write_text_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
     log::throw_if_file_failed();

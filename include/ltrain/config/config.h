@@ -28,7 +28,8 @@ enum class Arch {
   resnext101_64x4d
 };
 enum class Stem { imagenet, cifar };
-enum class DataSource { cifar10, synthetic };
+enum class DataSource { cifar10, cifar100, synthetic };
+enum class Cifar100Labels { fine, coarse };
 enum class OptimizerKind { sgd, adamw };
 enum class ScheduleKind { constant, multistep, cosine, onecycle };
 enum class PrecisionMode { fp32, tf32, fp16, bf16 };
@@ -60,8 +61,13 @@ struct EnumNames<Stem> {
 };
 template <>
 struct EnumNames<DataSource> {
-  static constexpr std::array<std::pair<DataSource, const char*>, 2> names{
-      {{DataSource::cifar10, "cifar10"}, {DataSource::synthetic, "synthetic"}}};
+  static constexpr std::array<std::pair<DataSource, const char*>, 3> names{
+      {{DataSource::cifar10, "cifar10"}, {DataSource::cifar100, "cifar100"}, {DataSource::synthetic, "synthetic"}}};
+};
+template <>
+struct EnumNames<Cifar100Labels> {
+  static constexpr std::array<std::pair<Cifar100Labels, const char*>, 2> names{
+      {{Cifar100Labels::fine, "fine"}, {Cifar100Labels::coarse, "coarse"}}};
 };
 template <>
 struct EnumNames<OptimizerKind> {
@@ -137,6 +143,13 @@ constexpr int64_t kMaxEpochs = 100000;
 /// The largest learning rate (optim.lr, schedule.min_lr).
 constexpr double kMaxLearningRate = 1000.0;
 
+// ---- The data sets data.source names ----------------------------------------------------------
+
+/// Classes of each labelling (a label is 0 to N-1). The synthetic source draws CIFAR-10's.
+constexpr int64_t kCifar10Classes = 10;
+constexpr int64_t kCifar100FineClasses = 100;
+constexpr int64_t kCifar100CoarseClasses = 20;
+
 // ---- Sections ----------------------------------------------------------------------------------
 
 struct RunSection {
@@ -189,8 +202,9 @@ struct ModelSection {
   Arch arch = Arch::resnet50;
   /// imagenet: 7x7 stride-2 conv + 3x3 max-pool (torchvision); cifar: 3x3 stride-1 conv, no pool.
   Stem stem = Stem::imagenet;
-  /// Output classes: at least the data's (CIFAR-10 and the synthetic source: 10; checked at start).
-  int64_t num_classes = 10;
+  /// Output classes: at least the data's (checked at start). A config that leaves it out gets the
+  /// data's (config/load: 10 for CIFAR-10 and the synthetic source, 100 or 20 for CIFAR-100).
+  int64_t num_classes = kCifar10Classes;
   /// Channels of the first stage (torchvision: 64); small values make tiny test models.
   int64_t width = 64;
   /// Start each residual branch's last BatchNorm at zero weight (torchvision's option).
@@ -220,7 +234,9 @@ struct ModelSection {
   void visit(V& v) {
     v("arch", arch, "network, by torchvision's name");
     v("stem", stem, "imagenet: 7x7 stride-2 conv and max pooling (torchvision); cifar: 3x3 stride-1 conv");
-    v("num_classes", num_classes, "output classes, at least the data's 10", between(2, kMaxClasses));
+    v("num_classes", num_classes,
+      "output classes, at least the data's (left out: the data's, 100 or 20 with data.source cifar100)",
+      between(2, kMaxClasses));
     v("width", width, "channels of the first stage (torchvision: 64)", between(1, kMaxWidth));
     v("zero_init_residual", zero_init_residual, "start each residual branch's last BatchNorm at zero weight");
     v("channels_last", channels_last, "NHWC weights and activations (torch.channels_last)");
@@ -236,9 +252,14 @@ struct ModelSection {
 };
 
 struct DataSection {
-  /// cifar10: the binary files under `root`; synthetic: random images of the same shapes.
+  /// cifar10, cifar100: the binary release's files under `root`; synthetic: random images of
+  /// CIFAR-10's shapes.
   DataSource source = DataSource::cifar10;
-  /// Folder with data_batch_1..5.bin and test_batch.bin.
+  /// CIFAR-100's label to train on: fine (100 classes) or coarse (its 20 superclasses).
+  Cifar100Labels cifar100_labels = Cifar100Labels::fine;
+  /// Folder with the source's files: data_batch_1..5.bin and test_batch.bin (CIFAR-10), train.bin and
+  /// test.bin (CIFAR-100). A config that leaves it out gets the source's (config/load:
+  /// data/cifar-100-binary for cifar100).
   std::string root = "data/cifar-10-batches-bin";
   /// Training images per micro-batch (an optimizer step takes optim.accumulation_steps of them).
   int64_t batch_size = 256;
@@ -262,9 +283,10 @@ struct DataSection {
   int64_t cutout = 0;
   /// Subtract `mean` and divide by `std` per channel (after scaling pixels to [0, 1]).
   bool normalize = true;
-  /// Per-channel mean (R, G, B) of pixels in [0, 1]; CIFAR-10's training set by default.
+  /// Per-channel mean (R, G, B) of pixels in [0, 1]; CIFAR-10's training set by default (a config
+  /// with data.source cifar100 that leaves it out gets CIFAR-100's, config/load).
   std::vector<double> mean{0.4914, 0.4822, 0.4465};
-  /// Per-channel standard deviation (R, G, B).
+  /// Per-channel standard deviation (R, G, B), as `mean`.
   std::vector<double> std{0.2470, 0.2435, 0.2616};
   /// Training images of the synthetic source.
   int64_t synthetic_train_size = 50000;
@@ -274,10 +296,21 @@ struct DataSection {
   /// step at ImageNet's size.
   int64_t image_size = 32;
 
+  /// The classes of the labels `source` gives: 10 for CIFAR-10 and the synthetic source, 100 for
+  /// CIFAR-100 (20 with cifar100_labels coarse).
+  int64_t classes() const {
+    if (source != DataSource::cifar100) return kCifar10Classes;
+    return cifar100_labels == Cifar100Labels::coarse ? kCifar100CoarseClasses : kCifar100FineClasses;
+  }
+
   template <class V>
   void visit(V& v) {
-    v("source", source, "cifar10: the binary files under root; synthetic: random images of the same shapes");
-    v("root", root, "folder with data_batch_1..5.bin and test_batch.bin");
+    v("source", source,
+      "cifar10, cifar100: the binary files under root; synthetic: random images of CIFAR-10's shapes");
+    v("cifar100_labels", cifar100_labels, "CIFAR-100's label: fine (100 classes) or coarse (20 superclasses)");
+    v("root", root,
+      "folder with the source's files (data_batch_1..5.bin, test_batch.bin; CIFAR-100: train.bin, test.bin); left "
+      "out with cifar100: data/cifar-100-binary");
     v("batch_size", batch_size, "training images per micro-batch (per process)", between(1, kMaxImages));
     v("eval_batch_size", eval_batch_size, "images per evaluation batch", between(1, kMaxImages));
     v("shuffle", shuffle, "a new random order of the training images each epoch (false: file order)");
@@ -287,8 +320,9 @@ struct DataSection {
     v("horizontal_flip", horizontal_flip, "mirror half of the training images left-right");
     v("cutout", cutout, "side of a zeroed square in each training image, in pixels (0: off)", between(0, 32));
     v("normalize", normalize, "subtract mean and divide by std per channel");
-    v("mean", mean, "per-channel mean (R, G, B) of pixels in [0, 1]", between(0, 1));
-    v("std", std, "per-channel standard deviation (R, G, B)", positive());
+    v("mean", mean, "per-channel mean (R, G, B) of pixels in [0, 1] (left out with cifar100: CIFAR-100's)",
+      between(0, 1));
+    v("std", std, "per-channel standard deviation (R, G, B) (left out with cifar100: CIFAR-100's)", positive());
     v("synthetic_train_size", synthetic_train_size, "training images of the synthetic source", between(1, kMaxImages));
     v("synthetic_test_size", synthetic_test_size, "test images of the synthetic source", between(1, kMaxImages));
     v("image_size", image_size, "side of the synthetic source's square images, in pixels", between(8, kMaxImageSize));

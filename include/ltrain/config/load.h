@@ -31,6 +31,8 @@ constexpr std::size_t kMaxShownChars = 80;
 struct LoadedConfig {
   RunConfig config;
   /// "optim.lr" -> "configs/x.json" or "--set optim.lr=0.05"; keys left at their default are absent.
+  /// A key whose default follows data.source (data.root, mean, std, model.num_classes for cifar100)
+  /// and was left out is recorded where data.source was set.
   std::map<std::string, std::string> origin;
   /// The top config file (or document) the config was loaded from.
   std::string source;
@@ -60,13 +62,20 @@ nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::st
 std::string shown(const std::string& text);
 
 /// Reads `path`, following "extends" (relative to the file that names it), applies each
-/// "key.path=value" override in order (the value is JSON, or else a plain string) and validates.
+/// "key.path=value" override in order (the value is JSON, or else a plain string), gives the keys
+/// left out whose defaults follow data.source the source's values (with cifar100: data.root
+/// data/cifar-100-binary, CIFAR-100's data.mean and data.std, model.num_classes 100 or 20) and
+/// validates.
 LoadedConfig load_file(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
 
 /// Builds a config from a JSON document (e.g. one saved in a run directory or a checkpoint).
 /// `source` names the document in error messages.
 LoadedConfig load_json(const nlohmann::json& document, const std::string& source,
                        const std::vector<std::string>& overrides = {});
+
+/// The data set a config trains on, as result files name it: {"source": "cifar100", "classes": 100,
+/// "cifar100_labels": "fine"} (the last for CIFAR-100 only).
+nlohmann::json data_summary(const DataSection& data);
 
 /// Every key with its value: {"run": {...}, "model": {...}, ...}.
 nlohmann::json to_json(const RunConfig& config);

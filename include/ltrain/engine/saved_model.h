@@ -14,6 +14,7 @@ namespace ltrain::engine {
 
 struct CheckpointEvaluation {
   int64_t step = 0;  ///< the optimizer steps the checkpoint was written after
+  config::DataSection data;  ///< the data it was evaluated on (the saved config's, with the overrides)
   EvalResult result;
 };
 
@@ -23,8 +24,9 @@ struct CheckpointEvaluation {
 CheckpointEvaluation evaluate_checkpoint(const std::filesystem::path& file, const std::vector<std::string>& overrides);
 
 /// The safetensors metadata an export carries: its producer and source, the step, every model.*
-/// setting, and how the inputs were scaled (data.normalize, mean, std), so that a reader can
-/// rebuild the model and feed it what it was trained on.
+/// setting, the data set (data.source, and data.cifar100_labels for CIFAR-100) and how the inputs
+/// were scaled (data.normalize, mean, std), so that a reader can rebuild the model and feed it
+/// what it was trained on. Strings as they are, other values as JSON.
 std::map<std::string, std::string> export_metadata(const Checkpoint& checkpoint, const std::filesystem::path& file);
 
 /// Writes the checkpoint's evaluation weights (torchvision's names) to `out` as safetensors with

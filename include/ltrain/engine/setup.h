@@ -60,10 +60,13 @@ void load_state_dict(torch::nn::Module& module, const NamedTensors& tensors, con
 /// The dataset `data` names, loaded and moved to `device`.
 data::TrainTestSets load_data(const config::RunConfig& config, const torch::Device& device);
 
+/// ConfigError naming model.num_classes and its file when the model has fewer outputs than the
+/// data data.source names has classes (config::DataSection::classes; known before it is read).
+void check_num_classes(const config::LoadedConfig& loaded);
+
 /// The training loader over `train`, serving optim.accumulation_steps micro-batches per batch
 /// (`shard`'s part of the global batch in a data-parallel run). ConfigError naming
-/// data.batch_size and its file when the set holds fewer images than a global batch, or
-/// model.num_classes when the model has fewer outputs than the data has classes.
+/// data.batch_size and its file when the set holds fewer images than a global batch.
 data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train,
                                     data::Shard shard = {});
 

@@ -1,0 +1,53 @@
+# shellcheck shell=bash
+# What the data scripts (get-cifar10.sh, get-cifar100.sh) share: messages and exit codes, checksums,
+# the staging folder, the download, and the rename into place. Sourced, not run; the script sets
+# FETCH_NAME (its name in messages) first.
+#
+# Exit codes: 0 ok, 2 usage, 3 data (missing, damaged, cannot download), 1 anything else.
+
+TMP_DIR=""  # the staging folder beside the destination (mktemp -d "DEST/.NAME.tmp.XXXXXX"); removed on exit
+
+die() { local code="$1"; shift; echo "$FETCH_NAME: $*" >&2; exit "$code"; }
+info() { echo "$FETCH_NAME: $*"; }
+remove_staging() { if [[ -n "$TMP_DIR" && -d "$TMP_DIR" ]]; then rm -rf "$TMP_DIR"; fi; }
+trap remove_staging EXIT
+
+sha256_of() {
+  if command -v sha256sum >/dev/null; then sha256sum "$1" | cut -d' ' -f1
+  else shasum -a 256 "$1" | cut -d' ' -f1; fi
+}
+
+md5_of() {
+  if command -v md5sum >/dev/null; then md5sum "$1" | cut -d' ' -f1
+  else md5 -q "$1"; fi
+}
+
+size_of() { wc -c <"$1" | tr -d ' '; }
+
+# install_dir STAGED FINAL: replace FINAL with the verified STAGED folder (same filesystem).
+install_dir() {
+  local staged="$1" final="$2" old=""
+  if [[ -e "$final" ]]; then
+    old="$final.old.$$"
+    mv "$final" "$old"
+  fi
+  mv "$staged" "$final"
+  if [[ -n "$old" ]]; then rm -rf "$old"; fi
+}
+
+# download URL FILE: fetch URL into FILE; fails fast without network. On failure prints the
+# reason on stdout and returns 1.
+download() {
+  local url="$1" out="$2" err="$2.err"
+  if command -v curl >/dev/null; then
+    if ! curl -fsSL --connect-timeout 10 --max-time 900 -o "$out" "$url" 2>"$err"; then
+      head -n1 "$err"; return 1
+    fi
+  elif command -v wget >/dev/null; then
+    if ! wget -q --connect-timeout=10 --read-timeout=60 --tries=1 -O "$out" "$url" 2>"$err"; then
+      echo "wget failed: $(head -n1 "$err")"; return 1
+    fi
+  else
+    echo "neither curl nor wget is installed"; return 1
+  fi
+}
