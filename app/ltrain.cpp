@@ -40,9 +40,10 @@ constexpr const char* kUsageFooter = R"(
 "ltrain COMMAND --help" lists a command's options with their defaults.
 "ltrain --version" prints the version and the LibTorch it was built against.
 Several processes: ltrain launch, or torchrun --nproc-per-node 2 --no-python build/ltrain train ...
+(several machines: ltrain launch --help)
 exit codes: 0 success, 1 internal error, 2 usage or config error, 3 data error,
             4 run failed (non-finite loss, out of memory), 5 another data-parallel process
-            failed or hung, 130 interrupted
+            failed or hung (ltrain launch: a process failed), 130 interrupted
 )";
 
 /// Bare KEY=VALUE arguments (Hydra's style) are positional arguments of this hidden option, which
@@ -460,20 +461,29 @@ int run_doctor(int argc, char** argv) {
 /// everything after "--" is the command it starts.
 cxxopts::Options launch_options() {
   cxxopts::Options options("ltrain launch",
-                           "Starts N ltrain processes on this host as torchrun does (RANK, WORLD_SIZE, LOCAL_RANK, "
-                           "MASTER_ADDR, MASTER_PORT), each running COMMAND; data-parallel training when COMMAND is "
-                           "train. Signals are passed on; when one process fails the others are stopped. Exit code: 0 "
-                           "when every process succeeded, else the first failure's.");
-  options.custom_help("-n N [--master-port P] -- COMMAND [OPTIONS]");
-  options.add_options()("n,nproc-per-node", "processes (one per GPU on a GPU host)", cxxopts::value<int64_t>(), "N")(
-      "master-port", "rendezvous port (default: a free one)", cxxopts::value<int64_t>(), "P")("help",
-                                                                                            "show this help");
+                           "Starts N ltrain processes on this machine as torchrun does (RANK, WORLD_SIZE, LOCAL_RANK, "
+                           "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT), each running COMMAND; "
+                           "data-parallel training when COMMAND is train. On several machines, one launcher on each "
+                           "with --nnodes, its --node-rank and the same --master-addr and --master-port. Signals are "
+                           "passed on; when one process fails the others are stopped. Exit code: 0 when every process "
+                           "succeeded, 130 when interrupted, the code every failed process gave when they agree, "
+                           "else 5 (a line names the first that failed).");
+  options.custom_help("-n N [--nnodes M --node-rank R --master-addr A] [--master-port P] -- COMMAND [OPTIONS]");
+  options.add_options()("n,nproc-per-node", "processes on this machine (one per GPU on a GPU host)",
+                        cxxopts::value<int64_t>(), "N")("nnodes", "machines, one launcher on each (default 1)",
+                                                        cxxopts::value<int64_t>(), "M")(
+      "node-rank", "this machine's number, 0 .. M-1; node 0 serves the rendezvous (default 0)",
+      cxxopts::value<int64_t>(), "R")("master-addr", "address of node 0's machine (default 127.0.0.1)",
+                                      cxxopts::value<std::string>(), "A")(
+      "master-port", "rendezvous port on node 0's machine (default: a free one; needed with --nnodes)",
+      cxxopts::value<int64_t>(), "P")("help", "show this help");
   return options;
 }
 
 int run_launch(int argc, char** argv) {
   constexpr int64_t kMaxPort = 65535;
   constexpr int64_t kMaxProcesses = 256;
+  constexpr int64_t kMaxNodes = 4096;
   ltrain::dist::LaunchOptions options;
   bool have_processes = false;
   int i = 1;
@@ -484,7 +494,15 @@ int run_launch(int argc, char** argv) {
       std::cout << launch_options().help({""});
       return 0;
     }
-    if ((argument == "-n" || argument == "--nproc-per-node" || argument == "--master-port") && i + 1 < argc) {
+    if (argument == "--master-addr" && i + 1 < argc) {
+      options.master_addr = argv[++i];
+      if (options.master_addr.empty())
+        throw ltrain::ConfigError("ltrain launch: --master-addr needs the address of node 0's machine");
+      continue;
+    }
+    const bool numeric = argument == "-n" || argument == "--nproc-per-node" || argument == "--master-port" ||
+                         argument == "--nnodes" || argument == "--node-rank";
+    if (numeric && i + 1 < argc) {
       const std::string value = argv[++i];
       int64_t number = 0;
       try {
@@ -500,6 +518,13 @@ int run_launch(int argc, char** argv) {
                                                 "leave the option out for a free one",
                                                 number, kMaxPort));
         options.master_port = number;
+      } else if (argument == "--nnodes") {
+        if (number < 1 || number > kMaxNodes)
+          throw ltrain::ConfigError(
+              fmt::format("ltrain launch: --nnodes {}: expected 1 to {} machines", number, kMaxNodes));
+        options.nodes = number;
+      } else if (argument == "--node-rank") {
+        options.node_rank = number;  // checked against --nnodes by launch()
       } else {
         if (number < 1 || number > kMaxProcesses)
           throw ltrain::ConfigError(fmt::format("ltrain launch: {} {}: expected 1 to {} processes (one per GPU on a GPU "

@@ -442,6 +442,17 @@ TEST(Cli, LaunchRefusesPortsAndProcessCountsOutOfRange) {
   EXPECT_EQ(run_ltrain_within(20, "launch -n 1 --master-port 0 -- train --config x.json", log), 2);
   EXPECT_EQ(run_ltrain_within(20, "launch -n 100000 -- train --config x.json", log), 2);
   EXPECT_TRUE(one_line_with(log, "ltrain launch: -n 100000: expected 1 to 256 processes"));
+  // Several machines: each launcher needs the same address and port of machine 0, and its own number.
+  EXPECT_EQ(run_ltrain_within(20, "launch -n 1 --nnodes 2 --node-rank 1 -- train --config x.json", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain launch --nnodes 2: give every node the same --master-addr (the address of "
+                                 "node 0's machine) and --master-port (a free TCP port there)"));
+  EXPECT_EQ(run_ltrain_within(20, "launch -n 1 --nnodes 2 --node-rank 2 --master-addr 127.0.0.1 --master-port 29500 -- "
+                                  "train --config x.json",
+                              log),
+            2);
+  EXPECT_TRUE(one_line_with(log, "ltrain launch: --node-rank 2 must be in 0..1 (--nnodes 2)"));
+  EXPECT_EQ(run_ltrain_within(20, "launch -n 1 --nnodes 0 -- train --config x.json", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain launch: --nnodes 0: expected 1 to 4096 machines"));
 }
 
 TEST(Cli, BadCheckpointExitsThree) {

@@ -1,16 +1,21 @@
 // Data-parallel training on the CPU with Gloo: the gradient reducer in one process, and real
 // multi-process runs through `ltrain launch` and through torchrun's variables set by hand: the
 // same weights as one process with the same global batch, exact resume, a killed rank, configs
-// that differ between ranks, bad launcher input.
+// that differ between ranks, bad launcher input, torchrun's agent store, two nodes on one
+// machine. The launcher's exit-code rule and torchrun's variables in one process.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <fstream>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <regex>
 #include <thread>
+
+#include <sstream>
 
 #include "ltrain/dist/grad_reducer.h"
 #include "ltrain/dist/group.h"
@@ -64,18 +69,59 @@ nlohmann::json summary(const fs::path& run_dir) { return nlohmann::json::parse(r
 
 /// Starts `ltrain ARGS_r` for each rank r with torchrun's variables (backgrounded, so that a test
 /// can kill one); returns at once. Rank r's output goes to DIR/rank-r.log, its exit code to
-/// DIR/rank-r.code, its pid to DIR/rank-r.pid.
-void start_ranks(const fs::path& dir, const std::vector<std::string>& args) {
-  const int64_t port = free_port();
+/// DIR/rank-r.code, its pid to DIR/rank-r.pid. `variables`: more of them ("NAME=value ...").
+void start_ranks(const fs::path& dir, const std::vector<std::string>& args, int64_t port = free_port(),
+                 const std::string& variables = "") {
   std::string script;
   for (size_t rank = 0; rank < args.size(); ++rank) {
     const std::string stem = (dir / ("rank-" + std::to_string(rank))).string();
     script += "(sh -c 'echo $$ > \"" + stem + ".pid\"; exec env RANK=" + std::to_string(rank) +
               " LOCAL_RANK=" + std::to_string(rank) + " WORLD_SIZE=" + std::to_string(args.size()) +
-              " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " + LTRAIN_EXECUTABLE + " " +
-              args[rank] + " > \"" + stem + ".log\" 2>&1'; echo $? > '" + stem + ".code') &\n";
+              " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " + variables + " " +
+              LTRAIN_EXECUTABLE + " " + args[rank] + " > \"" + stem + ".log\" 2>&1'; echo $? > '" + stem +
+              ".code') &\n";
   }
   ASSERT_EQ(std::system(("(" + script + "wait) > /dev/null 2>&1 &").c_str()), 0);
+}
+
+/// Runs `ltrain ARGS` in the folder `cwd` (relative paths in a config are relative to it); its exit code.
+int run_ltrain_in(const fs::path& cwd, const std::string& args, const fs::path& log) {
+  fs::create_directories(cwd);
+  const int status = std::system(("cd '" + cwd.string() + "' && " + LTRAIN_EXECUTABLE + " " + args + " > '" +
+                                  log.string() + "' 2>&1")
+                                     .c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// The pid of the child of `parent` that runs global rank `rank` (from /proc), or -1.
+pid_t child_with_rank(pid_t parent, int64_t rank) {
+  const std::string wanted = "RANK=" + std::to_string(rank);
+  for (const fs::directory_entry& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t after_name = text.rfind(')');
+    if (after_name == std::string::npos) continue;
+    std::istringstream fields(text.substr(after_name + 2));
+    std::string state;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream environ_file(entry.path() / "environ");
+    for (std::string variable; std::getline(environ_file, variable, '\0');)
+      if (variable == wanted) return static_cast<pid_t>(std::stoi(name));
+  }
+  return -1;
+}
+
+/// The lines of `text` that contain `part`.
+std::vector<std::string> lines_with(const std::string& text, const std::string& part) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(part) != std::string::npos) lines.push_back(line);
+  return lines;
 }
 
 /// Waits up to `seconds` for `file` to exist and be non-empty.
@@ -404,6 +450,295 @@ TEST(Distributed, BadLauncherInputIsOneLineAndExitCode2) {
   EXPECT_NE(read_file(log).find("distributed.backend \"nccl\" needs CUDA devices and run.device is cpu; use \"gloo\""),
             std::string::npos)
       << read_file(log);
+}
+
+TEST(Distributed, AKilledRankMakesTheLauncherExit5WithOneLineNamingIt) {
+  SKIP_WITHOUT_GLOO();
+  TempDir dir;
+  const std::vector<std::string> run{"launch", "-n", "2", "--", "train", "--config", write_config(dir).string(),
+                                     "--set", "run.epochs=100000"};
+  testing::LtrainProcess launcher(run);
+  ASSERT_TRUE(testing::wait_until([&] { return metrics_rows(dir.path() / "runs" / "run") >= 2; }, 120))
+      << launcher.output();
+  const pid_t rank_1 = child_with_rank(launcher.pid(), 1);
+  ASSERT_GT(rank_1, 0) << launcher.output();
+  ASSERT_EQ(::kill(rank_1, SIGKILL), 0);
+  EXPECT_EQ(launcher.wait(60), 5) << launcher.output();
+  const std::string output = launcher.output();
+  // The launcher's one line names the rank that failed first, not rank 0 that followed it (exit 5).
+  const std::vector<std::string> launcher_lines = lines_with(output, "launch: rank");
+  ASSERT_EQ(launcher_lines.size(), 1u) << output;
+  EXPECT_NE(launcher_lines[0].find("launch: rank 1 was killed by signal 9 (Killed); the other processes stopped "
+                                   "after it; exit code 5 (a process failed)"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("rank 0: a collective with the other processes failed"), std::string::npos) << output;
+}
+
+TEST(Distributed, UnderTorchrunsAgentStoreEveryRankConnectsToIt) {
+  SKIP_WITHOUT_GLOO();
+  TempDir dir;
+  // The test plays torchrun's agent: it serves the TCPStore at the port, so a rank that tried to
+  // serve one there too would fail to bind and stop.
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(free_port());
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.timeout = std::chrono::seconds(60);
+  const auto agent_store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  const std::string train = "train --config " + write_config(dir).string();
+  const RankReaper reaper{dir.path(), 2};
+  start_ranks(dir.path(), {train, train}, options.port,
+              "TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=3 LOCAL_WORLD_SIZE=2 GROUP_RANK=0");
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_EQ(exit_code(dir.path(), rank, 180), 0) << read_file(dir.path() / ("rank-" + std::to_string(rank) + ".log"));
+  EXPECT_EQ(summary(dir.path() / "runs" / "run")["steps"], 4);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string log = read_file(dir.path() / ("rank-" + std::to_string(rank) + ".log"));
+    EXPECT_EQ(log.find("bind"), std::string::npos) << log;
+    EXPECT_EQ(log.find("destroy_process_group"), std::string::npos) << log;
+  }
+  // They met in the agent's store, under this start's prefix.
+  EXPECT_TRUE(agent_store->check({"ltrain/start-3/ltrain/config/0", "ltrain/start-3/ltrain/config/1"}));
+}
+
+TEST(Distributed, TwoNodesOfOneProcessEachMatchOneProcessWithTheSameGlobalBatch) {
+  SKIP_WITHOUT_GLOO();
+  TempDir dir;
+  // run.out_dir is relative, and each node runs in a folder of its own: two machines that share
+  // no file system.
+  write_file(dir.path() / "nodes.json", R"({"extends": ")" + write_config(dir).string() + R"(",
+      "run": {"out_dir": "runs"}})");
+  const std::string train = " -n 1 -- train --config " + (dir.path() / "nodes.json").string() + " --set run.name=two";
+  const std::string master = " --nnodes 2 --master-addr 127.0.0.1 --master-port " + std::to_string(free_port());
+  const fs::path node0 = dir.path() / "node0", node1 = dir.path() / "node1";
+  auto run_both = [&](const std::string& extra) {
+    fs::create_directories(node0);
+    fs::create_directories(node1);
+    std::string script;
+    for (const fs::path& node : {node0, node1}) {
+      const std::string rank = node == node0 ? "0" : "1";
+      script += "(cd '" + node.string() + "' && timeout 300 " + LTRAIN_EXECUTABLE + " launch" + master +
+                " --node-rank " + rank + train + extra + " > launch.log 2>&1; echo $? > launch.code) & ";
+    }
+    ASSERT_EQ(std::system((script + "wait").c_str()), 0);
+  };
+  run_both("");
+  const std::string log0 = read_file(node0 / "launch.log"), log1 = read_file(node1 / "launch.log");
+  ASSERT_EQ(std::stoi(read_file(node0 / "launch.code")), 0) << log0 << log1;
+  ASSERT_EQ(std::stoi(read_file(node1 / "launch.code")), 0) << log0 << log1;
+  EXPECT_NE(log1.find("launch: node 1 of 2: ranks 1..1 of 2, rendezvous at 127.0.0.1:"), std::string::npos) << log1;
+  EXPECT_NE(log1.find("data-parallel: 2 processes (gloo) on 2 nodes, this is node 1, 8 images per process per step"),
+            std::string::npos)
+      << log1;
+
+  // Only rank 0's node writes the run's files; node 1 logs to its console alone.
+  const fs::path two = node0 / "runs" / "two";
+  EXPECT_EQ(summary(two)["steps"], 4);
+  EXPECT_FALSE(fs::exists(node1 / "runs"));
+  // Both nodes end with the same evaluation of the same weights.
+  const std::vector<std::string> done0 = lines_with(log0, "done: "), done1 = lines_with(log1, "done: ");
+  ASSERT_EQ(done0.size(), 1u) << log0;
+  ASSERT_EQ(done1.size(), 1u) << log1;
+  const std::string accuracy0 = done0[0].substr(done0[0].find("test accuracy")),
+                    accuracy1 = done1[0].substr(done1[0].find("test accuracy"));
+  EXPECT_EQ(accuracy0.substr(0, accuracy0.find(" |")), accuracy1.substr(0, accuracy1.find(" |")));
+
+  // The same weights as one process with the global batch (as two processes on one node).
+  ASSERT_EQ(run_ltrain_in(dir.path(), "train --config " + (dir.path() / "nodes.json").string() +
+                                          " --set run.name=one --set data.batch_size=16",
+                          dir.path() / "one.log"),
+            0)
+      << read_file(dir.path() / "one.log");
+  EXPECT_LT(model_difference(last_checkpoint(two), last_checkpoint(dir.path() / "runs" / "one")), 1e-4);
+
+  // Resumed, node 0 finds its checkpoint and node 1 none: refused on both, before any step.
+  run_both(" --set run.epochs=2 --set checkpoint.resume=auto");
+  for (const fs::path& node : {node0, node1}) {
+    EXPECT_EQ(std::stoi(read_file(node / "launch.code")), 2) << read_file(node / "launch.log");
+    EXPECT_NE(read_file(node / "launch.log")
+                  .find("rank 1 starts at step 0 and rank 0 at step 4 (checkpoint.resume \"auto\"): every process "
+                        "must find the same checkpoint"),
+              std::string::npos)
+        << read_file(node / "launch.log");
+  }
+  EXPECT_EQ(summary(two)["steps"], 4);
+}
+
+TEST(Distributed, ANodeThatCannotReachTheMasterStopsWithOneLineAndExitCode5) {
+  SKIP_WITHOUT_GLOO();
+  TempDir dir;
+  const int64_t port = free_port();  // nothing listens there: node 0 never started
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(run_ltrain("launch --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port " + std::to_string(port) +
+                           " -n 1 -- train --config " + write_config(dir).string() + " --set distributed.timeout_s=2",
+                       dir.path() / "log"),
+            5);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
+  const std::string log = read_file(dir.path() / "log");
+  const std::vector<std::string> errors = lines_with(log, "error");
+  ASSERT_EQ(errors.size(), 1u) << log;
+  EXPECT_NE(errors[0].find("rank 1: cannot reach the rendezvous at 127.0.0.1:" + std::to_string(port) +
+                           " within distributed.timeout_s (2 s)"),
+            std::string::npos)
+      << log;
+}
+
+TEST(LaunchResult, OneRuleForTheLaunchersExitCode) {
+  auto exited = [](int64_t rank, int code, bool stopped = false) { return ProcessEnd{rank, code, 0, stopped, false}; };
+  // `by_launcher`: its SIGTERM went unheeded, and it sent SIGKILL after the grace period.
+  auto killed = [](int64_t rank, int signal, bool by_launcher = false) {
+    return ProcessEnd{rank, 0, signal, by_launcher, by_launcher};
+  };
+  // Every process succeeded, even after a stop signal came too late to matter.
+  EXPECT_EQ(launch_result({exited(0, 0), exited(1, 0)}, false).exit_code, 0);
+  EXPECT_EQ(launch_result({exited(1, 0), exited(0, 0)}, true).exit_code, 0);
+  // Interrupted: 130, the ranks said where they stopped.
+  const LaunchResult interrupted = launch_result({exited(0, 130), exited(1, 130)}, true);
+  EXPECT_EQ(interrupted.exit_code, 130);
+  EXPECT_EQ(interrupted.message, "");
+  // A rank killed by a signal, whichever the launcher reaped first (the dead rank after its
+  // SIGTERM to it too): 5, naming it.
+  for (const auto& ends : {std::vector<ProcessEnd>{killed(1, SIGKILL), exited(0, 5, true)},
+                           std::vector<ProcessEnd>{exited(0, 5), ProcessEnd{1, 0, SIGKILL, true, false}}}) {
+    const LaunchResult result = launch_result(ends, false);
+    EXPECT_EQ(result.exit_code, 5);
+    EXPECT_EQ(result.message, "launch: rank 1 was killed by signal 9 (Killed); the other processes stopped after it; "
+                              "exit code 5 (a process failed)");
+  }
+  // Every rank failed alike (a config all reject): that code, and their own lines alone.
+  EXPECT_EQ(launch_result({exited(0, 2), exited(1, 2)}, false).exit_code, 2);
+  EXPECT_EQ(launch_result({exited(0, 2), exited(1, 2)}, false).message, "");
+  // One failed, the other was stopped before it could (exit 130, or killed after the grace period).
+  for (const ProcessEnd& stopped : {exited(1, 130, true), killed(1, SIGKILL, true), exited(1, 2, true)}) {
+    const LaunchResult result = launch_result({exited(0, 2), stopped}, false);
+    EXPECT_EQ(result.exit_code, 2);
+  }
+  EXPECT_EQ(launch_result({exited(0, 2), exited(1, 130, true)}, false).message,
+            "launch: rank 0 exited with code 2 (usage or config error); the other processes stopped after it");
+  // A run that failed on one rank (out of memory) and ended the other's collectives.
+  const LaunchResult alone = launch_result({exited(2, 4), exited(0, 5), exited(1, 5)}, false);
+  EXPECT_EQ(alone.exit_code, 4);
+  EXPECT_EQ(alone.message, "launch: rank 2 exited with code 4 (the run failed); the other processes stopped after it");
+  // Failures that disagree: 5, naming the first.
+  const LaunchResult differ = launch_result({exited(1, 3), exited(0, 4)}, false);
+  EXPECT_EQ(differ.exit_code, 5);
+  EXPECT_EQ(differ.message, "launch: rank 1 exited with code 3 (data error); the other processes stopped after it; "
+                            "exit code 5 (a process failed)");
+  // Every rank lost the others (none reached the rendezvous): 5, their lines say why.
+  EXPECT_EQ(launch_result({exited(0, 5), exited(1, 5)}, false).exit_code, 5);
+  EXPECT_EQ(launch_result({exited(0, 5), exited(1, 5)}, false).message, "");
+  // A rank the launcher stopped that failed its own way still counts.
+  EXPECT_EQ(launch_result({exited(0, 4), exited(1, 3, true)}, false).exit_code, 5);
+}
+
+/// Sets environment variables for one test and restores them after.
+class ScopedVariables {
+ public:
+  explicit ScopedVariables(const std::vector<std::pair<std::string, std::string>>& variables) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+                             "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+                             "TORCHELASTIC_RESTART_COUNT"}) {
+      if (const char* value = std::getenv(name)) saved_.emplace_back(name, value);
+      ::unsetenv(name);
+      names_.push_back(name);
+    }
+    for (const auto& [name, value] : variables) ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~ScopedVariables() {
+    for (const std::string& name : names_) ::unsetenv(name.c_str());
+    for (const auto& [name, value] : saved_) ::setenv(name.c_str(), value.c_str(), 1);
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<std::pair<std::string, std::string>> saved_;
+};
+
+TEST(DistEnvironment, TorchrunsVariablesOfSeveralNodes) {
+  {
+    const ScopedVariables variables({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+                                     {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"},
+                                     {"MASTER_PORT", "29400"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                     {"TORCHELASTIC_RESTART_COUNT", "2"}});
+    const std::optional<Environment> e = read_environment();
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->rank, 5);
+    EXPECT_EQ(e->world_size, 8);
+    EXPECT_EQ(e->local_rank, 1);
+    EXPECT_EQ(e->local_world_size, 4);
+    EXPECT_EQ(e->node_rank, 1);
+    EXPECT_EQ(e->master_addr, "10.0.0.1");
+    EXPECT_EQ(e->master_port, 29400);
+    EXPECT_TRUE(e->agent_store);
+    EXPECT_EQ(e->restart_count, 2);
+  }
+  {
+    // By hand on one machine: LOCAL_RANK defaults to RANK, one node of WORLD_SIZE; NODE_RANK is read too.
+    const ScopedVariables variables({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"NODE_RANK", "0"},
+                                     {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+    const std::optional<Environment> e = read_environment();
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->local_rank, 1);
+    EXPECT_EQ(e->local_world_size, 2);
+    EXPECT_EQ(e->node_rank, 0);
+    EXPECT_FALSE(e->agent_store);
+  }
+  {
+    const ScopedVariables variables({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}});
+    try {
+      read_environment();
+      FAIL() << "LOCAL_RANK 2 of 2 was accepted";
+    } catch (const ConfigError& error) {
+      EXPECT_EQ(std::string(error.what()).rfind("environment variable LOCAL_RANK=\"2\" is not an integer in 0..1", 0), 0u)
+          << error.what();
+    }
+  }
+  {
+    const ScopedVariables variables({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "yes"}});
+    EXPECT_THROW(read_environment(), ConfigError);
+  }
+}
+
+#if LTRAIN_WITH_NCCL
+/// Collects LibTorch's warnings (TORCH_WARN) raised on this thread while it is the handler.
+class WarningCollector : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+};
+#endif
+
+TEST(Group, NcclIsShutDownOrAbortedBeforeItIsDestroyed_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+#if !LTRAIN_WITH_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#else
+  WarningCollector warnings;
+  const c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+  TORCH_WARN("collected");  // the handler sees this thread's warnings
+  // A process group of one rank: the end of a run (close), then the way out of an error (abort).
+  for (const bool closed : {true, false}) {
+    Environment environment;
+    environment.master_port = free_port();
+    config::DistributedSection settings;
+    settings.backend = config::DistBackend::nccl;
+    settings.timeout_s = 60;
+    auto group = std::make_unique<Group>(environment, settings, torch::Device(torch::kCUDA, 0));
+    torch::Tensor values = torch::ones({4}, torch::TensorOptions().device(torch::kCUDA, 0));
+    group->all_reduce_sum({values}).wait();
+    EXPECT_TRUE(torch::equal(values.cpu(), torch::ones({4})));
+    if (closed) group->close();
+    group.reset();
+  }
+  ASSERT_FALSE(warnings.messages.empty());
+  EXPECT_EQ(warnings.messages.front(), "collected");
+  // LibTorch 2.4 and later warn when a ProcessGroupNCCL is destroyed without shutdown or abort.
+  for (const std::string& message : warnings.messages) {
+    EXPECT_EQ(message.find("destroy_process_group"), std::string::npos) << message;
+    EXPECT_EQ(message.find("has NOT been destroyed"), std::string::npos) << message;
+  }
+#endif
 }
 
 }  // namespace

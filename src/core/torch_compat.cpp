@@ -16,6 +16,21 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#if LTRAIN_WITH_NCCL
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+// ProcessGroupNCCL::shutdown() (its communicators destroyed, its threads stopped) arrived in
+// LibTorch 2.2, beside abort(); both take no argument or one with a default in every 2.x since.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+#define LTRAIN_TORCH_HAS_NCCL_SHUTDOWN 1
+#else
+#define LTRAIN_TORCH_HAS_NCCL_SHUTDOWN 0
+#endif
+
 #if LTRAIN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -294,5 +309,22 @@ void stop_profiler(const std::string& path) {
                                path, error.what_without_backtrace()));
   }
 }
+
+#if LTRAIN_WITH_NCCL && LTRAIN_TORCH_HAS_NCCL_SHUTDOWN
+void shut_down_backend(CollectiveBackend& backend) {
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(&backend)) nccl->shutdown();
+}
+
+void abort_backend(CollectiveBackend& backend) noexcept {
+  try {
+    if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(&backend)) nccl->abort();
+  } catch (const std::exception&) {
+    // Leaving on an error already: the destructor that follows tears down what is left.
+  }
+}
+#else
+void shut_down_backend(CollectiveBackend&) {}
+void abort_backend(CollectiveBackend&) noexcept {}
+#endif
 
 }  // namespace ltrain::compat

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if LTRAIN_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -26,14 +27,6 @@ namespace ltrain::dist {
 
 namespace {
 
-// LibTorch 2 split process groups into a front and per-device "backends"; 1.13's process
-// groups are what 2's backends are. Gloo and NCCL derive from this base in each.
-#if TORCH_VERSION_MAJOR >= 2
-using BackendBase = c10d::Backend;
-#else
-using BackendBase = c10d::ProcessGroup;
-#endif
-
 /// An environment variable as an integer in [lo, hi]; ConfigError naming it otherwise.
 int64_t integer_variable(const char* name, const char* text, int64_t lo, int64_t hi) {
   char* end = nullptr;
@@ -51,6 +44,16 @@ PeerError peer_error(int64_t rank, const std::string& what, const std::exception
                                rank, what, compat::first_line(error.what())));
 }
 
+/// TORCHELASTIC_USE_AGENT_STORE as torchrun writes it (Python's str of a bool); ConfigError otherwise.
+bool boolean_variable(const char* name, const char* text) {
+  const std::string value = text;
+  if (value == "True" || value == "true" || value == "1") return true;
+  if (value == "False" || value == "false" || value == "0" || value.empty()) return false;
+  throw ConfigError(fmt::format("environment variable {}=\"{}\" is neither True nor False; torchrun sets it, or "
+                                "leave it unset",
+                                name, text));
+}
+
 }  // namespace
 
 std::optional<Environment> read_environment() {
@@ -61,9 +64,28 @@ std::optional<Environment> read_environment() {
   const char* rank = std::getenv("RANK");
   if (!rank) throw ConfigError("WORLD_SIZE is set but RANK is not; launch with torchrun or `ltrain launch`, which set both");
   e.rank = integer_variable("RANK", rank, 0, e.world_size - 1);
-  if (const char* local = std::getenv("LOCAL_RANK")) e.local_rank = integer_variable("LOCAL_RANK", local, 0, 1 << 16);
+  e.local_world_size = e.world_size;
+  if (const char* local_size = std::getenv("LOCAL_WORLD_SIZE"))
+    e.local_world_size = integer_variable("LOCAL_WORLD_SIZE", local_size, 1, e.world_size);
+  // Without LOCAL_RANK, processes started by hand on one machine: one GPU each, by rank.
+  e.local_rank = e.rank;
+  if (const char* local = std::getenv("LOCAL_RANK"))
+    e.local_rank = integer_variable("LOCAL_RANK", local, 0, e.local_world_size - 1);
+  if (e.local_rank >= e.local_world_size)
+    throw ConfigError(fmt::format("RANK {} without LOCAL_RANK, but LOCAL_WORLD_SIZE is {}; launch with torchrun or "
+                                  "`ltrain launch`, which set both",
+                                  e.rank, e.local_world_size));
+  for (const char* name : {"GROUP_RANK", "NODE_RANK"})
+    if (const char* node = std::getenv(name)) {
+      e.node_rank = integer_variable(name, node, 0, e.world_size - 1);
+      break;
+    }
   if (const char* addr = std::getenv("MASTER_ADDR")) e.master_addr = addr;
   if (const char* port = std::getenv("MASTER_PORT")) e.master_port = integer_variable("MASTER_PORT", port, 1, 65535);
+  if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE"))
+    e.agent_store = boolean_variable("TORCHELASTIC_USE_AGENT_STORE", agent);
+  if (const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT"))
+    e.restart_count = integer_variable("TORCHELASTIC_RESTART_COUNT", restarts, 0, std::numeric_limits<int32_t>::max());
   return e;
 }
 
@@ -88,7 +110,7 @@ void Pending::wait() {
 
 struct Group::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<BackendBase> backend;
+  c10::intrusive_ptr<compat::CollectiveBackend> backend;
 };
 
 Group::Group(const Environment& environment, const config::DistributedSection& settings, const torch::Device& device)
@@ -103,18 +125,48 @@ Group::Group(const Environment& environment, const config::DistributedSection& s
                                   device.str()));
   backend_name_ = config::to_string(backend);
 
+  // Rank 0 serves the rendezvous's TCPStore and the others connect to it; under torchrun with its
+  // agent's store (which already listens at MASTER_PORT) every rank connects to that one.
+  serves_store_ = environment.rank == 0 && !environment.agent_store;
+  c10::intrusive_ptr<c10d::TCPStore> store;
   try {
     c10d::TCPStoreOptions options;
     options.port = static_cast<std::uint16_t>(environment.master_port);
-    options.isServer = environment.rank == 0;
+    options.isServer = serves_store_;
     options.numWorkers = static_cast<std::size_t>(environment.world_size);
-    options.waitWorkers = true;
+    options.waitWorkers = false;  // below, with a message of its own
     options.timeout = timeout;
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, options);
+    store = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, options);
   } catch (const std::exception& error) {
-    throw peer_error(environment.rank,
-                     fmt::format("the rendezvous at {}:{}", environment.master_addr, environment.master_port), error);
+    if (serves_store_)
+      throw PeerError(fmt::format("rank 0: cannot serve the rendezvous at port {} ({}): another program, or another "
+                                  "run, uses it; choose another port (ltrain launch --master-port, or MASTER_PORT)",
+                                  environment.master_port, compat::first_line(error.what())));
+    throw PeerError(fmt::format("rank {}: cannot reach the rendezvous at {}:{} within distributed.timeout_s ({:g} s) "
+                                "({}): start {} and check that MASTER_ADDR and MASTER_PORT (ltrain launch "
+                                "--master-addr, --master-port) name its machine and port, open to this one",
+                                environment.rank, environment.master_addr, environment.master_port,
+                                settings.timeout_s, compat::first_line(error.what()),
+                                environment.agent_store ? "torchrun on the first node" : "the process of rank 0"));
   }
+  // The server counts the ranks that connected and waits for all; the agent's store keeps its own
+  // count, left alone.
+  if (!environment.agent_store) {
+    try {
+      store->waitForWorkers();
+    } catch (const std::exception& error) {
+      throw peer_error(environment.rank,
+                       fmt::format("waiting for all {} processes at the rendezvous at {}:{}", environment.world_size,
+                                   environment.master_addr, environment.master_port),
+                       error);
+    }
+  }
+  // The agent's store outlives a restart of the workers: each start's keys under a prefix of its own.
+  if (environment.agent_store)
+    impl_->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("ltrain/start-{}", environment.restart_count),
+                                                          store);
+  else
+    impl_->store = store;
 
   const int rank = static_cast<int>(environment.rank);
   const int size = static_cast<int>(environment.world_size);
@@ -154,7 +206,9 @@ Group::Group(const Environment& environment, const config::DistributedSection& s
   }
 }
 
-Group::~Group() = default;
+Group::~Group() {
+  if (impl_->backend) compat::abort_backend(*impl_->backend);
+}
 
 template <class Issue>
 Pending Group::start(const char* what, Issue&& issue) {
@@ -201,11 +255,13 @@ void Group::barrier() {
 void Group::close() {
   barrier();
   try {
-    // The backend's destructor stops its threads (NCCL: aborts the communicators, after a warning
-    // that destroy_process_group() was not called). Any CUDA graph that captured this group's
-    // collectives must be gone first: with one alive, the NCCL teardown does not return, so the
-    // trainer destroys its graphs before calling close().
+    // Shut down before destroyed: NCCL's destructor would otherwise abort the communicators,
+    // after a warning that destroy_process_group() was not called. Any CUDA graph that captured
+    // this group's collectives must be gone first: with one alive, the NCCL teardown does not
+    // return, so the trainer destroys its graphs before calling close().
+    compat::shut_down_backend(*impl_->backend);
     impl_->backend.reset();
+    if (environment_.agent_store) return;  // torchrun's agent keeps its store to the end
     const std::string closed = "ltrain/closed";
     if (!is_main()) {
       impl_->store->add(closed, 1);

@@ -215,10 +215,15 @@ class Trainer {
   /// `started`: when the command began, for the provenance record.
   Trainer(Run& run, StartPoint start, const TrainHooks& hooks, std::chrono::system_clock::time_point started);
 
-  /// Start-up (weights, run directory, logs), then the epochs, then the summary.
+  /// Start-up (weights, run directory, logs), then the epochs, then the summary; then the
+  /// process group is left in order (after a stop on a signal too).
   TrainResult train();
 
  private:
+  TrainResult train_to_the_end();
+  /// Destroys what holds the group's communicators, then closes the group (a collective).
+  void leave_group();
+
   // ---- Start-up ----
   void restore_or_share_weights();
   void open_run_directory();
@@ -276,6 +281,23 @@ Trainer::Trainer(Run& run, StartPoint start, const TrainHooks& hooks, std::chron
       started_(started) {}
 
 TrainResult Trainer::train() {
+  try {
+    TrainResult result = train_to_the_end();
+    leave_group();
+    return result;
+  } catch (const Interrupted&) {
+    // Every rank stops at the same step (they agree on it), so they can leave together too. A
+    // peer gone meanwhile leaves this rank to Group's destructor, which aborts.
+    try {
+      leave_group();
+    } catch (const PeerError& error) {
+      spdlog::debug("leaving the process group after the stop: {}", error.what());
+    }
+    throw;
+  }
+}
+
+TrainResult Trainer::train_to_the_end() {
   restore_or_share_weights();
   train_step_.emplace(run_.model(), run_.optimizer(), run_.scaler(), config_, run_.group());
   evaluator_.emplace(run_.model(), run_.eval_loader(), config_, run_.group());
@@ -293,7 +315,7 @@ TrainResult Trainer::train() {
     provenance_ = io::provenance(run_.loaded().files, config::to_json(config_), started_);
     metrics_->write_run(first_epoch_, step_, provenance_, config::to_json(config_));
   }
-  progress_.emplace(run_.main_process() && stderr_is_terminal());
+  progress_.emplace(run_.console_process() && stderr_is_terminal());
   result_.run_dir = run_dir_;
   result_.epochs = std::min(first_epoch_ - 1, epochs_);
   run_start_ = Clock::now();
@@ -313,13 +335,15 @@ TrainResult Trainer::train() {
                                         "command with --set checkpoint.resume=auto continues the run",
                                         error.what(), checkpoint_dir_.string()));
   }
-  TrainResult result = summarize();
+  return summarize();
+}
+
+void Trainer::leave_group() {
   // Their CUDA graphs hold all-reduces captured on the group's NCCL communicators, whose teardown
   // does not return while the graphs are alive.
   train_step_.reset();
   evaluator_.reset();
   run_.close_group();  // no process leaves while another may still need it
-  return result;
 }
 
 void Trainer::restore_or_share_weights() {
@@ -333,6 +357,15 @@ void Trainer::restore_or_share_weights() {
     step_ = checkpoint.meta.step;
   }
   if (dist::Group* group = run_.group()) {
+    // Each rank found its checkpoint itself: on machines that do not share run.out_dir they may
+    // differ, and ranks at different steps would not issue the same collectives.
+    const std::vector<std::string> steps = group->all_gather_text("start_step", std::to_string(step_));
+    for (size_t rank = 1; rank < steps.size(); ++rank)
+      if (steps[rank] != steps[0])
+        throw ConfigError(fmt::format("rank {} starts at step {} and rank 0 at step {} (checkpoint.resume \"{}\"): "
+                                      "every process must find the same checkpoint; on several machines, give "
+                                      "run.out_dir a folder they share, or copy the run folder to the same path on each",
+                                      rank, steps[rank], steps[0], config_.checkpoint.resume));
     // Every rank starts from rank 0's weights and buffers (a resumed run: the same file anyway).
     group->broadcast_from_main(model_state(*model));
     if (config_.distributed.sync_batchnorm)
@@ -353,11 +386,11 @@ void Trainer::restore_or_share_weights() {
   }
 }
 
-/// Only rank 0 writes: the run directory, logs, metrics and checkpoints; the others log warnings
-/// and errors only.
+/// Only rank 0 writes: the run directory, logs, metrics and checkpoints. Rank 0 of each other node
+/// logs to its console only; the other ranks log warnings and errors only.
 void Trainer::open_run_directory() {
   const bool main_process = run_.main_process();
-  if (!main_process) spdlog::set_level(spdlog::level::warn);
+  if (!run_.console_process()) spdlog::set_level(spdlog::level::warn);
   run_dir_ = start_.run_dir;
   if (!main_process) {
     run_dir_ = run_.group()->all_gather_text("run_dir", "")[0];
@@ -390,7 +423,7 @@ void Trainer::log_start() const {
   const torch::Device& device = run_.device();
   spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads", LTRAIN_VERSION, compat::torch_version(),
                device.str(), torch::get_num_threads());
-  spdlog::info("run directory {}", run_dir_.string());
+  spdlog::info("run directory {}{}", run_dir_.string(), run_.main_process() ? "" : " (rank 0's, on its machine)");
   if (const std::string limits = describe_gpu_limits(device, run_.gpu_memory_limit()); !limits.empty())
     spdlog::info("GPU limits: {}", limits);
   if (start_.resume) {
@@ -409,10 +442,15 @@ void Trainer::log_start() const {
   spdlog::info("{}", config::format_table(run_.loaded()));
   const data::TrainLoader& loader = run_.train_loader();
   const int64_t ranks = run_.ranks();
-  if (run_.group())
-    spdlog::info("data-parallel: {} processes ({}), {} images per process per step{}", ranks,
-                 run_.group()->backend_name(), loader.batch_size(),
-                 config_.distributed.sync_batchnorm ? ", SyncBatchNorm" : "");
+  if (const dist::Group* group = run_.group()) {
+    const dist::Environment& environment = group->environment();
+    const std::string nodes = environment.local_world_size < ranks
+                                  ? fmt::format(" on {} nodes, this is node {},", ranks / environment.local_world_size,
+                                                environment.node_rank)
+                                  : ",";
+    spdlog::info("data-parallel: {} processes ({}){} {} images per process per step{}", ranks, group->backend_name(),
+                 nodes, loader.batch_size(), config_.distributed.sync_batchnorm ? ", SyncBatchNorm" : "");
+  }
   spdlog::info("model {} ({} stem, width {}): {} parameters{}", config::to_string(config_.model.arch),
                config::to_string(config_.model.stem), config_.model.width, models::count_parameters(*run_.model()),
                config_.model.init_from.empty() ? "" : fmt::format(", weights from {}", config_.model.init_from));

@@ -23,6 +23,12 @@
 #define LTRAIN_TORCH_HAS_FOREACH_COPY 0
 #endif
 
+// c10d's classes, declared for the process-group functions below (dist/group.cpp includes their headers).
+namespace c10d {
+class Backend;
+class ProcessGroup;
+}  // namespace c10d
+
 namespace ltrain::compat {
 
 /// "1.13.0", "2.11.0", ... as LibTorch reports itself.
@@ -129,5 +135,27 @@ void start_profiler(bool cuda);
 
 /// Stops the profiler started by start_profiler and writes its Chrome trace (JSON) to `path`.
 void stop_profiler(const std::string& path);
+
+// ---- c10d process groups ----
+/// What runs the collectives of one device type (ProcessGroupGloo, ProcessGroupNCCL derive from
+/// it): c10d::Backend since LibTorch 2.0, where a c10d::ProcessGroup fronts one per device type;
+/// in 1.13 the process group itself.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
+
+/// The orderly end of `backend`, on every rank at the same point (after a barrier): NCCL destroys
+/// its communicators once their work is done and stops its threads, so that its destructor has
+/// nothing left to abort and does not warn that "destroy_process_group() was not called" (its
+/// shutdown() arrived in LibTorch 2.2, the warning in 2.4). Gloo: nothing, its destructor joins
+/// its threads.
+void shut_down_backend(CollectiveBackend& backend);
+
+/// Ends `backend` at once without the other ranks (one failed, or this one leaves on an error):
+/// NCCL aborts its communicators (LibTorch 2.2 on; before, its destructor does). Gloo: nothing.
+/// Never throws: it runs on the way out of an error.
+void abort_backend(CollectiveBackend& backend) noexcept;
 
 }  // namespace ltrain::compat

@@ -16,13 +16,23 @@
 
 namespace ltrain::dist {
 
-/// torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+/// torchrun's variables (or `ltrain launch`'s, the same names). One node (machine) runs
+/// local_world_size processes; with several, a process's global rank is node_rank *
+/// local_world_size + local_rank.
 struct Environment {
-  int64_t rank = 0;
-  int64_t world_size = 1;
-  int64_t local_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int64_t master_port = 29500;
+  int64_t rank = 0;              ///< RANK, 0 .. world_size - 1
+  int64_t world_size = 1;        ///< WORLD_SIZE: processes on every node together
+  int64_t local_rank = 0;        ///< LOCAL_RANK (default: RANK, one node): the GPU this process takes
+  int64_t local_world_size = 1;  ///< LOCAL_WORLD_SIZE (default: WORLD_SIZE): processes on this node
+  int64_t node_rank = 0;         ///< GROUP_RANK (torchrun) or NODE_RANK, default 0
+  std::string master_addr = "127.0.0.1";  ///< MASTER_ADDR: the machine that serves the rendezvous
+  int64_t master_port = 29500;            ///< MASTER_PORT
+  /// TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves a TCPStore at MASTER_ADDR:MASTER_PORT,
+  /// and every rank (0 too) connects to it instead of serving one there itself.
+  bool agent_store = false;
+  /// TORCHELASTIC_RESTART_COUNT: which start of the workers this is; with the agent's store, which
+  /// outlives a restart, each start keeps its keys apart.
+  int64_t restart_count = 0;
 };
 
 /// The launcher's variables, or nullopt when WORLD_SIZE is unset (a single process).
@@ -52,10 +62,12 @@ class Group {
   /// others do not arrive within distributed.timeout_s; ConfigError for a backend this build or
   /// device cannot run.
   Group(const Environment& environment, const config::DistributedSection& settings, const torch::Device& device);
+  /// Without close() (an error on the way out): the backend is aborted, without the others.
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
+  const Environment& environment() const { return environment_; }
   int64_t rank() const { return environment_.rank; }
   int64_t size() const { return environment_.world_size; }
   bool is_main() const { return environment_.rank == 0; }
@@ -67,9 +79,11 @@ class Group {
   /// Copies rank 0's values of `tensors` into every rank's, in place (blocks until done).
   void broadcast_from_main(std::vector<torch::Tensor> tensors);
   void barrier();
-  /// The orderly end of a run, on every rank: a barrier, the backend destroyed, and rank 0, whose
-  /// process serves the TCPStore, leaving last (within 30 s), so that no rank's backend threads
-  /// lose the store while they still read it. No collective after.
+  /// The orderly end of a run, on every rank at the same point: a barrier, the backend shut down
+  /// (NCCL: its communicators destroyed) and destroyed, and rank 0, when its process serves the
+  /// TCPStore, leaving last (within 30 s), so that no rank's backend threads lose the store while
+  /// they still read it. No collective after. Any CUDA graph that captured this group's
+  /// collectives must be destroyed before.
   void close();
   /// Every rank's `text`, indexed by rank, through the store (for start-up checks).
   std::vector<std::string> all_gather_text(const std::string& key, const std::string& text);
@@ -83,6 +97,7 @@ class Group {
   struct Impl;
   Environment environment_;
   std::string backend_name_;
+  bool serves_store_ = false;  // rank 0 without torchrun's agent store: its process serves the TCPStore
   std::unique_ptr<Impl> impl_;
 };
 

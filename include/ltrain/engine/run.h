@@ -49,6 +49,9 @@ class Run {
   int64_t ranks() const { return group_ ? group_->size() : 1; }
   /// Rank 0, the process that writes files.
   bool main_process() const { return rank() == 0; }
+  /// The process that logs the run's progress to its console: rank 0 of its node (LOCAL_RANK 0),
+  /// so that each machine of a run over several shows it; the others log warnings and errors.
+  bool console_process() const { return !group_ || group_->environment().local_rank == 0; }
 
   /// The bytes of the GPU this process may hold (run.gpu_memory_fraction, LTRAIN_GPU_PROFILE);
   /// -1 on the CPU.
