@@ -254,8 +254,8 @@ TEST(Distributed, TwoProcessesMatchOneWithTheSameGlobalBatch) {
   // process evaluating rank 0's checkpoint.
   const auto checkpoints = testing::files_below(two / "checkpoints", ".ltc");
   ASSERT_EQ(run_ltrain("eval --checkpoint " + checkpoints.back().string() + " --json", dir.path() / "eval.log"), 0);
-  const std::string eval = read_file(dir.path() / "eval.log");
-  const nlohmann::json evaluated = nlohmann::json::parse(eval.substr(eval.rfind('{')));
+  const std::string eval = read_file(dir.path() / "eval.log");  // log lines, then the result's one JSON line
+  const nlohmann::json evaluated = nlohmann::json::parse(eval.substr(eval.rfind("\n{") + 1));
   EXPECT_EQ(evaluated["accuracy"].get<double>(), summary(two)["final_test_accuracy"].get<double>());
   EXPECT_NEAR(evaluated["loss"].get<double>(), summary(two)["final_test_loss"].get<double>(), 1e-5);
 
