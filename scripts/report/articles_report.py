@@ -15,6 +15,8 @@ from outside: mean and min-max), training seconds (mean), training img/s (mean),
   - "accuracy within the seeds' spread": yes when the two min-max ranges of test accuracy overlap
     (each side's runs reach into the other's range); n/a with fewer than 2 seeds on a side.
 Runs with epochs other than the guide's are marked "N epochs, not the guide's M" (speed only).
+Runs that shared the host (runs_at_once above 1: articles.sh --guides-together) give accuracy only:
+no speed ratio and no 3x verdict.
 Runs that failed are listed under the table. Standard library only; the plot needs matplotlib.
 """
 import argparse
@@ -74,12 +76,15 @@ def side_stats(records):
         "accuracy": spread([100.0 * r["test_accuracy"] for r in done.values()]),
         "peak_gib": max(mems) / GIB if mems else None,
         "walls": {seed: r["outside_wall_seconds"] for seed, r in done.items()},
+        "runs_at_once": max(r.get("runs_at_once", 1) for r in done.values()),
     }
 
 
 def compare(guide, ltrain):
-    """Ratio of times (paired by seed), the 3x verdict, accuracy difference and overlap verdict."""
-    paired = sorted(set(guide["walls"]) & set(ltrain["walls"]))
+    """Ratio of times (paired by seed), the 3x verdict, accuracy difference and overlap verdict.
+    No ratio where either side's runs shared the host (scripts/gpu/articles.sh --guides-together)."""
+    shared = guide["runs_at_once"] > 1 or ltrain["runs_at_once"] > 1
+    paired = [] if shared else sorted(set(guide["walls"]) & set(ltrain["walls"]))
     ratios = [guide["walls"][s] / ltrain["walls"][s] for s in paired]
     _, g_lo, g_hi = guide["accuracy"]
     _, l_lo, l_hi = ltrain["accuracy"]
@@ -90,6 +95,7 @@ def compare(guide, ltrain):
     return {
         "ratio": spread(ratios) if ratios else None,
         "faster": ("yes" if min(ratios) >= SPEEDUP_CLAIM else "no") if ratios else "n/a",
+        "shared": shared,
         "accuracy_diff": ltrain["accuracy"][0] - guide["accuracy"][0],
         "overlap": overlap,
     }
@@ -132,6 +138,9 @@ def table(runs):
             if s is None:
                 lines.append(f"| {recipe} | {name} | none finished | | | | | | | | | | |")
                 continue
+            if s["runs_at_once"] > 1:
+                notes.append(f"{recipe}, {name}: its runs ran at once with others ({s['runs_at_once']} at a time): "
+                             f"their times measure a shared host, so no speed ratio is given")
             cells = [recipe, name, ", ".join(map(str, s["seeds"])), epochs_cell(recipe, s["epochs"]),
                      "{:.1f} ({:.1f}-{:.1f})".format(*s["wall"]), f"{s['train']:.1f}", f"{s['ips']:,.0f}",
                      "{:.2f}% ({:.2f}-{:.2f})".format(*s["accuracy"]),
@@ -243,7 +252,7 @@ def self_test():
         assert c["faster"] == "no" and c["overlap"] == "no", c
 
         # A range touching the other's end counts as overlapping; one seed a side gives n/a.
-        edge = {"seeds": [0, 1], "walls": {0: 1.0}, "accuracy": (65.0, 64.0, 66.0)}
+        edge = {"seeds": [0, 1], "walls": {0: 1.0}, "accuracy": (65.0, 64.0, 66.0), "runs_at_once": 1}
         assert compare({**edge, "accuracy": (63.0, 62.0, 64.0)}, edge)["overlap"] == "yes"
         assert compare({**edge, "seeds": [0]}, edge)["overlap"] == "n/a"
 
@@ -256,6 +265,19 @@ def self_test():
         assert "- 5090: 2 epochs, not the guide's 100: a speed measurement" in text, text
         assert "| 5090 | guide's code, as meant | 0, 1, 2 | 2 (not the guide's 100) |" in text, text
         assert "4090d: 10 epochs" not in text, text
+        assert "runs ran at once" not in text, text
+
+        # The guide's runs started together: accuracy compared, times not.
+        for seed, g, lt, ga, la in ((0, 900, 60, 0.60, 0.62), (1, 910, 61, 0.63, 0.64)):
+            write_record(folder, "4090", "guide", seed, g, ga, runs_at_once=6)
+            write_record(folder, "4090", "ltrain", seed, lt, la, runs_at_once=1)
+        runs = load(folder)
+        c = compare(side_stats(runs["4090"]["guide"]), side_stats(runs["4090"]["ltrain"]))
+        assert c["ratio"] is None and c["faster"] == "n/a" and c["overlap"] == "yes", c
+        assert abs(c["accuracy_diff"] - 1.5) < 1e-9, c
+        text = "\n".join(report(folder))
+        assert "- 4090, guide's code: its runs ran at once with others (6 at a time)" in text, text
+        assert "| n/a | n/a | +1.50 points | yes |" in text, text
     print("articles_report self-test: ok")
     return 0
 
