@@ -119,6 +119,13 @@ TEST(Config, ImpossibleCombinations) {
             file + ": schedule.milestones = [5.0,3.0]: expected epochs in increasing order");
   EXPECT_EQ(error_of(dir, R"({"run": {"epochs": 2}, "schedule": {"warmup_epochs": 3}})"),
             file + ": schedule.warmup_epochs = 3.0: expected fewer epochs than run.epochs (2)");
+  EXPECT_EQ(error_of(dir, R"({"data": {"progressive_start_size": 4, "progressive_epochs": 2}})"),
+            file + ": data.progressive_start_size = 4: expected 0 (off) or a side of at least 8 pixels");
+  EXPECT_EQ(error_of(dir, R"({"data": {"progressive_start_size": 16}})"),
+            file + ": data.progressive_epochs = 0: progressive resizing needs its number of epochs: 1 or more");
+  EXPECT_EQ(error_of(dir, R"({"run": {"epochs": 4}, "data": {"progressive_start_size": 16, "progressive_epochs": 4}})"),
+            file + ": data.progressive_epochs = 4: expected fewer than run.epochs (4): at least the last epoch trains "
+                   "at the full side");
   EXPECT_EQ(error_of(dir, R"({"data": {"mean": [0.5, 0.5]}})"),
             file + ": data.mean = [0.5,0.5]: expected a list of 3 numbers (R, G, B)");
   EXPECT_EQ(error_of(dir, R"({"run": {"device": "gpu"}})"),

@@ -7,6 +7,7 @@
 #include "ltrain/amp/grad_scaler.h"
 #include "ltrain/config/load.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/batch_graph.h"
 #include "ltrain/engine/evaluator.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
@@ -198,6 +199,29 @@ TEST(CudaGraph, GraphedEvaluationCountsEveryImageOnce_CUDA) {
       for (const auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.05);
     }
   }
+}
+
+TEST(CudaGraph, ABatchOfANewShapeIsWarmedUpAndCapturedAnew_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // Progressive resizing hands the step batches of a new side now and then: each new shape runs
+  // its warm-up eagerly again and gets its own capture, and every call computes on its own batch.
+  engine::BatchGraph graph(/*warmup_runs=*/1, torch::MemoryFormat::ChannelsLast);
+  const auto sink = torch::zeros({}, torch::kFloat64).cuda();  // [] float64: the last batch's sum
+  const engine::BatchGraph::Work work = [&](const torch::Tensor& images, const torch::Tensor& labels) {
+    sink.copy_(images.to(torch::kFloat64).sum() + labels.sum());
+  };
+  torch::manual_seed(3);
+  int64_t call = 0;
+  for (const int64_t side : {16, 16, 16, 24, 24, 24, 32}) {
+    const data::Batch batch{torch::randn({4, 3, side, side}).cuda(), torch::randint(0, 10, {4}, torch::kInt64).cuda()};
+    graph.run(batch, work);
+    const double expected = batch.images.to(torch::kFloat64).sum().item<double>() + batch.labels.sum().item<double>();
+    EXPECT_NEAR(sink.item<double>(), expected, 1e-9 * std::abs(expected) + 1e-9) << "call " << call;
+    ++call;
+  }
+  // 16: warm-up, capture, replay; 24: the same; 32: warm-up only.
+  EXPECT_EQ(graph.captures(), 2);
+  EXPECT_FALSE(graph.captured());
 }
 
 }  // namespace

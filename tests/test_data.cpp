@@ -31,6 +31,7 @@ using ltrain::data::Batch;
 using ltrain::data::EvalLoader;
 using ltrain::data::ImageSet;
 using ltrain::data::Normalizer;
+using ltrain::data::ProgressiveResize;
 using ltrain::data::TrainLoader;
 using ltrain::testing::TempDir;
 using ltrain::testing::write_file;
@@ -895,6 +896,68 @@ TEST(LoaderTrain, EachImageAtMostOncePerEpochAndTheRemainderDropped) {
 
 TEST(LoaderTrain, BatchLargerThanTheSetIsAConfigError) {
   EXPECT_THROW(TrainLoader(indexed_images(10, 9), loader_config(16, false, 4, false), 0), ltrain::ConfigError);
+}
+
+// ---- progressive resizing --------------------------------------------------------------------------------
+
+TEST(ProgressiveResize, SidesGrowLinearlyInStepsToTheFullSide) {
+  const ProgressiveResize sixteen{/*start_size=*/16, /*epochs=*/8, /*size_step=*/4};
+  std::vector<int64_t> sides;
+  for (int64_t epoch = 0; epoch < 10; ++epoch) sides.push_back(sixteen.side(32, epoch));
+  // 16 + 16 * e / 8 = 16, 18, 20, ..., 30, rounded down to multiples of 4; full from epoch 8.
+  EXPECT_EQ(sides, (std::vector<int64_t>{16, 16, 20, 20, 24, 24, 28, 28, 32, 32}));
+
+  // A step coarser than the growth keeps the start side until the end; a start side that is not
+  // a multiple of the step is never rounded below itself.
+  EXPECT_EQ((ProgressiveResize{24, 3, 8}.side(32, 2)), 24);
+  EXPECT_EQ((ProgressiveResize{18, 4, 8}.side(32, 1)), 18);
+  EXPECT_EQ((ProgressiveResize{18, 4, 8}.side(32, 2)), 24);
+  // Off, or a start side not below the images' side: always the full side.
+  EXPECT_EQ((ProgressiveResize{0, 5, 4}.side(32, 0)), 32);
+  EXPECT_EQ((ProgressiveResize{32, 5, 4}.side(32, 0)), 32);
+  EXPECT_EQ((ProgressiveResize{112, 10, 32}.side(224, 5)), 160);
+}
+
+TEST(LoaderTrain, ProgressiveResizingScalesEachEpochsBatchesAndChangesNothingElse) {
+  const auto set = indexed_images(64, 21);
+  const DataSection full = loader_config(16, true, 4, true);
+  DataSection progressive = full;
+  progressive.progressive_start_size = 16;
+  progressive.progressive_epochs = 2;
+  progressive.progressive_size_step = 8;
+  TrainLoader plain(set, full, 5), scaled(set, progressive, 5);
+  namespace F = torch::nn::functional;
+  for (const auto& [epoch, side] : std::vector<std::pair<int64_t, int64_t>>{{0, 16}, {1, 24}, {2, 32}, {3, 32}}) {
+    plain.set_epoch(epoch);
+    scaled.set_epoch(epoch);
+    EXPECT_EQ(scaled.batch_side(), side) << "epoch " << epoch;
+    for (int64_t index = 0; index < plain.batches_per_epoch(); ++index) {
+      const Batch a = plain.batch(index), b = scaled.batch(index);
+      EXPECT_TRUE(torch::equal(a.labels, b.labels)) << "epoch " << epoch;  // same order
+      // The same crop and flip, then torchvision's Resize(side, antialias=True) on tensors.
+      const auto expected = side == 32 ? a.images
+                                       : F::interpolate(a.images, F::InterpolateFuncOptions()
+                                                                      .size(std::vector<int64_t>{side, side})
+                                                                      .mode(torch::kBilinear)
+                                                                      .align_corners(false)
+                                                                      .antialias(true));
+      EXPECT_EQ(b.images.sizes(), torch::IntArrayRef({16, 3, side, side})) << "epoch " << epoch;
+      EXPECT_TRUE(close(b.images, expected)) << "epoch " << epoch;
+    }
+  }
+}
+
+TEST(LoaderTrain, AProgressiveStartSizeNotBelowTheImagesSideIsAConfigError) {
+  DataSection data = loader_config(8, true, 4, true);
+  data.progressive_start_size = 32;
+  data.progressive_epochs = 2;
+  try {
+    TrainLoader(indexed_images(16, 1), data, 0);
+    FAIL() << "no error";
+  } catch (const ltrain::ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "data.progressive_start_size: 32 is not below the images' side (32); use a smaller side or 0 (off)");
+  }
 }
 
 // ---- evaluation loader -----------------------------------------------------------------------------------

@@ -136,7 +136,9 @@ TEST(Resume, InterruptedMidEpochThenResumedMatchesAnUninterruptedRun) {
        {std::vector<std::string>{},
         {"precision.mode=bf16", "optim.accumulation_steps=2", "data.batch_size=16", "optim.name=adamw",
          "optim.lr=0.002"},
-        {"optim.ema_decay=0.9"}}) {
+        {"optim.ema_decay=0.9"},
+        // Step 10 falls in the second of two epochs of progressive resizing (16, 24, then 32).
+        {"data.progressive_start_size=16", "data.progressive_epochs=2", "data.progressive_size_step=8"}}) {
     const TrainResult whole = train(resumable_run(dir.path(), "whole", variant));
     ASSERT_EQ(whole.steps, 24);
     // Step 10 is the second step of epoch 2, between two steps checkpoints (9 and 12).
@@ -157,6 +159,12 @@ TEST(Resume, InterruptedMidEpochThenResumedMatchesAnUninterruptedRun) {
     const bool averaged = std::find(variant.begin(), variant.end(), "optim.ema_decay=0.9") != variant.end();
     EXPECT_EQ(read_checkpoint(split_dir / "checkpoints" / checkpoint_file_name(24)).averaged_weights.empty(), !averaged);
     EXPECT_NE(read_file(split_dir / "train.log").find("resuming from"), std::string::npos);
+    if (variant.size() == 3 && variant[0] == "data.progressive_start_size=16") {
+      const std::string log = read_file(whole.run_dir / "train.log");
+      for (const char* line : {"epoch 1: training images 16x16 (progressive resizing; full size from epoch 3)",
+                               "epoch 2: training images 24x24", "epoch 3: training images 32x32"})
+        EXPECT_NE(log.find(line), std::string::npos) << line << " not in\n" << log;
+    }
     fs::rename(whole.run_dir, dir.path() / ("whole-done-" + std::to_string(variant.size())));
     fs::rename(split_dir, dir.path() / ("split-done-" + std::to_string(variant.size())));
   }

@@ -715,6 +715,16 @@ void validate(const LoadedConfig& loaded) {
   require(loaded, !(c.precision.deterministic && c.precision.cudnn_benchmark), "precision.cudnn_benchmark",
           "cuDNN autotuning picks algorithms by timing, which is not deterministic; turn off one of "
           "precision.cudnn_benchmark and precision.deterministic");
+  require(loaded, c.data.progressive_start_size == 0 || c.data.progressive_start_size >= kMinProgressiveSize,
+          "data.progressive_start_size",
+          fmt::format("expected 0 (off) or a side of at least {} pixels", kMinProgressiveSize));
+  require(loaded, c.data.progressive_start_size == 0 || c.data.progressive_epochs >= 1,
+          "data.progressive_epochs",
+          "progressive resizing needs its number of epochs: 1 or more");
+  require(loaded, c.data.progressive_start_size == 0 || c.data.progressive_epochs < c.run.epochs,
+          "data.progressive_epochs",
+          fmt::format("expected fewer than run.epochs ({}): at least the last epoch trains at the full side",
+                      c.run.epochs));
   require(loaded, c.data.cifar100_labels == Cifar100Labels::fine || c.data.source == DataSource::cifar100,
           "data.cifar100_labels",
           fmt::format("coarse labels are CIFAR-100's and data.source is {}; set data.source to cifar100 or remove "

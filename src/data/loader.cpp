@@ -65,6 +65,14 @@ torch::Tensor Normalizer::operator()(const torch::Tensor& images_uint8) const {
   return torch::addcmul(shift_, images_uint8.to(torch::kFloat32), scale_).contiguous();
 }
 
+// ---- ProgressiveResize --------------------------------------------------------------------------
+
+int64_t ProgressiveResize::side(int64_t full_side, int64_t epoch) const {
+  if (start_size <= 0 || start_size >= full_side || epoch >= epochs) return full_side;
+  const int64_t grown = start_size + (full_side - start_size) * epoch / epochs;  // integer: floor
+  return std::max(start_size, grown / size_step * size_step);
+}
+
 // ---- TrainLoader ------------------------------------------------------------------------------
 
 TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64_t seed, Shard shard)
@@ -78,6 +86,8 @@ TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64
       padding_(data.crop_padding),
       flip_(data.horizontal_flip),
       cutout_(data.cutout),
+      progressive_(ProgressiveResize::from(data)),
+      batch_side_(side_),
       seed_(seed) {
   if (batch_size_ < 1) throw ConfigError(fmt::format("data.batch_size: {} is not a positive number", batch_size_));
   if (train_.size() < batch_size_ * shard_.count)
@@ -88,6 +98,10 @@ TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64
     throw ConfigError(fmt::format("data.crop_padding: {} is outside 0-{}", padding_, side_ - 1));
   if (cutout_ < 0 || cutout_ > side_)
     throw ConfigError(fmt::format("data.cutout: {} is outside 0-{}", cutout_, side_));
+  if (progressive_.start_size >= side_)
+    throw ConfigError(fmt::format("data.progressive_start_size: {} is not below the images' side ({}); use a smaller "
+                                  "side or 0 (off)",
+                                  progressive_.start_size, side_));
   if (cutout_ > 0) {
     const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(train_.labels.device());
     pixel_index_ = torch::arange(side_, long_options);
@@ -109,6 +123,7 @@ int64_t TrainLoader::batches_per_epoch() const { return train_.size() / (batch_s
 void TrainLoader::set_epoch(int64_t epoch) {
   // Drawn on the CPU from a private generator, so the result is the same on every device and
   // independent of the global generator; then copied to the device once per epoch.
+  batch_side_ = progressive_.side(side_, epoch);
   auto generator = at::detail::createCPUGenerator(epoch_seed(seed_, epoch));
   const int64_t count = train_.size();
   const auto long_options = torch::TensorOptions().dtype(torch::kInt64);
@@ -143,7 +158,17 @@ Batch TrainLoader::batch(int64_t index) const {
   torch::Tensor images =
       augments() ? cropped_and_flipped(indices, start) : normalize_(train_.images.index_select(0, indices));
   if (cutout_ > 0) cut_out(images, start);
-  return {images, labels};
+  return {scaled_to_batch_side(std::move(images)), labels};
+}
+
+torch::Tensor TrainLoader::scaled_to_batch_side(torch::Tensor images) const {
+  if (batch_side_ == side_) return images;
+  namespace F = torch::nn::functional;
+  return F::interpolate(images, F::InterpolateFuncOptions()
+                                    .size(std::vector<int64_t>{batch_side_, batch_side_})
+                                    .mode(torch::kBilinear)
+                                    .align_corners(false)
+                                    .antialias(true));
 }
 
 torch::Tensor TrainLoader::cropped_and_flipped(const torch::Tensor& indices, int64_t start) const {

@@ -5,6 +5,15 @@
 namespace ltrain::engine {
 
 void BatchGraph::run(const data::Batch& batch, const Work& work) {
+  if (batch.images.sizes() != torch::IntArrayRef(shape_)) {
+    // A new shape: cuDNN autotunes its convolutions eagerly again before the next capture. The
+    // old graph (and its memory pool) goes first, so that two never hold memory at once.
+    graph_.reset();
+    images_ = torch::Tensor();
+    labels_ = torch::Tensor();
+    shape_ = batch.images.sizes().vec();
+    warmup_runs_left_ = warmup_runs_;
+  }
   if (warmup_runs_left_ > 0) {
     gpu::run_on_side_stream(batch.images.device(), [&] { work(batch.images, batch.labels); });
     --warmup_runs_left_;
@@ -16,6 +25,7 @@ void BatchGraph::run(const data::Batch& batch, const Work& work) {
     auto graph = std::make_unique<gpu::CudaGraph>();
     graph->capture(batch.images.device(), [&] { work(images_, labels_); });
     graph_ = std::move(graph);
+    ++captures_;
   }
   if (batch.images.sizes() != images_.sizes() || batch.labels.sizes() != labels_.sizes())
     throw std::logic_error("BatchGraph: a captured graph was given a batch of another shape");

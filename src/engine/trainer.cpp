@@ -255,6 +255,7 @@ class Trainer {
   optim::LrSchedule schedule_;
   RunningSums sums_;
   int64_t first_epoch_ = 1, first_index_ = 0, step_ = 0;  // where the loop begins; step_ then counts
+  int64_t batch_side_ = 0;                               // the last epoch's side of training images
   std::optional<WeightAverage> average_;                 // optim.ema_decay
   // Optional only to be destroyed before the group closes (see train()).
   std::optional<TrainStep> train_step_;
@@ -472,6 +473,10 @@ void Trainer::log_start() const {
 void Trainer::train_epoch(int64_t epoch) {
   data::TrainLoader& loader = run_.train_loader();
   loader.set_epoch(epoch - 1);
+  if (config_.data.progressive_start_size > 0 && loader.batch_side() != batch_side_)
+    spdlog::info("epoch {}: training images {}x{} (progressive resizing; full size from epoch {})", epoch,
+                 loader.batch_side(), loader.batch_side(), config_.data.progressive_epochs + 1);
+  batch_side_ = loader.batch_side();
   const int64_t epoch_steps = std::min(steps_per_epoch_, total_steps_ - (epoch - 1) * steps_per_epoch_);
   const int64_t first = epoch == first_epoch_ ? first_index_ : 0;
   if (first == 0) {

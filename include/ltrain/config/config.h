@@ -132,6 +132,9 @@ inline Range between(double lo, double hi) { return {lo, hi, false}; }
 /// The most images a data set, a training batch or an evaluation batch may hold: 2^22 (12 GiB of
 /// uint8 pixels), far past CIFAR-10's 50,000 and the batch-size search's 262,144.
 constexpr int64_t kMaxImages = int64_t{1} << 22;
+/// The smallest side progressive resizing scales training images to (the imagenet stem's
+/// network, stride 32, is down to 1x1 from there on).
+constexpr int64_t kMinProgressiveSize = 8;
 /// The largest synthetic image side (ImageNet's training crops are 224; fine-tuning goes to 512).
 constexpr int64_t kMaxImageSize = 512;
 /// The largest model.width: 4 x torchvision's 64 (ResNet-152 then has 16 x its parameters, ~1e9).
@@ -295,6 +298,16 @@ struct DataSection {
   /// Side of the synthetic source's square images, in pixels (CIFAR-10's are 32): 224 measures a
   /// step at ImageNet's size.
   int64_t image_size = 32;
+  /// Progressive resizing: the first `progressive_epochs` epochs train on images scaled down,
+  /// from this side in the first, growing linearly towards the full side (0: off); later epochs
+  /// and evaluation are at the full side. Fewer pixels make early epochs cheaper (fast.ai's
+  /// DAWNBench ImageNet runs, FFCV's ResNet recipes).
+  int64_t progressive_start_size = 0;
+  /// Epochs of progressive resizing; training images have their full side from the next one on.
+  int64_t progressive_epochs = 0;
+  /// Sides between are rounded down to a multiple of this; each distinct side is one more CUDA
+  /// graph capture (and cuDNN autotuning) when the step is graphed.
+  int64_t progressive_size_step = 4;
 
   /// The classes of the labels `source` gives: 10 for CIFAR-10 and the synthetic source, 100 for
   /// CIFAR-100 (20 with cifar100_labels coarse).
@@ -326,6 +339,13 @@ struct DataSection {
     v("synthetic_train_size", synthetic_train_size, "training images of the synthetic source", between(1, kMaxImages));
     v("synthetic_test_size", synthetic_test_size, "test images of the synthetic source", between(1, kMaxImages));
     v("image_size", image_size, "side of the synthetic source's square images, in pixels", between(8, kMaxImageSize));
+    v("progressive_start_size", progressive_start_size,
+      "train the first epochs on images scaled down to this side, growing to full size (0: off)",
+      between(0, kMaxImageSize));
+    v("progressive_epochs", progressive_epochs,
+      "epochs of progressive resizing; images have their full side from the next epoch on", between(0, kMaxEpochs));
+    v("progressive_size_step", progressive_size_step,
+      "progressive sides are multiples of this (each side is one more graph capture)", between(1, kMaxImageSize));
   }
 };
 

@@ -12,7 +12,7 @@
 namespace ltrain::data {
 
 struct Batch {
-  torch::Tensor images;  ///< [B,3,S,S] float32 on the device, normalized (S = 32 for CIFAR-10)
+  torch::Tensor images;  ///< [B,3,S,S] float32 on the device, normalized (S = 32 for CIFAR-10; less while progressive resizing scales training images down)
   torch::Tensor labels;  ///< [B] int64 on the device
 };
 
@@ -35,6 +35,21 @@ struct Shard {
   int64_t count = 1;
 };
 
+/// Progressive resizing of training images (data.progressive_start_size, _epochs, _size_step).
+struct ProgressiveResize {
+  int64_t start_size = 0;  // 0: off
+  int64_t epochs = 0;
+  int64_t size_step = 1;
+
+  static ProgressiveResize from(const config::DataSection& data) {
+    return {data.progressive_start_size, data.progressive_epochs, data.progressive_size_step};
+  }
+  /// The side of training images in epoch `epoch` (counted from 0): start_size in epoch 0, then
+  /// start_size + (full_side - start_size) * epoch / epochs rounded down to a multiple of
+  /// size_step (never below start_size); `full_side` when off and from epoch `epochs` on.
+  int64_t side(int64_t full_side, int64_t epoch) const;
+};
+
 /// Training batches: a seeded order per epoch (file order with data.shuffle off; drop_last: the
 /// remainder is skipped) and
 /// per-image augmentation drawn per epoch, so batch (epoch, index) is a pure function of
@@ -54,6 +69,9 @@ class TrainLoader {
   void set_epoch(int64_t epoch);
   /// Batch `index` (0-based) of the current epoch.
   Batch batch(int64_t index) const;
+  /// The side of the current epoch's batches (below the images' side while progressive resizing
+  /// scales them down).
+  int64_t batch_side() const { return batch_side_; }
 
  private:
   bool augments() const { return random_crop_ || flip_; }
@@ -65,6 +83,9 @@ class TrainLoader {
   torch::Tensor cropped_and_flipped(const torch::Tensor& indices, int64_t start) const;
   /// Cutout: zeroes each image's square, in place; `start` is the batch's first position.
   void cut_out(torch::Tensor& images, int64_t start) const;
+  /// [B,3,S,S] -> [B,3,s,s] float32, s = batch_side_ (bilinear with antialiasing, as
+  /// torchvision's Resize on tensors); the batch itself when s = S.
+  torch::Tensor scaled_to_batch_side(torch::Tensor images) const;
 
   ImageSet train_;  // its images are dropped when augmenting (padded_images_ holds them)
   Normalizer normalize_;
@@ -76,6 +97,8 @@ class TrainLoader {
   int64_t padding_;
   bool flip_;
   int64_t cutout_;  // side of the cutout square, 0: off
+  ProgressiveResize progressive_;
+  int64_t batch_side_;  // the current epoch's side of a batch, s <= S
   uint64_t seed_;
   // Fixed, on the device (when augmenting; pixel_index_ with cutout):
   torch::Tensor padded_images_;  // [N,3,P,P] uint8: the images with their zero border, P = padded_side()
