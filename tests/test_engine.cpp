@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cmath>
 #include <fstream>
 
@@ -42,7 +43,9 @@ std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& file) {
 TEST(Trainer, ShortRunOnCifarMiniLearns) {
   LTRAIN_REQUIRE_CIFAR_MINI(root);
   TempDir dir;
+  const auto before = std::chrono::steady_clock::now();
   const TrainResult result = train(tiny_run(dir, root));
+  const double call_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
   EXPECT_EQ(result.epochs, 3);
   EXPECT_EQ(result.steps, 3 * 50);  // 5000 images, batch 100, drop_last
   EXPECT_GT(result.final_test_accuracy, 0.25) << "chance is 0.10";
@@ -67,6 +70,11 @@ TEST(Trainer, ShortRunOnCifarMiniLearns) {
   EXPECT_DOUBLE_EQ(summary["final_test_accuracy"].get<double>(), result.final_test_accuracy);
   EXPECT_EQ(summary["peak_memory_bytes"], -1);
   EXPECT_EQ(summary["peak_reserved_bytes"], -1);
+  // The set-up before the first step is timed apart from the run; the two fit in the call.
+  EXPECT_DOUBLE_EQ(summary["startup_seconds"].get<double>(), result.startup_seconds);
+  EXPECT_GT(result.startup_seconds, 0.0);
+  EXPECT_LE(result.startup_seconds + result.wall_seconds, call_seconds);
+  EXPECT_NE(read_file(result.run_dir / "train.log").find("; set-up before them "), std::string::npos);
 
   // keep_last 3: one checkpoint per epoch, all kept; evaluating the last one reproduces the run's
   // own final evaluation exactly.

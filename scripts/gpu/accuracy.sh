@@ -3,7 +3,8 @@
 # CIFAR-100, for a recipe with data.source cifar100 and DATA_ROOT its cifar-100-binary/), spread
 # over the host's GPUs (one run per GPU at a time). Each run's metrics.jsonl, train.log and
 # summary.json are kept in OUT/RECIPE/seed-S/ (checkpoints are not), and OUT/accuracy.md gets the
-# table: accuracy at the end (mean, min-max over seeds), best epoch's, run time, training time.
+# table: accuracy at the end (mean, min-max over seeds), best epoch's, run time, training time,
+# set-up time.
 #
 #   scripts/gpu/accuracy.sh OUT DATA_ROOT "RECIPE.json ..." "SEEDS" [--set KEY=VALUE ...]
 #   scripts/gpu/accuracy.sh out /tmp/cifar/cifar-10-batches-bin "configs/accuracy/resnet18-cifar.json" "0 1 2"
@@ -60,8 +61,9 @@ rm -rf "$scratch"
 python3 - "$out" <<'PY' | tee "$out/accuracy.md"
 import json, pathlib, statistics, sys
 out = pathlib.Path(sys.argv[1])
-print("| recipe | seeds | test accuracy at the end: mean (min-max) | best epoch's | run time | training | training img/s |")
-print("|---|---|---|---|---|---|---|")
+print("| recipe | seeds | test accuracy at the end: mean (min-max) | best epoch's | run time | training | set-up "
+      "| training img/s |")
+print("|---|---|---|---|---|---|---|---|")
 for recipe in sorted(p for p in out.iterdir() if p.is_dir()):
     runs = []
     for seed_dir in sorted(recipe.glob("seed-*")):
@@ -69,15 +71,16 @@ for recipe in sorted(p for p in out.iterdir() if p.is_dir()):
         if summary.exists():
             runs.append((seed_dir.name[5:], json.loads(summary.read_text())))
     if not runs:
-        print(f"| {recipe.name} | none finished | | | | | |")
+        print(f"| {recipe.name} | none finished | | | | | | |")
         continue
     final = [100 * s["final_test_accuracy"] for _, s in runs]
 
     def each(key, spec):
-        return " / ".join(spec.format(s[key]) for _, s in runs)
+        return " / ".join(spec.format(s[key]) if key in s else "?" for _, s in runs)
 
     print(f"| {recipe.name} | {', '.join(seed for seed, _ in runs)} "
           f"| {statistics.mean(final):.2f}% ({min(final):.2f}-{max(final):.2f}) "
-          f"| {each('best_test_accuracy', '{:.2%}')} | {each('wall_seconds', '{:.0f} s')} "
-          f"| {each('train_seconds', '{:.0f} s')} | {each('images_per_second', '{:,.0f}')} |")
+          f"| {each('best_test_accuracy', '{:.2%}')} | {each('wall_seconds', '{:.1f} s')} "
+          f"| {each('train_seconds', '{:.1f} s')} | {each('startup_seconds', '{:.1f} s')} "
+          f"| {each('images_per_second', '{:,.0f}')} |")
 PY

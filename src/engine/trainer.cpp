@@ -87,6 +87,7 @@ nlohmann::json result_json(const TrainResult& r) {
           {"best_epoch", r.best_epoch},
           {"train_seconds", r.train_seconds},
           {"wall_seconds", r.wall_seconds},
+          {"startup_seconds", r.startup_seconds},
           {"images_per_second", r.images_per_second},
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"peak_reserved_bytes", r.peak_reserved_bytes}};
@@ -319,6 +320,7 @@ TrainResult Trainer::train_to_the_end() {
   progress_.emplace(run_.console_process() && stderr_is_terminal());
   result_.run_dir = run_dir_;
   result_.epochs = std::min(first_epoch_ - 1, epochs_);
+  result_.startup_seconds = std::chrono::duration<double>(std::chrono::system_clock::now() - started_).count();
   run_start_ = Clock::now();
   try {
     for (int64_t epoch = first_epoch_; epoch <= epochs_; ++epoch) {
@@ -649,10 +651,11 @@ TrainResult Trainer::summarize() {
           : 0.0;
   result.peak_memory_bytes = compat::peak_memory_bytes(run_.device());
   result.peak_reserved_bytes = compat::peak_reserved_bytes(run_.device());
-  spdlog::info("done: {} epoch(s), {} steps in {} (training {}) | test accuracy {:.2f}%, best {:.2f}% (epoch {}) | "
-               "{:.0f} img/s",
+  spdlog::info("done: {} epoch(s), {} steps in {} (training {}; set-up before them {}) | test accuracy {:.2f}%, best "
+               "{:.2f}% (epoch {}) | {:.0f} img/s",
                result.epochs, result.steps, format_duration(result.wall_seconds),
-               format_duration(result.train_seconds), 100.0 * result.final_test_accuracy,
+               format_duration(result.train_seconds), format_duration(result.startup_seconds),
+               100.0 * result.final_test_accuracy,
                100.0 * result.best_test_accuracy, result.best_epoch, result.images_per_second);
   if (run_.main_process()) {
     nlohmann::json summary = result_json(result);

@@ -19,6 +19,10 @@ struct TrainResult {
   int64_t best_epoch = 0;
   double train_seconds = 0.0;    ///< time in training steps (no evaluation, no checkpoints)
   double wall_seconds = 0.0;     ///< the whole run after set-up
+  /// Set-up before the first step, from engine::train's start: data read and moved to the device,
+  /// model, optimizer, run directory. cuDNN's autotuning and the graph captures happen in the
+  /// first steps, so they are part of train_seconds.
+  double startup_seconds = 0.0;
   double images_per_second = 0.0;  ///< training images / train_seconds
   /// The device's peak bytes in tensors and held by the caching allocator (CUDA graph pools
   /// included), since the process started; -1 on the CPU.
