@@ -6,8 +6,9 @@ namespace ltrain::engine {
 
 void BatchGraph::run(const data::Batch& batch, const Work& work) {
   if (batch.images.sizes() != torch::IntArrayRef(shape_)) {
-    // A new shape: cuDNN autotunes its convolutions eagerly again before the next capture. The
-    // old graph (and its memory pool) goes first, so that two never hold memory at once.
+    // A new shape: the warm-up runs again before the next capture (cuDNN, when it autotunes,
+    // times its convolutions for the new shapes there). The old graph and its memory pool go
+    // first, so that two never hold memory at once.
     graph_.reset();
     images_ = torch::Tensor();
     labels_ = torch::Tensor();

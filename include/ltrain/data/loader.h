@@ -12,7 +12,9 @@
 namespace ltrain::data {
 
 struct Batch {
-  torch::Tensor images;  ///< [B,3,S,S] float32 on the device, normalized (S = 32 for CIFAR-10; less while progressive resizing scales training images down)
+  /// [B,3,S,S] float32 on the device, normalized (S = 32 for CIFAR-10; less in the epochs
+  /// progressive resizing scales training images down)
+  torch::Tensor images;
   torch::Tensor labels;  ///< [B] int64 on the device
 };
 
