@@ -32,32 +32,45 @@ void require_file(const fs::path& file, const CifarRelease& release) {
 
 /// Checks the `records` records at `bytes`, read from `file`, against the release's published
 /// files of its name: a file with a published SHA-256 must have that content at the official size
-/// (DataError: damaged); another number of records than the release's is worth a warning unless a
-/// known subset has exactly this file. Hashes only files of a published size.
-void check_against_published(const fs::path& file, const uint8_t* bytes, int64_t records,
-                             const CifarRelease& release) {
+/// (DataError: damaged); another number of records than the release's is worth a warning, returned
+/// for the caller to log ("" for none), unless a known subset has exactly this file. Hashes only
+/// files of a published size.
+std::string check_against_published(const fs::path& file, const uint8_t* bytes, int64_t records,
+                                    const CifarRelease& release) {
   const std::string name = file.filename().string();
   std::vector<ReleaseFile> files = release.train_files;
   files.push_back(release.test_file);
   const auto official = std::find_if(files.begin(), files.end(), [&](const ReleaseFile& f) { return f.name == name; });
-  if (official == files.end()) return;
+  if (official == files.end()) return "";
   const auto& known = release.published;
   const auto same_size =
       std::find_if(known.begin(), known.end(), [&](const KnownFile& k) { return k.name == name && k.records == records; });
   if (same_size != known.end()) {
     const std::string digest = sha256_hex(bytes, static_cast<size_t>(records * release.record_bytes()));
-    if (digest == same_size->sha256) return;
+    if (digest == same_size->sha256) return "";
     if (records == official->records)
       throw DataError(fmt::format("{}: the size of {}'s {} but not its content (SHA-256 {}, published {}): the file is "
                                   "damaged; {}",
                                   file.string(), release.name, name, digest, same_size->sha256, fetch_hint(release)));
   } else if (records == official->records) {
-    return;  // the official size, and no published checksum to hold it to
+    return "";  // the official size, and no published checksum to hold it to
   }
-  spdlog::warn("{}: {} record{} where {}'s {} has {}: training on part of the data set (a cut download?); "
-               "get the full files with {}",
-               file.string(), records, records == 1 ? "" : "s", release.name, name, official->records,
-               release.fetch_script);
+  return fmt::format("{}: {} record{} where {}'s {} has {}: training on part of the data set (a cut download?); "
+                     "get the full files with {}",
+                     file.string(), records, records == 1 ? "" : "s", release.name, name, official->records,
+                     release.fetch_script);
+}
+
+/// A file's records and the warning about them ("" for none): files read at once log their
+/// warnings in file order.
+struct FileRecords {
+  ImageSet set;
+  std::string warning;
+};
+
+ImageSet logged(FileRecords read) {
+  if (!read.warning.empty()) spdlog::warn("{}", read.warning);
+  return std::move(read.set);
 }
 
 ImageSet concatenate(const std::vector<ImageSet>& parts) {
@@ -140,7 +153,9 @@ const CifarRelease& cifar_release(const config::DataSection& data) {
                                      config::to_string(data.source)));
 }
 
-ImageSet read_cifar_file(const std::filesystem::path& file, const CifarRelease& release) {
+namespace {
+
+FileRecords read_file_records(const fs::path& file, const CifarRelease& release) {
   require_file(file, release);
   std::error_code size_error;
   const auto file_bytes = fs::file_size(file, size_error);
@@ -166,7 +181,7 @@ ImageSet read_cifar_file(const std::filesystem::path& file, const CifarRelease& 
   if (!in || in.gcount() != static_cast<std::streamsize>(bytes))
     throw DataError(fmt::format("{}: read {} of {} bytes: the file changed or cannot be read; {}", file.string(),
                                 static_cast<int64_t>(in.gcount()), bytes, fetch_hint(release)));
-  check_against_published(file, raw.data_ptr<uint8_t>(), records, release);
+  std::string warning = check_against_published(file, raw.data_ptr<uint8_t>(), records, release);
 
   // Every label byte in its range, the one trained on or not: the first record with one outside.
   const auto label_bytes = static_cast<int64_t>(release.label_bytes.size());
@@ -191,7 +206,13 @@ ImageSet read_cifar_file(const std::filesystem::path& file, const CifarRelease& 
   set.labels = raw.select(1, static_cast<int64_t>(release.label_byte)).to(torch::kInt64);  // [N] int64
   // [N,3072] -> [N,3,32,32]: the record already holds the R, G and B planes in row-major order.
   set.images = raw.narrow(1, label_bytes, kPixelBytes).contiguous().view({records, kChannels, kImageSide, kImageSide});
-  return set;
+  return {set, std::move(warning)};
+}
+
+}  // namespace
+
+ImageSet read_cifar_file(const std::filesystem::path& file, const CifarRelease& release) {
+  return logged(read_file_records(file, release));
 }
 
 TrainTestSets read_cifar(const std::filesystem::path& root, const CifarRelease& release) {
@@ -202,14 +223,16 @@ TrainTestSets read_cifar(const std::filesystem::path& root, const CifarRelease& 
   for (const auto& file : train_paths) require_file(file, release);
   require_file(test_path, release);
 
-  // One thread per file: reading and hashing 30 MB each (CIFAR-10).
-  const auto read = [&release](const fs::path& file) { return read_cifar_file(file, release); };
-  std::vector<std::future<ImageSet>> reads;
+  // One thread per file: reading and hashing 30 MB each (CIFAR-10). Warnings and the first
+  // failing file come in file order, the test file last.
+  const auto read = [&release](const fs::path& file) { return read_file_records(file, release); };
+  std::vector<std::future<FileRecords>> reads;
   for (const auto& file : train_paths) reads.push_back(std::async(std::launch::async, read, file));
-  std::future<ImageSet> test_read = std::async(std::launch::async, read, test_path);
+  std::future<FileRecords> test_read = std::async(std::launch::async, read, test_path);
   std::vector<ImageSet> train_parts;
-  for (auto& part : reads) train_parts.push_back(part.get());  // the first failing file in order throws
-  return {concatenate(train_parts), test_read.get()};
+  for (auto& part : reads) train_parts.push_back(logged(part.get()));
+  ImageSet test = logged(test_read.get());
+  return {concatenate(train_parts), std::move(test)};
 }
 
 ImageSet read_cifar10_file(const std::filesystem::path& file) { return read_cifar_file(file, cifar10_release()); }
