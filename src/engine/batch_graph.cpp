@@ -28,8 +28,9 @@ void BatchGraph::run(const data::Batch& batch, const Work& work) {
     graph_ = std::move(graph);
     ++captures_;
   }
-  if (batch.images.sizes() != images_.sizes() || batch.labels.sizes() != labels_.sizes())
-    throw std::logic_error("BatchGraph: a captured graph was given a batch of another shape");
+  // The images' shape is the graph's (a new one started over above); the labels must match them.
+  if (batch.labels.sizes() != labels_.sizes())
+    throw std::logic_error("BatchGraph: a captured graph was given labels of another shape than its images'");
   images_.copy_(batch.images);
   labels_.copy_(batch.labels);
   graph_->replay();
