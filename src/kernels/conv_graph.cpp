@@ -378,7 +378,8 @@ std::vector<std::unique_ptr<ConvGraph>> ConvGraph::candidates(ElementType type, 
     // Mode B where mode A offers nothing that finalizes, the fallback list where neither does.
     int made = 0;
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK}) {
-      for (cudnnBackendDescriptor_t config : heuristic_configs(b, graph, mode)) {
+      Builder query(*descriptors);  // a mode that fails leaves the next one to try
+      for (cudnnBackendDescriptor_t config : heuristic_configs(query, graph, mode)) {
         if (made >= limit) break;
         std::unique_ptr<ConvGraph> plan = make_plan(handle, config);
         if (plan == nullptr) continue;
