@@ -387,7 +387,6 @@ std::vector<std::unique_ptr<ConvGraph>> ConvGraph::candidates(ElementType type, 
         plan->device_ = device;
         plan->scale_bias_type_ = prologue.scale_bias;
         plan->pass_ = pass;
-        plan->shape_ = shape;
         plan->fusion_ = fusion;
         plans.push_back(std::move(plan));
         ++made;

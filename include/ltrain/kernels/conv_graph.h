@@ -6,8 +6,8 @@
 // - an epilogue that sums the output and its squares per channel in float32 (the next
 //   BatchNorm's statistics, without a pass of its own).
 // cuDNN builds such graphs from its runtime-fusion engines where it has them for the GPU, the
-// element type and the shape; a graph it has no engine for is refused when it is built, and the
-// caller runs the unfused operators instead. Plain C++ on cudnn.h (no LibTorch headers, and none
+// element type and the shape; a graph it has no engine for is refused when it is built (the
+// caller keeps its unfused operators). Plain C++ on cudnn.h (no LibTorch headers, and none
 // of cuDNN's in this header); tensors are NHWC (channels_last), weights KRSC, fully packed.
 // scripts/kernels/bench_conv_graph.cu times them against the plain convolution (docs/BENCHMARKS.md).
 #include <cuda_runtime_api.h>
@@ -93,10 +93,6 @@ class ConvGraph {
   /// "engine 12, compiled at run time": which engine runs, for logs and benchmarks.
   const std::string& engine() const { return engine_; }
 
-  ConvPass pass() const { return pass_; }
-  const ConvShape& shape() const { return shape_; }
-  const ConvFusion& fusion() const { return fusion_; }
-
  private:
   ConvGraph() = default;
   /// A finalized plan of engine configuration `config` (a cudnnBackendDescriptor_t) on `handle`, or
@@ -109,11 +105,10 @@ class ConvGraph {
   ElementType scale_bias_type_ = ElementType::float32;
   std::string engine_;
   ConvPass pass_ = ConvPass::forward;
-  ConvShape shape_;
   ConvFusion fusion_;
 };
 
-/// "forward, scale-bias-ReLU prologue, statistics epilogue": for messages.
+/// "forward convolution with a scale-bias-ReLU prologue and statistics": for messages.
 std::string describe(ConvPass pass, const ConvFusion& fusion);
 
 }  // namespace ltrain::kernels
