@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
 #include "ltrain/config/load.h"
@@ -32,6 +33,29 @@ class TempDir {
 
  private:
   std::filesystem::path path_;
+};
+
+/// Sets cuDNN's deterministic flag (what precision.deterministic sets, and what turns ltrain's
+/// BatchNorm kernels off) and its benchmark flag for a scope, and restores both after: the tests of
+/// one process share LibTorch's global context.
+class CudnnFlags {
+ public:
+  CudnnFlags(bool deterministic, bool benchmark)
+      : saved_deterministic_(at::globalContext().deterministicCuDNN()),
+        saved_benchmark_(at::globalContext().benchmarkCuDNN()) {
+    at::globalContext().setDeterministicCuDNN(deterministic);
+    at::globalContext().setBenchmarkCuDNN(benchmark);
+  }
+  ~CudnnFlags() {
+    at::globalContext().setDeterministicCuDNN(saved_deterministic_);
+    at::globalContext().setBenchmarkCuDNN(saved_benchmark_);
+  }
+  CudnnFlags(const CudnnFlags&) = delete;
+  CudnnFlags& operator=(const CudnnFlags&) = delete;
+
+ private:
+  bool saved_deterministic_;
+  bool saved_benchmark_;
 };
 
 /// Files with `extension` (".json") anywhere below `root`, sorted. (POSIX nftw: see TempDir.)

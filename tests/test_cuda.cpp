@@ -301,7 +301,8 @@ TEST(ActivationCheckpointing, SameGradientsOnTheGpu_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   auto gradients = [](const std::vector<std::string>& extra) {
     const auto loaded = gpu_config(extra);
-    compat::set_cudnn(false, true);  // deterministic algorithms on both sides
+    // Deterministic cuDNN: the same algorithms on both sides.
+    const testing::CudnnFlags repeatable(/*deterministic=*/true, /*benchmark=*/false);
     models::ResNet model = engine::build_model(loaded, torch::kCUDA);
     const data::Batch batch = gpu_batch(16, 3);
     {
@@ -333,21 +334,6 @@ models::BatchNorm2d gpu_batchnorm(int64_t channels) {
   return norm;
 }
 
-/// Sets cuDNN's deterministic flag (what precision.deterministic sets, and what turns ltrain's
-/// BatchNorm kernels off) for a scope, and restores it after: tests before these leave it set.
-class DeterministicCudnn {
- public:
-  explicit DeterministicCudnn(bool on) : saved_(at::globalContext().deterministicCuDNN()) {
-    at::globalContext().setDeterministicCuDNN(on);
-  }
-  ~DeterministicCudnn() { at::globalContext().setDeterministicCuDNN(saved_); }
-  DeterministicCudnn(const DeterministicCudnn&) = delete;
-  DeterministicCudnn& operator=(const DeterministicCudnn&) = delete;
-
- private:
-  bool saved_;
-};
-
 /// Which single-kernel BatchNorm a test calls.
 enum class BatchNormPath { cudnn, own };
 
@@ -362,7 +348,7 @@ struct BatchNormResult {
 /// drawn in `dtype` and, for the reference, converted exactly. y is undefined where the path declined.
 BatchNormResult run_batchnorm(BatchNormPath path, bool reference, torch::ScalarType dtype,
                               const std::vector<int64_t>& shape, bool relu, bool add_residual, double offset = 0.0) {
-  const DeterministicCudnn repeatable_off(false);
+  const testing::CudnnFlags repeatable_off(/*deterministic=*/false, /*benchmark=*/false);
   torch::manual_seed(5);
   const int64_t channels = shape[1];
   const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
@@ -483,7 +469,7 @@ TEST(OwnBatchNorm, AddsTheSecondOutputsGradientAsAutogradWouldHaveAddedIt_CUDA) 
   // itself: the kernel's sum of the two gradients must be the sum autograd makes, bit for bit
   // with a cluster reduction ({16,64,8,8}), to float rounding with the grid's atomics (in
   // registers, and streamed).
-  const DeterministicCudnn repeatable_off(false);
+  const testing::CudnnFlags repeatable_off(/*deterministic=*/false, /*benchmark=*/false);
   const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf);
   for (const std::vector<int64_t>& shape : {std::vector<int64_t>{16, 64, 8, 8}, std::vector<int64_t>{130, 64, 8, 8},
                                             std::vector<int64_t>{257, 512, 8, 8}}) {
@@ -564,7 +550,7 @@ TEST(OwnBatchNorm, KeepsTheSpreadOfOffsetChannelsAndLeavesNothingForTheNextCall_
 
 TEST(OwnBatchNorm, DeclinesWhatTheKernelsDoNotTake_CUDA) {
   LTRAIN_REQUIRE_KERNELS(models::own_batchnorm_fit(torch::kCUDA));
-  const DeterministicCudnn repeatable_off(false);
+  const testing::CudnnFlags repeatable_off(/*deterministic=*/false, /*benchmark=*/false);
   auto declined = [](const std::vector<int64_t>& shape, torch::ScalarType dtype, bool channels_last) {
     models::BatchNorm2d norm = gpu_batchnorm(shape[1]);
     torch::Tensor x = torch::randn(shape, torch::TensorOptions().device(torch::kCUDA).dtype(dtype));
@@ -620,7 +606,7 @@ TEST(FusedBatchNorm, ResNetGradientsAreAsCloseToFloat32AsTheUnfusedModels_CUDA) 
                                     std::string("model.own_batchnorm=") + (norm == Norm::own ? "true" : "false"),
                                     std::string("model.fused_batchnorm=") + (norm == Norm::cudnn ? "true" : "false")});
     // Deterministic cuDNN everywhere, except for ltrain's kernels, which that flag turns off.
-    compat::set_cudnn(false, norm != Norm::own);
+    const testing::CudnnFlags repeatable(/*deterministic=*/norm != Norm::own, /*benchmark=*/false);
     models::ResNet model = engine::build_model(loaded, torch::kCUDA);
     const data::Batch batch = gpu_batch(64, 3);
     const torch::Tensor images = batch.images.contiguous(at::MemoryFormat::ChannelsLast);

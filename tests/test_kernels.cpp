@@ -332,6 +332,8 @@ TEST(Kernels, TheModelAndTheOptimizerRunOwnKernelsExactlyWhereTheyFit_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   // What each family's fit says decides the path: the kernels where they run (every GPU of a
   // default build), LibTorch's and cuDNN's where they do not (a build without code for the GPU).
+  // Deterministic cuDNN would turn ltrain's BatchNorm off: an earlier test may have asked for it.
+  const testing::CudnnFlags repeatable_off(/*deterministic=*/false, /*benchmark=*/false);
   const torch::Device cuda(torch::kCUDA, 0);
   const auto loaded = testing::config_from({"run.device=cuda", "model.arch=resnet18", "model.width=16",
                                             "model.channels_last=true", "model.fused_batchnorm=false",
