@@ -16,6 +16,35 @@ enum TensorId : int64_t {
   kScaled = 101, kShifted, kActivated,  // the prologue's virtual tensors
 };
 
+/// One pass's convolution operation: its descriptor type and the attributes naming its three tensors
+/// (in the order the pass's graph passes them), its convolution descriptor and its alpha and beta.
+struct ConvolutionOperation {
+  cudnnBackendDescriptorType_t type;
+  std::array<cudnnBackendAttributeName_t, 3> tensors;
+  cudnnBackendAttributeName_t convolution, alpha, beta;
+  const char* name;  // for the step that failed
+};
+
+// forward: x, w, y; data gradient: w, dy, dx; weight gradient: x, dy, dw.
+constexpr ConvolutionOperation kForwardOperation = {
+    CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y},
+    CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+    CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, "forward op"};
+constexpr ConvolutionOperation kDataGradientOperation = {
+    CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX},
+    CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+    CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, "data op"};
+constexpr ConvolutionOperation kWeightGradientOperation = {
+    CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW},
+    CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+    CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, "filter op"};
+
 /// Owns every backend descriptor one graph is made of: the plan may refer to any of them.
 class Descriptors {
  public:
@@ -81,6 +110,20 @@ class Builder {
     set(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, "tensor virtual");
     finalize(t, "tensor");
     return t;
+  }
+
+  /// A finalized convolution operation of `o` on its three tensors, alpha 1 and beta 0.
+  cudnnBackendDescriptor_t convolution(const ConvolutionOperation& o,
+                                       const std::array<cudnnBackendDescriptor_t, 3>& tensors,
+                                       cudnnBackendDescriptor_t conv) {
+    const float alpha = 1.0f, beta = 0.0f;
+    cudnnBackendDescriptor_t op = make(o.type, o.name);
+    for (size_t i = 0; i < tensors.size(); ++i) set_descriptor(op, o.tensors[i], tensors[i], o.name);
+    set_descriptor(op, o.convolution, conv, o.name);
+    set(op, o.alpha, CUDNN_TYPE_FLOAT, 1, &alpha, o.name);
+    set(op, o.beta, CUDNN_TYPE_FLOAT, 1, &beta, o.name);
+    finalize(op, o.name);
+    return op;
   }
 
   /// y = x <mode> b (b may be null for one-input modes), computed in float32.
@@ -193,58 +236,33 @@ cudnnBackendDescriptor_t build_operation_graph(Builder& b, cudnnHandle_t handle,
   b.set(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilations.data(), "convolution dilations");
   b.finalize(conv, "convolution");
 
-  const float alpha = 1.0f, beta = 0.0f;
+  cudnnBackendDescriptor_t y = nullptr;  // the forward's output, which the statistics read
   if (pass == ConvPass::forward) {
-    cudnnBackendDescriptor_t w = b.tensor(kWeight, element, w_dims, false);
-    cudnnBackendDescriptor_t y = b.tensor(kY, element, y_dims, false);
-    cudnnBackendDescriptor_t op = b.make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "forward op");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, conv_input, "forward x");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w, "forward w");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y, "forward y");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv, "forward conv");
-    b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "forward alpha");
-    b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "forward beta");
-    b.finalize(op, "forward op");
-    ops.push_back(op);
-    if (fusion.output_statistics) {
-      const cudnnGenStatsMode_t stats_mode = CUDNN_GENSTATS_SUM_SQSUM;
-      cudnnBackendDescriptor_t sum = b.tensor(kSum, CUDNN_DATA_FLOAT, out_channel_dims, false);
-      cudnnBackendDescriptor_t square_sum = b.tensor(kSquareSum, CUDNN_DATA_FLOAT, out_channel_dims, false);
-      cudnnBackendDescriptor_t stats = b.make(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR, "statistics op");
-      b.set(stats, CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &stats_mode, "statistics mode");
-      b.set(stats, CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &compute, "statistics type");
-      b.set_descriptor(stats, CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y, "statistics x");
-      b.set_descriptor(stats, CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum, "statistics sum");
-      b.set_descriptor(stats, CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, square_sum, "statistics square sum");
-      b.finalize(stats, "statistics op");
-      ops.push_back(stats);
-    }
+    y = b.tensor(kY, element, y_dims, false);
+    ops.push_back(b.convolution(kForwardOperation, {conv_input, b.tensor(kWeight, element, w_dims, false), y}, conv));
   } else if (pass == ConvPass::backward_data) {
-    cudnnBackendDescriptor_t w = b.tensor(kWeight, element, w_dims, false);
-    cudnnBackendDescriptor_t dy = b.tensor(kGradY, element, y_dims, false);
-    cudnnBackendDescriptor_t dx = b.tensor(kGradX, element, x_dims, false);
-    cudnnBackendDescriptor_t op = b.make(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, "data op");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w, "data w");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, dy, "data dy");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, dx, "data dx");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv, "data conv");
-    b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "data alpha");
-    b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "data beta");
-    b.finalize(op, "data op");
-    ops.push_back(op);
+    ops.push_back(b.convolution(kDataGradientOperation,
+                                {b.tensor(kWeight, element, w_dims, false), b.tensor(kGradY, element, y_dims, false),
+                                 b.tensor(kGradX, element, x_dims, false)},
+                                conv));
   } else {
-    cudnnBackendDescriptor_t dy = b.tensor(kGradY, element, y_dims, false);
-    cudnnBackendDescriptor_t dw = b.tensor(kGradWeight, element, w_dims, false);
-    cudnnBackendDescriptor_t op =
-        b.make(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, "filter op");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, conv_input, "filter x");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, dy, "filter dy");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, dw, "filter dw");
-    b.set_descriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv, "filter conv");
-    b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "filter alpha");
-    b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "filter beta");
-    b.finalize(op, "filter op");
-    ops.push_back(op);
+    ops.push_back(b.convolution(kWeightGradientOperation,
+                                {conv_input, b.tensor(kGradY, element, y_dims, false),
+                                 b.tensor(kGradWeight, element, w_dims, false)},
+                                conv));
+  }
+  if (pass == ConvPass::forward && fusion.output_statistics) {
+    const cudnnGenStatsMode_t stats_mode = CUDNN_GENSTATS_SUM_SQSUM;
+    cudnnBackendDescriptor_t sum = b.tensor(kSum, CUDNN_DATA_FLOAT, out_channel_dims, false);
+    cudnnBackendDescriptor_t square_sum = b.tensor(kSquareSum, CUDNN_DATA_FLOAT, out_channel_dims, false);
+    cudnnBackendDescriptor_t stats = b.make(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR, "statistics op");
+    b.set(stats, CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &stats_mode, "statistics mode");
+    b.set(stats, CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &compute, "statistics type");
+    b.set_descriptor(stats, CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y, "statistics x");
+    b.set_descriptor(stats, CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum, "statistics sum");
+    b.set_descriptor(stats, CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, square_sum, "statistics square sum");
+    b.finalize(stats, "statistics op");
+    ops.push_back(stats);
   }
 
   cudnnBackendDescriptor_t graph = b.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
