@@ -390,7 +390,8 @@ std::vector<std::unique_ptr<ConvGraph>> ConvGraph::candidates(ElementType type, 
     Builder b(*descriptors);
     cudnnBackendDescriptor_t graph = build_operation_graph(b, handle, type, prologue, pass, shape, fusion);
     if (graph == nullptr) {
-      reason = "cuDNN refused the graph at " + b.failed_step() + ": " + cudnnGetErrorString(b.status());
+      reason = "cuDNN refused the " + describe(pass, fusion) + " graph at " + b.failed_step() + ": " +
+               cudnnGetErrorString(b.status());
       continue;
     }
     // Mode B where mode A offers nothing that finalizes, the fallback list where neither does.
