@@ -1,6 +1,6 @@
 # Writes OUTPUT, a C++ file defining ltrain::source_commit(): `git describe --always --dirty` of
 # SOURCE_DIR, or "unknown" where SOURCE_DIR is no git checkout (an archive, a copy without .git) or
-# git is missing. Run with `cmake -P` at configure time and before every build; the file is
+# git is missing; and ltrain::source_dir(): SOURCE_DIR. Run with `cmake -P` at configure time and before every build; the file is
 # rewritten only when the text changes, so an unchanged commit recompiles nothing.
 #
 #   cmake -DSOURCE_DIR=... -DOUTPUT=.../source_commit.cpp -P cmake/SourceCommit.cmake
@@ -16,7 +16,8 @@ if(LTRAIN_GIT AND EXISTS "${SOURCE_DIR}/.git")
 endif()
 
 string(CONCAT text "// Written by cmake/SourceCommit.cmake; do not edit.\n#include \"ltrain/core/build_info.h\"\n\n"
-                   "const char* ltrain::source_commit() { return \"${commit}\"; }\n")
+                   "const char* ltrain::source_commit() { return \"${commit}\"; }\n"
+                   "const char* ltrain::source_dir() { return R\"ltrain(${SOURCE_DIR})ltrain\"; }\n")
 set(old "")
 if(EXISTS "${OUTPUT}")
   file(READ "${OUTPUT}" old)

@@ -7,10 +7,13 @@
 #   bash scripts/setup.sh --no-data  # packages + build (+ the small test subset when available)
 #   bash scripts/setup.sh --cpu      # the CPU build, even where a CUDA LibTorch is at hand
 #   bash scripts/setup.sh --check    # which build it would make, and whether its prerequisites hold
+#   bash scripts/setup.sh --build-dir DIR   # build in DIR instead of build/
 #
 # A CUDA LibTorch, first found of: LIBTORCH=DIR (the official LibTorch archive, unpacked), the
-# python3 on the PATH with a CUDA torch (pip install torch), a Torch in CMAKE_PREFIX_PATH. It
-# needs the CUDA toolkit's nvcc of the same major version as the torch's CUDA.
+# python3 on the PATH with a CUDA torch (pip install torch, or the activated environment that
+# scripts/python-env.sh makes), on a machine with an NVIDIA GPU that environment ($LTRAIN_VENV,
+# default .venv/) unactivated, a Torch in CMAKE_PREFIX_PATH. It needs the CUDA toolkit's nvcc of
+# the same major version as the torch's CUDA.
 # Environment: CMAKE_CUDA_ARCHITECTURES or TORCH_CUDA_ARCH_LIST choose the GPUs the kernels are
 # built for (default sm_80, 86, 89, 90, 100, 120 + PTX); LTRAIN_WERROR=ON makes warnings errors.
 # Packages come from apt, or on a machine without it (an offline GPU host) from the bundle in
@@ -24,15 +27,17 @@ cd "$(dirname "$0")/.."
 die() { local code="$1"; shift; echo "setup: $*" >&2; exit "$code"; }
 info() { echo "setup: $*"; }
 
-want_data=1 force_cpu=0 check_only=0
-for arg in "$@"; do
-  case "$arg" in
+want_data=1 force_cpu=0 check_only=0 build_dir=build
+while (($#)); do
+  case "$1" in
     --no-data) want_data=0 ;;
     --cpu) force_cpu=1 ;;
     --check) check_only=1 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
-    *) die 2 "unknown option $arg (see --help)" ;;
+    --build-dir) (($# >= 2)) && [[ -n "$2" ]] || die 2 "--build-dir needs a folder"; build_dir="$2"; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    *) die 2 "unknown option $1 (see --help)" ;;
   esac
+  shift
 done
 
 readonly COMMON_PACKAGES=(build-essential cmake ninja-build nlohmann-json3-dev libspdlog-dev libfmt-dev libcxxopts-dev
@@ -62,21 +67,31 @@ find_libtorch_archive() {
   if grep -q "_GLIBCXX_USE_CXX11_ABI=0" "$dir/share/cmake/Torch/TorchConfig.cmake"; then torch_abi=0; fi
 }
 
+# find_python_torch PYTHON: a CUDA torch in that Python.
 find_python_torch() {
-  command -v python3 >/dev/null || return 1
+  local python="$1"
+  command -v "$python" >/dev/null || return 1
   local line
-  line="$(python3 -c 'import torch; print(torch.__version__.split("+")[0], torch.version.cuda or "-", int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.utils.cmake_prefix_path)' 2>/dev/null)" || return 1
+  line="$("$python" -c 'import torch; print(torch.__version__.split("+")[0], torch.version.cuda or "-", int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.utils.cmake_prefix_path)' 2>/dev/null)" || return 1
   local version cuda abi prefix
   read -r version cuda abi prefix <<<"$line"
   [[ "$cuda" != "-" ]] || return 1  # a CPU torch: Debian's LibTorch serves the CPU build as well
-  torch_prefix="$prefix" torch_from="$(command -v python3)'s torch" torch_version="$version" torch_cuda="$cuda"
+  torch_prefix="$prefix" torch_from="$(command -v "$python")'s torch" torch_version="$version" torch_cuda="$cuda"
   torch_abi="$abi"
 }
+
+# The project's own environment (scripts/python-env.sh) serves the CUDA build unasked only where a GPU
+# can run it; elsewhere it serves the Python-side tests, and activating it asks for the CUDA build.
+has_nvidia_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
 
 if ((!force_cpu)); then
   if [[ -n "${LIBTORCH:-}" ]]; then
     find_libtorch_archive
-  elif ! find_python_torch && [[ -n "${CMAKE_PREFIX_PATH:-}" ]]; then
+  elif find_python_torch python3; then
+    :
+  elif has_nvidia_gpu && find_python_torch "${LTRAIN_VENV:-$PWD/.venv}/bin/python3"; then
+    :
+  elif [[ -n "${CMAKE_PREFIX_PATH:-}" ]]; then
     torch_from="CMAKE_PREFIX_PATH"
   fi
 fi
@@ -131,7 +146,7 @@ if ((${#missing[@]})) && [[ -n "$torch_cuda" && -f "${bundle_debs[0]}" ]]; then
   # An offline GPU host: the carried Debian packages, unpacked into a private prefix.
   info "packages ${missing[*]} are not installed: building from the bundle in .carry/debs"
   get_data
-  args=(--build-dir build)
+  args=(--build-dir "$build_dir")
   [[ -n "$torch_prefix" ]] && args+=(--torch-prefix "$torch_prefix")
   [[ "${LTRAIN_WERROR:-OFF}" == ON ]] || args+=(--no-werror)
   exec bash scripts/gpu/host-build.sh "${args[@]}"
@@ -146,7 +161,7 @@ fi
 
 # cxxopts before 3.0 (Ubuntu 22.04 ships 2.2) lacks the API ltrain uses: Debian 12's header-only
 # package, checked by its SHA-256, into a private prefix.
-cmake_args=(-S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "-DLTRAIN_WERROR=${LTRAIN_WERROR:-OFF}")
+cmake_args=(-S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DLTRAIN_WERROR=${LTRAIN_WERROR:-OFF}")
 cxxopts_major="$(sed -n 's/^#define CXXOPTS__VERSION_MAJOR \([0-9]*\).*/\1/p' /usr/include/cxxopts.hpp 2>/dev/null | head -n1)"
 if [[ -n "$cxxopts_major" ]] && ((cxxopts_major < 3)); then
   prefix=.carry/cxxopts
@@ -174,19 +189,20 @@ fi
 [[ -n "$torch_dir" ]] && cmake_args+=("-DTorch_DIR=$torch_dir")
 [[ -n "${CMAKE_CUDA_ARCHITECTURES:-}" ]] && cmake_args+=("-DCMAKE_CUDA_ARCHITECTURES=$CMAKE_CUDA_ARCHITECTURES")
 # A build folder configured against another LibTorch starts over: its cache holds that one's paths.
-if [[ -n "$torch_dir" && -f build/CMakeCache.txt ]] && ! grep -qxF "Torch_DIR:PATH=$torch_dir" build/CMakeCache.txt; then
-  info "build/ was configured against another LibTorch: configuring it afresh"
-  rm -rf build/CMakeCache.txt build/CMakeFiles
+if [[ -n "$torch_dir" && -f "$build_dir/CMakeCache.txt" ]] \
+   && ! grep -qx "Torch_DIR:[A-Z]*=$(printf '%s' "$torch_dir" | sed 's/[][\.*^$]/\\&/g')" "$build_dir/CMakeCache.txt"; then
+  info "$build_dir/ was configured against another LibTorch: configuring it afresh"
+  rm -rf "$build_dir/CMakeCache.txt" "$build_dir/CMakeFiles"
 fi
-mkdir -p build
-if ! cmake "${cmake_args[@]}" >build/configure.log 2>&1; then
-  tail -n 40 build/configure.log
-  die 4 "CMake configure failed (above; the whole log is build/configure.log)"
+mkdir -p "$build_dir"
+if ! cmake "${cmake_args[@]}" >"$build_dir/configure.log" 2>&1; then
+  tail -n 40 "$build_dir/configure.log"
+  die 4 "CMake configure failed (above; the whole log is $build_dir/configure.log)"
 fi
 # What a user should see of the configure step: what ltrain found, and its own warnings (LibTorch's
 # CMake files warn about things that do not concern ltrain, such as CMAKE_CUDA_ARCHITECTURES, which
 # ltrain's kernels do follow).
-grep -E "^-- ltrain: " build/configure.log | sed 's/^-- ltrain: /setup: /'
-grep -E -A4 "^CMake Warning at CMakeLists.txt" build/configure.log || true
-cmake --build build || die 5 "build failed (see above)"
-info "done: build/ltrain --help; build/ltrain doctor shows what this machine and build offer"
+grep -E "^-- ltrain: " "$build_dir/configure.log" | sed 's/^-- ltrain: /setup: /'
+grep -E -A4 "^CMake Warning at CMakeLists.txt" "$build_dir/configure.log" || true
+cmake --build "$build_dir" || die 5 "build failed (see above)"
+info "done: $build_dir/ltrain --help; $build_dir/ltrain doctor shows what this machine and build offer"

@@ -18,6 +18,13 @@
 
 #include <chrono>
 
+#include "ltrain/amp/grad_scaler.h"
+#include "ltrain/amp/precision.h"
+#include "ltrain/engine/setup.h"
+#include "ltrain/engine/train_step.h"
+#include "ltrain/models/resnet.h"
+#include "ltrain/optim/optimizer.h"
+
 namespace ltrain::testing {
 
 std::optional<std::filesystem::path> cifar_mini_root() {
@@ -54,11 +61,9 @@ int add_if_wanted(const char* file, const struct stat*, int type, struct FTW*) {
 int remove_entry(const char* file, const struct stat*, int, struct FTW*) { return ::remove(file); }
 }  // namespace
 
-TempDir::~TempDir() {
-  // POSIX, not std::filesystem::remove_all: the pip torch (2.5+) exports its own statically linked
-  // libstdc++ filesystem symbols, and remove_all crashed in test processes linked against it.
-  ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+TempDir::~TempDir() { remove_tree(path_); }
+
+void remove_tree(const std::filesystem::path& root) { ::nftw(root.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 std::vector<std::filesystem::path> files_below(const std::filesystem::path& root, const std::string& extension) {
   std::vector<std::filesystem::path> files;
@@ -109,15 +114,25 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
-std::optional<std::string> python_with_module(const std::string& module) {
-  for (const char* python : {"/usr/bin/python3", "python3"}) {
-    const std::string probe = std::string(python) + " -c 'import " + module + "' > /dev/null 2>&1";
-    if (std::system(probe.c_str()) == 0) return std::string(python);
+std::optional<std::string> python_with_modules(const std::string& modules) {
+  std::vector<std::string> candidates;
+  if (const char* chosen = std::getenv("LTRAIN_PYTHON"); chosen != nullptr && *chosen != '\0') candidates.push_back(chosen);
+  const char* venv = std::getenv("LTRAIN_VENV");
+  candidates.push_back((venv != nullptr && *venv != '\0' ? std::string(venv) : std::string(LTRAIN_SOURCE_DIR "/.venv")) +
+                       "/bin/python3");
+  candidates.push_back("/usr/bin/python3");
+  candidates.push_back("python3");
+  for (const std::string& python : candidates) {
+    const std::string probe = "'" + python + "' -c 'import " + modules + "' > /dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return python;
   }
   return std::nullopt;
 }
 
-std::optional<std::string> python_with_matplotlib() { return python_with_module("matplotlib"); }
+bool python_checks_required() {
+  const char* required = std::getenv("LTRAIN_REQUIRE_PYTHON_CHECKS");
+  return required != nullptr && std::string(required) == "1";
+}
 
 int run_plot_script(const std::string& python, const std::string& name, const std::string& args,
                     const std::filesystem::path& log) {
@@ -226,11 +241,15 @@ void LtrainProcess::type(const std::string& text) {
     throw std::runtime_error("LtrainProcess: cannot write to the terminal");
 }
 
-bool LtrainProcess::catches_sigterm() const {
-  // Before exec the child is a copy of this process, whose handlers say nothing about ltrain's.
+bool LtrainProcess::runs_ltrain() const {
   std::error_code error;
   const std::filesystem::path image = std::filesystem::read_symlink("/proc/" + std::to_string(pid_) + "/exe", error);
-  if (error || image != std::filesystem::canonical(LTRAIN_EXECUTABLE)) return false;
+  return !error && image == std::filesystem::canonical(LTRAIN_EXECUTABLE);
+}
+
+bool LtrainProcess::catches_sigterm() const {
+  // Before exec the child is a copy of this process, whose handlers say nothing about ltrain's.
+  if (!runs_ltrain()) return false;
   std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
   for (std::string line; std::getline(status, line);)
     if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (SIGTERM - 1)) & 1;
@@ -261,6 +280,42 @@ bool wait_until(const std::function<bool()>& condition, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
+}
+
+config::LoadedConfig gpu_config(const std::vector<std::string>& extra) {
+  return config_from({"run.device=cuda", "model.arch=resnet18", "model.stem=cifar", "model.width=16",
+                               "data.batch_size=32", "optim.lr=0.05"},
+                              extra);
+}
+
+data::Batch gpu_batch(int64_t size, uint64_t seed) {
+  torch::manual_seed(seed);
+  return {torch::randn({size, 3, 32, 32}).cuda(), torch::randint(0, 10, {size}, torch::kInt64).cuda()};
+}
+
+/// Trains `steps` steps on one fixed batch; returns each step's loss.
+std::vector<double> train_fixed_batch(const config::LoadedConfig& loaded, int steps) {
+  engine::apply_runtime_settings(loaded.config);
+  const torch::Device device = engine::resolve_device(loaded);
+  models::ResNet model = engine::build_model(loaded, device);
+  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+  optimizer->set_lr(loaded.config.optim.lr);
+  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), device);
+  engine::TrainStep step(model, *optimizer, scaler, loaded.config);
+  data::Batch batch = gpu_batch(loaded.config.data.batch_size, 1);
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) {
+    step.run(batch);
+    losses.push_back(step.take_totals().mean_loss());
+  }
+  return losses;
+}
+
+double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, ((a[i] - b[i]).norm() / (b[i].norm() + 1e-12)).item<double>());
+  return worst;
 }
 
 }  // namespace ltrain::testing

@@ -13,8 +13,11 @@
 
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include "ltrain/config/load.h"
+#include "ltrain/data/loader.h"
+#include "ltrain/kernels/device_fit.h"
 
 namespace ltrain::testing {
 
@@ -58,7 +61,12 @@ class CudnnFlags {
   bool saved_benchmark_;
 };
 
-/// Files with `extension` (".json") anywhere below `root`, sorted. (POSIX nftw: see TempDir.)
+/// Removes `root` and everything below it, as std::filesystem::remove_all would. POSIX nftw: the
+/// pip torch (2.5+) exports its own statically linked libstdc++ filesystem symbols, and remove_all
+/// crashes in test processes linked against it.
+void remove_tree(const std::filesystem::path& root);
+
+/// Files with `extension` (".json") anywhere below `root`, sorted. (POSIX nftw: see remove_tree.)
 std::vector<std::filesystem::path> files_below(const std::filesystem::path& root, const std::string& extension);
 
 /// A config made of the defaults, then `overrides`, then `extra` (each "key=value", as --set).
@@ -84,15 +92,17 @@ int run_ltrain(const std::string& args, const std::filesystem::path& log);
 /// died of a signal.
 int run_ltrain_within(int seconds, const std::string& args, const std::filesystem::path& log);
 
-/// A python3 that imports `module`: Debian's /usr/bin/python3 first, else the one on the PATH;
-/// nullopt if none does.
-std::optional<std::string> python_with_module(const std::string& module);
+/// A Python that imports every one of `modules` (comma-separated, as `import` takes them): the first
+/// of $LTRAIN_PYTHON, the project's environment's ($LTRAIN_VENV, default .venv/, made by
+/// scripts/python-env.sh), Debian's /usr/bin/python3 and the python3 on the PATH that does; nullopt if
+/// none does.
+std::optional<std::string> python_with_modules(const std::string& modules);
 
-/// A python3 that imports matplotlib (for the plot scripts; scripts/setup.sh installs
-/// python3-matplotlib), as python_with_module.
-std::optional<std::string> python_with_matplotlib();
+/// True when a missing Python package fails the PyTorch-side checks instead of skipping them
+/// (LTRAIN_REQUIRE_PYTHON_CHECKS=1, as CI sets it).
+bool python_checks_required();
 
-/// Runs scripts/report/NAME with `args` (shell words) under python_with_matplotlib(); exit code, output to `log`.
+/// Runs scripts/report/NAME with `args` (shell words) under `python`; exit code, output to `log`.
 int run_plot_script(const std::string& python, const std::string& name, const std::string& args,
                     const std::filesystem::path& log);
 
@@ -119,7 +129,10 @@ class LtrainProcess {
   std::string output() const;
   /// Writes `text` to the terminal, as typed (Output::terminal only): "\x03" is Ctrl-C.
   void type(const std::string& text);
-  /// True once its SIGTERM handler is installed (from /proc/PID/status), i.e. main() has begun.
+  /// True once it runs ltrain's program (exec done; the dynamic loader may still be at work).
+  bool runs_ltrain() const;
+  /// True once its SIGTERM handler is installed (from /proc/PID/status): before the shared
+  /// libraries' initializers, long before main().
   bool catches_sigterm() const;
   /// Waits up to `seconds` for it to end: its exit code, 128 + N after signal N, -1 on a timeout.
   int wait(double seconds);
@@ -137,6 +150,19 @@ class LtrainProcess {
   std::thread collector_;
 };
 
+/// The GPU tests' small model: ResNet-18 of width 16 with the cifar stem on cuda, batch 32, lr 0.05,
+/// then `extra` overrides.
+config::LoadedConfig gpu_config(const std::vector<std::string>& extra);
+
+/// A seeded batch of `size` images [size,3,32,32] float32 and labels [size] int64 on the GPU.
+data::Batch gpu_batch(int64_t size, uint64_t seed);
+
+/// Trains `loaded`'s model `steps` steps on one fixed GPU batch; returns each step's mean loss.
+std::vector<double> train_fixed_batch(const config::LoadedConfig& loaded, int steps);
+
+/// The largest of ||a_i - b_i|| / ||b_i|| over the pairs.
+double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b);
+
 /// Waits up to `seconds` for `condition()` to hold, checking every 20 ms; its last value.
 bool wait_until(const std::function<bool()>& condition, double seconds);
 
@@ -147,6 +173,28 @@ bool wait_until(const std::function<bool()>& condition, double seconds);
   do {                                                                                 \
     if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
   } while (0)
+
+/// Skips a test of ltrain's own kernels where they do not run (no GPU, or a build without an image
+/// for this one), saying why: the model and the optimizer then take LibTorch's paths, which other
+/// tests cover. `fit_expression`: a kernels::KernelFit.
+#define LTRAIN_REQUIRE_KERNELS(fit_expression)                                              \
+  do {                                                                                      \
+    LTRAIN_REQUIRE_CUDA();                                                                  \
+    const ::ltrain::kernels::KernelFit fit_here = (fit_expression);                         \
+    if (!fit_here.runs) GTEST_SKIP() << "the kernels do not run here: " << fit_here.reason; \
+  } while (false)
+
+/// Declares `python_var`, a Python that imports `modules` (python_with_modules), or skips the test
+/// saying what to install; under python_checks_required() a missing package fails the test instead.
+#define LTRAIN_REQUIRE_PYTHON(python_var, modules)                                                      \
+  const std::optional<std::string> python_var##_optional = ::ltrain::testing::python_with_modules(modules); \
+  if (!python_var##_optional) {                                                                      \
+    const std::string python_var##_missing = std::string("no Python here imports ") + (modules) +          \
+                                             " (bash scripts/python-env.sh makes .venv/ with them)";     \
+    if (::ltrain::testing::python_checks_required()) FAIL() << python_var##_missing;                   \
+    GTEST_SKIP() << python_var##_missing;                                                            \
+  }                                                                                                  \
+  const std::string python_var = *python_var##_optional
 
 /// Skips a test that needs cifar10-mini when it is absent, saying so.
 #define LTRAIN_REQUIRE_CIFAR_MINI(root_var)                                                       \

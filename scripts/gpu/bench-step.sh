@@ -10,7 +10,7 @@
 # --segments lists model.checkpoint_segments values (0: activation checkpointing off); --graph
 # lists cuda_graph.train values for ltrain ("off on": eager and graphed rows); --python-modes
 # lists bench_pytorch.py modes (eager compile graph).
-# --set adds a config override to every ltrain run (repeatable), e.g. --set model.fused_batchnorm=false.
+# --set adds a config override to every ltrain run (repeatable), e.g. --set model.cudnn_batch_norm=false.
 # --rounds N runs the whole grid N times, ltrain then Python in each round: the host's speed
 # drifts within a run (seen on the H200 host), and alternating keeps both sides under the same drift.
 set -euo pipefail

@@ -38,8 +38,8 @@ PY
   probe r18-default-a $R18 optim.lr=0.016
   probe r18-default-b $R18 optim.lr=0.016
   probe r18-eager $R18 optim.lr=0.016 cuda_graph.train=false
-  probe r18-no-own-bn $R18 optim.lr=0.016 model.own_batchnorm=false
-  probe r18-no-fused-bn $R18 optim.lr=0.016 model.own_batchnorm=false model.fused_batchnorm=false
+  probe r18-no-own-bn $R18 optim.lr=0.016 model.ltrain_batch_norm=false
+  probe r18-no-fused-bn $R18 optim.lr=0.016 model.ltrain_batch_norm=false model.cudnn_batch_norm=false
   probe r18-fp32 $R18 optim.lr=0.016 precision.mode=fp32
   probe r18-lr-tiny $R18 optim.lr=1e-9
   probe r18-no-momentum $R18 optim.lr=0.016 optim.momentum=0 optim.nesterov=false

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build ltrain on an offline GPU host (Ubuntu, x86-64, pip torch with CUDA, nvcc, cmake, ninja).
-# The dependencies that the torch wheel lacks travel as Debian packages in .carry/debs/ (made by
-# scripts/gpu/make-bundle.sh where apt works). This script unpacks them with `dpkg -x` into a
-# private prefix (never into /), points CMake at that prefix and at torch, and builds with Ninja.
-# It needs no network.
+# The dependencies that the torch wheel lacks travel as Debian packages in .carry/debs/, and the
+# pinned wheels that the host's Python lacks in .carry/wheels/ (both made by scripts/gpu/make-bundle.sh
+# where apt and pip work). This script unpacks the packages with `dpkg -x` into a private prefix
+# (never into /), installs the wheels into .carry/site/, points CMake at that prefix and at torch,
+# and builds with Ninja. It needs no network.
 #
 #   scripts/gpu/host-build.sh                        # -> build-gpu/ltrain, build-gpu/tests/...
 #   TORCH_PREFIX=/usr/lib/x86_64-linux-gnu/cmake scripts/gpu/host-build.sh --build-dir build-x
@@ -87,6 +88,31 @@ unpack_bundle() {
   info "unpacked ${#all[@]} packages into $prefix"
 }
 
+# install_wheels WHEELS SITE: the carried wheels (make-bundle.sh: the pins this host's Python lacks)
+# installed with pip into SITE, a private folder, unless SITE already holds exactly these wheels.
+install_wheels() {
+  local wheels="$1" site="$2" stamp
+  compgen -G "$wheels/*.whl" >/dev/null || return 0
+  stamp="$(cd "$wheels" && sha256sum -- *.whl)"
+  if [[ -f "$site/.ltrain-wheels" && "$(cat "$site/.ltrain-wheels")" == "$stamp" ]]; then
+    info "wheels in $site are up to date"
+  else
+    local tmp="$site.tmp.$$"
+    rm -rf "$tmp"
+    if ! PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
+           --no-compile --target "$tmp" "$wheels"/*.whl; then
+      rm -rf "$tmp"
+      die 3 "pip could not install the wheels in $wheels (above): make the bundle again for this host's Python ($(python3 --version 2>&1), make-bundle.sh --python-version)"
+    fi
+    printf '%s\n' "$stamp" >"$tmp/.ltrain-wheels"
+    rm -rf "$site"
+    mv "$tmp" "$site"
+    info "installed $(cd "$wheels" && ls -- *.whl | paste -sd' ') into $site"
+  fi
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  info "the Python-side scripts find them with: export PYTHONPATH=$site\${PYTHONPATH:+:\$PYTHONPATH}"
+}
+
 # find_torch_prefix: print LibTorch's CMake prefix from $TORCH_PREFIX or the python3 torch.
 find_torch_prefix() {
   if [[ -n "${TORCH_PREFIX:-}" ]]; then echo "$TORCH_PREFIX"; return; fi
@@ -147,6 +173,7 @@ main() {
 
   unpack_bundle "$debs" "$prefix"
   local usr="$prefix/usr"
+  install_wheels "$(dirname "$debs")/wheels" "$(dirname "$debs")/site"
 
   if [[ -n "$torch_prefix" ]]; then TORCH_PREFIX="$torch_prefix"; fi
   torch_prefix="$(find_torch_prefix)"

@@ -51,3 +51,22 @@ download() {
     echo "neither curl nor wget is installed"; return 1
   fi
 }
+
+# convert_python_release RELEASE SOURCE_DIR OUT_DIR: torchvision's Python release (cifar10:
+# cifar-10-batches-py, cifar100: cifar-100-python) as the binary one's files in OUT_DIR
+# (lib/cifar_from_python.py), under the first Python with numpy: $LTRAIN_PYTHON, the project's
+# environment ($LTRAIN_VENV, default .venv/), /usr/bin/python3, python3.
+convert_python_release() {
+  local release="$1" source="$2" out="$3" python root
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+  for python in "${LTRAIN_PYTHON:-}" "${LTRAIN_VENV:-$root/.venv}/bin/python3" /usr/bin/python3 python3; do
+    [[ -n "$python" ]] && "$python" -c "import numpy" >/dev/null 2>&1 && break
+    python=""
+  done
+  [[ -n "$python" ]] \
+    || die 3 "converting torchvision's Python release in $source needs numpy: bash scripts/python-env.sh (or apt-get install python3-numpy), then this command again"
+  info "converting torchvision's Python release in $source to the binary one"
+  "$python" "$root/scripts/lib/cifar_from_python.py" "$release" "$source" "$out" >/dev/null \
+    || die 3 "$source is not torchvision's Python release of $release (above); fetch it again"
+}
+

@@ -99,14 +99,19 @@ def main(argv=None):
                               images=len(labels), first_labels=labels[:8].tolist())))
         return 0
 
+    if meta.get("model.width", "64") != "64":
+        print(f"export_accuracy: {args.weights}: model.width {meta['model.width']}: torchvision's ResNets have "
+              "width 64 only, so no torchvision model takes these weights", file=sys.stderr)
+        return 3
     import torch
-    from parity_torchvision import load_tensors
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
     from torchvision_models import build_model
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        tensors = load_tensors(args.weights)
-    except (OSError, ValueError, struct.error) as exc:
+        tensors = load_file(args.weights)
+    except (OSError, ValueError, SafetensorError) as exc:
         print(f"export_accuracy: {exc}", file=sys.stderr)
         return 3
     model = build_model(meta.get("model.arch", "resnet50"), meta.get("model.stem", "imagenet"), num_classes)
@@ -119,19 +124,21 @@ def main(argv=None):
     mean, std = mean.view(1, 3, 1, 1).to(device), std.view(1, 3, 1, 1).to(device)
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    correct = 0
+    correct, loss_sum = 0, 0.0
     with torch.no_grad():
         for start in range(0, len(labels), args.batch):
             x = images[start:start + args.batch].to(device).float().div_(255.0)
             x = (x - mean) / std
-            logits = model(x)
-            correct += int((logits.argmax(1).cpu() == labels[start:start + args.batch]).sum())
+            logits = model(x).cpu()                      # [B,classes] float32
+            y = labels[start:start + args.batch]         # [B] int64
+            correct += int((logits.argmax(1) == y).sum())
+            loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
     result = dict(weights=args.weights, source=source, labels=label, images=len(labels), correct=correct,
-                  accuracy=correct / len(labels))
+                  accuracy=correct / len(labels), loss=loss_sum / len(labels))
     on = f"{source} ({label} labels)" if source == "cifar100" else source
     print(json.dumps(result) if args.json else
-          f"{args.weights}: torchvision test accuracy {100 * result['accuracy']:.2f}% ({correct}/{len(labels)}) "
-          f"on {on}")
+          f"{args.weights}: torchvision test accuracy {100 * result['accuracy']:.2f}% ({correct}/{len(labels)}), "
+          f"loss {result['loss']:.4f} on {on}")
     return 0
 
 

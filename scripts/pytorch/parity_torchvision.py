@@ -20,8 +20,7 @@ resnet50 imagenet stem, B=16: logits 8e-5, gradients up to 2e-2 on an H200 and o
 columns tell the two failures apart (ltrain-vs-fp64 near tv32-vs-fp64: a summation-order
 difference; far above it: a bug).
 Exit 2: usage; exit 3: the tool is missing or failed, or the device is unavailable.
-Needs torch and torchvision; uses the safetensors package when installed, else a built-in reader
-and writer of the same format.
+Needs torch, torchvision and safetensors (bash scripts/python-env.sh makes .venv/ with them).
 """
 import argparse
 import copy
@@ -29,7 +28,6 @@ import json
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -39,6 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
+from safetensors.torch import load_file, save_file
 
 from torchvision_models import ARCHS, NUM_CLASSES, build_model
 
@@ -46,11 +45,6 @@ IMAGE_SIZE = 32
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_TOOL = os.path.join(REPO_ROOT, "build-gpu", "ltrain_parity")
 SHOW_WORST = 8
-
-# safetensors dtype codes <-> torch dtypes (for the built-in fallback).
-ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-             "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-             "U8": torch.uint8, "BOOL": torch.bool}
 
 
 def parse_args(argv):
@@ -77,58 +71,13 @@ def parse_args(argv):
 # safetensors files
 
 def save_tensors(tensors, path):
-    """Write a dict of tensors as safetensors (the package if installed, else the same format here)."""
-    try:
-        from safetensors.torch import save_file
-    except ImportError:
-        save_file = None
-    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
-    if save_file is not None:
-        save_file(tensors, path)
-        return
-    codes = {v: k for k, v in ST_DTYPES.items()}
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name]
-        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": codes[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for data in blobs:
-            f.write(data)
+    """Write a dict of tensors as safetensors, with the safetensors package."""
+    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, path)
 
 
 def load_tensors(path):
-    """Read a safetensors file into a dict of CPU tensors."""
-    try:
-        from safetensors.torch import load_file
-    except ImportError:
-        load_file = None
-    if load_file is not None:
-        return load_file(path)
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    body = raw[8 + n:]
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = ST_DTYPES[info["dtype"]]
-        begin, end = info["data_offsets"]
-        if end == begin:
-            out[name] = torch.empty(info["shape"], dtype=dtype)
-        else:
-            flat = torch.frombuffer(bytearray(body[begin:end]), dtype=torch.uint8)
-            out[name] = flat.view(dtype).reshape(info["shape"]).clone()
-    return out
+    """Read a safetensors file into a dict of CPU tensors, with the safetensors package."""
+    return load_file(path)
 
 
 # ----------------------------------------------------------------------------------------------
