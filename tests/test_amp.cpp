@@ -1,6 +1,8 @@
 // Mixed precision and memory features on the CPU: GradScaler semantics, the autocast guard,
 // gradient accumulation, activation checkpointing, clipping.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -12,10 +14,16 @@
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
+#include "ltrain/ops/gradient_kernels.h"
+#include "ltrain/optim/optimizer.h"
 #include "support.h"
 
 namespace ltrain {
 namespace {
+
+using testing::gpu_batch;
+using testing::gpu_config;
+using testing::train_fixed_batch;
 
 config::OptimSection plain_sgd(double lr, double momentum) {
   config::OptimSection o;
@@ -433,6 +441,74 @@ TEST(Clipping, ScalesToTheMaximumNormOnlyWhenAbove) {
   EXPECT_NEAR(torch::stack({grads[0].norm(), grads[1].norm()}).norm().item<double>(), 1.0, 1e-5);
   engine::clip_grad_norm(grads, 10.0);
   EXPECT_NEAR(torch::stack({grads[0].norm(), grads[1].norm()}).norm().item<double>(), 1.0, 1e-5);  // unchanged
+}
+
+TEST(Autocast, Fp16AndBf16LossesAreFiniteAndFallOnTheGpu_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  for (const char* mode : {"fp16", "bf16"}) {
+    const std::vector<double> losses = train_fixed_batch(gpu_config({std::string("precision.mode=") + mode}), 12);
+    for (double loss : losses) EXPECT_TRUE(std::isfinite(loss)) << mode;
+    EXPECT_LT(losses.back(), 0.5 * losses.front()) << mode;  // one batch is memorized quickly
+  }
+}
+
+TEST(GradScaler, CheckOnTheGpuReadsEveryDtypeAndChangesNoGradient_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_gradient_kernels_fit(torch::kCUDA));
+  // Float32, fp16 and bf16 gradients in one list, more of them than one launch takes (128).
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(6);
+  std::vector<torch::Tensor> grads{torch::randn({5000}, cuda), torch::randn({3, 3}, cuda).to(torch::kHalf)};
+  for (int i = 0; i < 130; ++i) grads.push_back(torch::randn({7}, cuda).to(torch::kBFloat16));
+  // Over several blocks of 16-byte loads, and one not 16-byte aligned (read element by element).
+  grads.push_back(torch::randn({40000}, cuda).to(torch::kHalf));
+  grads.push_back(torch::randn({1001}, cuda).to(torch::kHalf).narrow(0, 1, 1000));
+  amp::GradScalerOptions options;
+  options.enabled = true;
+  amp::GradScaler scaler(options, torch::kCUDA);
+  auto found_after_check = [&]() {
+    std::vector<torch::Tensor> before;
+    for (const auto& grad : grads) before.push_back(grad.clone());
+    scaler.check(grads);
+    for (size_t i = 0; i < grads.size(); ++i) {  // equal_nan: a NaN left in place equals itself
+      EXPECT_TRUE(torch::allclose(grads[i].to(torch::kFloat64), before[i].to(torch::kFloat64), 0.0, 0.0, true)) << i;
+    }
+    return scaler.step_state(/*gradients_unscaled=*/false).found_inf.item<double>();
+  };
+  EXPECT_EQ(found_after_check(), 0.0);
+  grads[1][2][2] = std::numeric_limits<double>::infinity();  // the fp16 gradient's last element
+  EXPECT_EQ(found_after_check(), 1.0);
+  grads[1][2][2] = 0.0;
+  EXPECT_EQ(found_after_check(), 0.0);  // each check starts from zero
+  grads[131][6] = std::numeric_limits<double>::quiet_NaN();  // the last bf16 gradient, in the second launch
+  EXPECT_EQ(found_after_check(), 1.0);
+  grads[131][6] = 0.0;
+  grads[0][4999] = -std::numeric_limits<double>::infinity();
+  EXPECT_EQ(found_after_check(), 1.0);
+  grads[0][4999] = 0.0;
+  grads[132][20001] = std::numeric_limits<double>::infinity();  // the second block, inside a vector
+  EXPECT_EQ(found_after_check(), 1.0);
+  grads[132][20001] = 0.0;
+  grads[133][500] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(found_after_check(), 1.0);
+  grads[133][500] = 0.0;
+  EXPECT_EQ(found_after_check(), 0.0);
+}
+
+TEST(GradScaler, SkipsAndBacksOffOnTheGpu_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  const auto loaded = gpu_config({"precision.mode=fp16"});
+  models::ResNet model = engine::build_model(loaded, torch::kCUDA);
+  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
+  engine::TrainStep step(model, *optimizer, scaler, loaded.config);
+  data::Batch batch = gpu_batch(32, 2);
+  batch.images[0][0][0][0] = std::numeric_limits<float>::infinity();
+  const torch::Tensor before = model->parameters().front().detach().clone();
+  step.run(batch);
+  const engine::StepTotals totals = step.take_totals();
+  EXPECT_EQ(totals.skipped_steps, 1);
+  EXPECT_EQ(totals.loss_scale, 32768.0);
+  EXPECT_TRUE(torch::equal(model->parameters().front().detach(), before));
 }
 
 }  // namespace

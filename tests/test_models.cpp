@@ -1,5 +1,6 @@
 // ResNet architecture, names, init and forward, checked against torchvision's numbers.
 #include <cmath>
+#include <iostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -7,10 +8,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "ltrain/amp/autocast.h"
 #include "ltrain/config/config.h"
 #include "ltrain/engine/setup.h"
-#include "ltrain/models/max_pool.h"
+#include "ltrain/engine/train_step.h"
 #include "ltrain/models/resnet.h"
+#include "ltrain/ops/batch_norm.h"
+#include "support.h"
 
 namespace {
 
@@ -89,18 +93,6 @@ std::vector<std::vector<int64_t>> stage_sizes(ResNet& model, const torch::Tensor
 }
 
 // ---- Architecture --------------------------------------------------------------------------------
-
-TEST(MaxPool, AtenRunsItOffTheGpu) {
-  // The own kernels are CUDA-only; on the CPU the operator is ATen's, with its gradients.
-  torch::manual_seed(4);
-  const torch::Tensor input =
-      torch::randn({2, 8, 9, 9}).contiguous(torch::MemoryFormat::ChannelsLast).requires_grad_();
-  EXPECT_FALSE(ltrain::models::takes_own_max_pool(input, 3, 2, 1));
-  const torch::Tensor pooled = ltrain::models::max_pool2d(input, 3, 2, 1);
-  EXPECT_TRUE(torch::equal(pooled, torch::max_pool2d(input, {3, 3}, {2, 2}, {1, 1})));
-  pooled.sum().backward();
-  EXPECT_EQ(input.grad().sum().item<float>(), 2 * 8 * 5 * 5);  // each output passes its 1 to one input
-}
 
 /// Each model of `expected` (model.arch and its parameter count) at torchvision's width, with the
 /// imagenet stem and `num_classes` outputs, has exactly that many parameters.
@@ -385,14 +377,14 @@ TEST(ResNet, BatchNormForwardReluIsReluOfNormPlusResidual) {
     EXPECT_TRUE(torch::allclose(fused->running_mean, separate->running_mean));
     EXPECT_TRUE(torch::allclose(fused->running_var, separate->running_var));
   }
-  // model.fused_batchnorm reaches every BatchNorm of a ResNet.
+  // model.cudnn_batch_norm and model.ltrain_batch_norm reach every BatchNorm of a ResNet.
   auto options = model_options(Arch::resnet50, 4);
-  options.fused_batchnorm = false;
+  options.cudnn_batch_norm = false;
   ResNet model(options);
   for (const auto& module : model->modules(/*include_self=*/false))
     if (auto* norm = module->as<BatchNorm2d>()) {
-      EXPECT_FALSE(norm->policy().cudnn_fused_relu);
-      EXPECT_TRUE(norm->policy().own_kernels);
+      EXPECT_FALSE(norm->backends().cudnn);
+      EXPECT_TRUE(norm->backends().ltrain);
     }
 }
 
@@ -511,3 +503,96 @@ TEST(ResNet, TrainingForwardUpdatesRunningStats) {
 }
 
 }  // namespace
+
+namespace ltrain {
+namespace {
+
+using testing::gpu_batch;
+using testing::gpu_config;
+using testing::max_relative_difference;
+
+// ---- On the GPU -------------------------------------------------------------------------------------
+
+TEST(ActivationCheckpointing, SameGradientsOnTheGpu_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  auto gradients = [](const std::vector<std::string>& extra) {
+    const auto loaded = gpu_config(extra);
+    // Deterministic cuDNN: the same algorithms on both sides.
+    const testing::CudnnFlags repeatable(/*deterministic=*/true, /*benchmark=*/false);
+    models::ResNet model = engine::build_model(loaded, torch::kCUDA);
+    const data::Batch batch = gpu_batch(16, 3);
+    {
+      const amp::AutocastGuard autocast(torch::kCUDA, torch::kBFloat16, loaded.config.precision.mode ==
+                                                                             config::PrecisionMode::bf16);
+      engine::classification_loss(model->forward(batch.images), batch.labels, 0.0).backward();
+    }
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().cpu().clone());
+    return grads;
+  };
+  EXPECT_LT(max_relative_difference(gradients({"model.checkpoint_segments=4"}), gradients({})), 1e-4);
+  EXPECT_LT(max_relative_difference(gradients({"model.checkpoint_segments=4", "precision.mode=bf16"}),
+                                    gradients({"precision.mode=bf16"})),
+            1e-2);
+}
+
+/// sqrt(sum ||a_i - b_i||^2) / sqrt(sum ||b_i||^2): all of a model's gradients as one vector.
+double overall_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double difference = 0.0, reference = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    difference += (a[i] - b[i]).square().sum().item<double>();
+    reference += b[i].square().sum().item<double>();
+  }
+  return std::sqrt(difference / reference);
+}
+
+TEST(ResNet, GradientsOnEachBatchNormBackendAreAsCloseToFloat32AsTheUnfusedModels_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // Which BatchNorm a model runs: ltrain's kernels, cuDNN's fused kernel, or three operators.
+  enum class Norm { ltrain, cudnn, separate };
+  auto gradients = [](const std::string& precision, Norm norm) {
+    // ResNet-18 at batch 64: a randomly initialized ResNet-50 at batch 16 is so ill-conditioned
+    // that fp16's rounding alone moves its gradients by 60% of their norm, fused or not.
+    const auto loaded = gpu_config({"model.channels_last=true", "precision.mode=" + precision,
+                                    std::string("model.ltrain_batch_norm=") + (norm == Norm::ltrain ? "true" : "false"),
+                                    std::string("model.cudnn_batch_norm=") + (norm == Norm::cudnn ? "true" : "false")});
+    // Deterministic cuDNN everywhere, except for ltrain's kernels, which that flag turns off.
+    const testing::CudnnFlags repeatable(/*deterministic=*/norm != Norm::ltrain, /*benchmark=*/false);
+    models::ResNet model = engine::build_model(loaded, torch::kCUDA);
+    const data::Batch batch = gpu_batch(64, 3);
+    const torch::Tensor images = batch.images.contiguous(at::MemoryFormat::ChannelsLast);
+    {
+      const amp::AutocastGuard autocast(torch::kCUDA, torch::kHalf, precision == "fp16");
+      // The cifar stem ends in its BatchNorm-ReLU pair: the single kernel's node, or ReLU's.
+      const torch::Tensor stem = model->forward_stem(images);
+      const std::string stem_node = stem.grad_fn()->name();
+      if (precision == "fp16") {
+        const bool ltrain_runs = ops::ltrain_batch_norm_fit(torch::kCUDA).runs;
+        EXPECT_EQ(stem_node.find("LtrainBatchNorm") != std::string::npos, norm == Norm::ltrain && ltrain_runs) << stem_node;
+        EXPECT_EQ(stem_node.find("CudnnBatchNorm") != std::string::npos, norm == Norm::cudnn) << stem_node;
+      }
+      engine::classification_loss(model->forward(images), batch.labels, 0.0).backward();
+    }
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().cpu().to(torch::kFloat32).clone());
+    return grads;
+  };
+  const auto reference = gradients("fp32", Norm::separate);
+  const auto unfused = gradients("fp16", Norm::separate);
+  const double unfused_error = overall_relative_difference(unfused, reference);
+  EXPECT_LT(unfused_error, 0.2);  // a comparison between answers close to float32's
+  std::vector<std::pair<std::string, Norm>> single_kernels{{"ltrain's kernels", Norm::ltrain}};
+  if (ops::cudnn_batch_norm_built()) single_kernels.emplace_back("cuDNN's fused kernel", Norm::cudnn);
+  for (const auto& [name, norm] : single_kernels) {
+    const auto fused = gradients("fp16", norm);
+    const double fused_error = overall_relative_difference(fused, reference);
+    std::cout << "fp16 gradients against float32: " << name << " " << fused_error << " (worst tensor "
+              << max_relative_difference(fused, reference) << "), three operators " << unfused_error
+              << " (worst tensor " << max_relative_difference(unfused, reference) << "); the two apart "
+              << overall_relative_difference(fused, unfused) << "\n";
+    EXPECT_LT(fused_error, 1.5 * unfused_error + 1e-3) << name;
+  }
+}
+
+}  // namespace
+}  // namespace ltrain

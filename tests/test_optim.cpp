@@ -1,10 +1,15 @@
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "ltrain/core/torch_compat.h"
+#include "ltrain/ops/gradient_kernels.h"
 #include "ltrain/optim/optimizer.h"
 #include "ltrain/optim/schedule.h"
+#include "support.h"
 
 namespace ltrain::optim {
 namespace {
@@ -172,6 +177,67 @@ TEST(Schedule, OneCycleProducesPyTorchValues) {
   EXPECT_DOUBLE_EQ(schedule.at(2), 1.0);
   EXPECT_NEAR(schedule.at(5), final_lr + (1.0 - final_lr) / 2 * (1 + std::cos(M_PI * 3.0 / 7.0)), 1e-12);
   EXPECT_NEAR(schedule.at(9), final_lr, 1e-15);
+}
+
+TEST(Optimizer, FusedAndPortableAgreeOnTheGpu_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  if (!compat::has_fused_optimizers()) GTEST_SKIP() << "this LibTorch has no fused optimizers";
+  // The same parameters and the same scaled gradients go through both paths; step 1 carries an
+  // inf (found_inf = 1) that both must skip on the device. Only the update arithmetic differs,
+  // so the weights and the optimizer state must agree to float32 rounding.
+  // More parameters than one launch of ltrain's SGD kernel takes (64), one over many blocks.
+  std::vector<std::vector<int64_t>> shapes{{16, 3, 3, 3}, {16}, {16}, {10, 16}, {10}, {300, 70}};
+  for (int64_t i = 0; i < 70; ++i) shapes.push_back({i % 5 + 1, 3});
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(3);
+  NamedTensors initial;
+  for (size_t i = 0; i < shapes.size(); ++i) initial.emplace_back("p" + std::to_string(i), torch::randn(shapes[i], cuda));
+  const double scale = 1024.0;
+  std::vector<std::vector<torch::Tensor>> scaled_grads(4);  // per step, per parameter
+  for (auto& grads : scaled_grads)
+    for (const auto& shape : shapes) grads.push_back(torch::randn(shape, cuda) * scale);
+
+  for (const char* name : {"sgd", "adamw"}) {
+    config::OptimSection options;
+    options.name = name == std::string("sgd") ? config::OptimizerKind::sgd : config::OptimizerKind::adamw;
+    options.lr = 0.05;
+    options.momentum = 0.9;
+    options.nesterov = true;
+    options.weight_decay = 5e-4;
+    options.no_decay_norm_and_bias = true;
+    auto run = [&](bool fused) {
+      NamedTensors params;
+      for (const auto& [key, tensor] : initial) params.emplace_back(key, tensor.clone().requires_grad_(true));
+      options.fused = fused;
+      auto optimizer = optim::make_optimizer(options, params);
+      // SGD: ltrain's kernel where it runs on this GPU, else LibTorch's.
+      EXPECT_EQ(optimizer->fused(), fused) << name;
+      if (options.name == config::OptimizerKind::sgd && fused) {
+        EXPECT_EQ(std::string(optimizer->step_kernel()), ops::ltrain_gradient_kernels_fit(torch::kCUDA).runs
+                                                             ? "fused (ltrain's SGD kernel)"
+                                                             : "fused (LibTorch's SGD kernel)");
+      }
+      optimizer->set_lr(options.lr);
+      const torch::Tensor grad_scale = torch::full({1}, scale, cuda);
+      for (size_t step = 0; step < scaled_grads.size(); ++step) {
+        for (size_t i = 0; i < params.size(); ++i) params[i].second.mutable_grad() = scaled_grads[step][i].clone();
+        const torch::Tensor found_inf = torch::full({1}, step == 1 ? 1.0 : 0.0, cuda);
+        optimizer->step({grad_scale, found_inf});
+      }
+      NamedTensors out = params;
+      for (const auto& entry : optimizer->state()) out.push_back(entry);
+      return out;
+    };
+    const NamedTensors fused = run(true), portable = run(false);
+    ASSERT_EQ(fused.size(), portable.size()) << name;
+    for (size_t i = 0; i < fused.size(); ++i) {
+      EXPECT_EQ(fused[i].first, portable[i].first);
+      const torch::Tensor a = fused[i].second.detach().to(torch::kFloat64).cpu();
+      const torch::Tensor b = portable[i].second.detach().to(torch::kFloat64).cpu();
+      EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-6)) << name << " " << fused[i].first << ": max difference "
+                                                    << (a - b).abs().max().item<double>();
+    }
+  }
 }
 
 }  // namespace

@@ -3,37 +3,12 @@
 #include <fmt/format.h>
 
 #include "ltrain/core/errors.h"
-
-#if LTRAIN_WITH_CUDA
-#include "ltrain/kernels/torch_bridge.h"
-#endif
+#include "ltrain/ops/gradient_kernels.h"
 
 namespace ltrain::amp {
 namespace {
 torch::TensorOptions on(const torch::Device& device, torch::ScalarType type) {
   return torch::TensorOptions().dtype(type).device(device);
-}
-
-/// ltrain's inf/NaN check (kernels/sgd_step.h) over `gradients` in any mix of float32, fp16 and
-/// bf16, read-only: found_inf ([1] float32) becomes 1 on any inf or NaN and 0 otherwise. False,
-/// doing nothing, where the kernel cannot read them (a CPU build, a GPU without the kernels,
-/// sparse or non-dense tensors).
-bool check_with_own_kernel(const std::vector<torch::Tensor>& gradients, const torch::Tensor& found_inf) {
-#if LTRAIN_WITH_CUDA
-  if (!found_inf.is_cuda() || !kernels::gradient_kernels_read(gradients)) return false;
-  std::vector<kernels::GradientView> views;
-  views.reserve(gradients.size());
-  for (const torch::Tensor& gradient : gradients) views.push_back(kernels::gradient_view_of(gradient));
-  found_inf.zero_();  // the kernel only ever sets it
-  kernels::throw_on_error(kernels::find_non_finite(views.data(), static_cast<int64_t>(views.size()),
-                                                   found_inf.data_ptr<float>(), kernels::current_stream_of(found_inf)),
-                          "inf/NaN check kernel");
-  return true;
-#else
-  (void)gradients;
-  (void)found_inf;
-  return false;
-#endif
 }
 }  // namespace
 
@@ -49,7 +24,7 @@ torch::Tensor GradScaler::scale_loss(const torch::Tensor& loss) const {
   return options_.enabled ? loss * scale_ : loss;
 }
 
-void GradScaler::find_non_finite(const std::vector<torch::Tensor>& grads, const torch::Tensor& inv_scale) {
+void GradScaler::find_inf(const std::vector<torch::Tensor>& grads, const torch::Tensor& inv_scale) {
   found_inf_.zero_();
   if (grads.empty()) return;
   if (found_inf_.is_cuda()) {
@@ -68,14 +43,14 @@ void GradScaler::unscale(const std::vector<torch::Tensor>& grads) {
   if (!options_.enabled) return;
   torch::NoGradGuard no_grad;
   // As torch: the reciprocal in double, then float32.
-  find_non_finite(grads, scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32));
+  find_inf(grads, scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32));
 }
 
 void GradScaler::check(const std::vector<torch::Tensor>& grads) {
   if (!options_.enabled) return;
   torch::NoGradGuard no_grad;
-  if (check_with_own_kernel(grads, found_inf_)) return;
-  find_non_finite(grads, torch::ones({1}, on(scale_.device(), torch::kFloat32)));
+  if (ops::ltrain_find_inf(grads, found_inf_)) return;
+  find_inf(grads, torch::ones({1}, on(scale_.device(), torch::kFloat32)));
 }
 
 ScalerState GradScaler::step_state(bool gradients_unscaled) const {

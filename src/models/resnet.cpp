@@ -6,9 +6,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "ltrain/models/fused_batchnorm.h"
-#include "ltrain/models/max_pool.h"
-#include "ltrain/models/own_batchnorm.h"
+#include "ltrain/ops/batch_norm.h"
+#include "ltrain/ops/max_pool.h"
 
 namespace ltrain::models {
 namespace {
@@ -57,7 +56,8 @@ struct Stages {
 /// shortcut whenever stride or channels change. Modules are created in torchvision's order
 /// (a block's downsample before its convs), so the random init draws come in the same order.
 template <class Block>
-Stages make_stages(int64_t width, const ArchSpec& spec, const std::shared_ptr<const BatchNormPolicy>& batchnorm) {
+Stages make_stages(int64_t width, const ArchSpec& spec,
+                   const std::shared_ptr<const ops::BatchNormBackends>& batch_norm_backends) {
   const std::array<int64_t, 4>& blocks_per_stage = spec.blocks_per_stage;
   Stages stages{{}, width};
   int64_t in_channels = width;  // the stem's output
@@ -70,12 +70,13 @@ Stages make_stages(int64_t width, const ArchSpec& spec, const std::shared_ptr<co
       torch::nn::Sequential projection{nullptr};
       if (stride != 1 || in_channels != out_channels)
         projection = torch::nn::Sequential(conv_no_bias(in_channels, out_channels, 1, stride),
-                                           BatchNorm2d(out_channels, batchnorm));
+                                           BatchNorm2d(out_channels, batch_norm_backends));
       if constexpr (std::is_same_v<Block, BottleneckImpl>) {
-        layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection), batchnorm,
-                                                 spec.shape));
+        layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection),
+                                                 batch_norm_backends, spec.shape));
       } else {
-        layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection), batchnorm));
+        layer->push_back(
+            std::make_shared<Block>(in_channels, planes, stride, std::move(projection), batch_norm_backends));
       }
       in_channels = out_channels;
     }
@@ -89,18 +90,8 @@ Stages make_stages(int64_t width, const ArchSpec& spec, const std::shared_ptr<co
 
 // ---- BatchNorm ---------------------------------------------------------------------------------
 
-namespace {
-
-/// What the single-kernel paths take (models/fused_batchnorm.h, models/own_batchnorm.h).
-BatchNormParameters kernel_parameters_of(const BatchNorm2dImpl& norm) {
-  return {norm.weight, norm.bias, norm.running_mean, norm.running_var, BatchNorm2dImpl::kMomentum,
-          BatchNorm2dImpl::kEps};
-}
-
-}  // namespace
-
-BatchNorm2dImpl::BatchNorm2dImpl(int64_t channels, std::shared_ptr<const BatchNormPolicy> policy)
-    : channels_(channels), policy_(std::move(policy)) {
+BatchNorm2dImpl::BatchNorm2dImpl(int64_t channels, std::shared_ptr<const ops::BatchNormBackends> backends)
+    : channels_(channels), backends_(std::move(backends)) {
   reset();
 }
 
@@ -113,51 +104,17 @@ void BatchNorm2dImpl::reset() {
   num_batches_tracked = register_buffer("num_batches_tracked", torch::zeros({}, torch::kInt64));
 }
 
+ops::BatchNormParameters BatchNorm2dImpl::parameters() const {
+  return {weight, bias, running_mean, running_var, kMomentum, kEps};
+}
+
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
-  if (policy_->sum_over_ranks && is_training()) return synchronized_forward(x);
-  if (policy_->own_kernels && is_training()) {
-    torch::Tensor y = try_own_batchnorm(x, {}, /*relu=*/false, kernel_parameters_of(*this));
-    if (y.defined()) return y;
-  }
-  return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training(), kMomentum, kEps,
-                           at::globalContext().userEnabledCuDNN());
+  return ops::batch_norm(x, {}, /*relu=*/false, parameters(), is_training(), *backends_);
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual,
                                             torch::Tensor* second_output) {
-  if (is_training() && !policy_->sum_over_ranks) {
-    const BatchNormParameters parameters = kernel_parameters_of(*this);
-    torch::Tensor fused;
-    if (policy_->own_kernels) fused = try_own_batchnorm(x, residual, /*relu=*/true, parameters, second_output);
-    if (!fused.defined() && policy_->cudnn_fused_relu) fused = try_fused_batchnorm_relu(x, residual, parameters);
-    if (fused.defined()) return fused;
-  }
-  // In place, as torchvision does: BatchNorm's backward needs its input, not its output, so its
-  // output buffer can take the sum and the ReLU instead of two fresh allocations.
-  torch::Tensor y = forward(x);
-  if (residual.defined()) y.add_(residual);
-  return y.relu_();
-}
-
-torch::Tensor BatchNorm2dImpl::synchronized_forward(const torch::Tensor& x) {
-  const torch::Tensor x32 = x.to(torch::kFloat32);  // [B,C,H,W]
-  const std::vector<int64_t> reduced{0, 2, 3};
-  const double local_count = static_cast<double>(x.numel() / channels_);
-  // [2C+1]: per-channel sums and sums of squares, and the number of values per channel.
-  const torch::Tensor stats = policy_->sum_over_ranks(torch::cat(
-      {x32.sum(reduced), x32.square().sum(reduced), torch::full({1}, local_count, x32.options())}));
-  const torch::Tensor count = stats.narrow(0, 2 * channels_, 1);                 // [1]
-  const torch::Tensor mean = stats.narrow(0, 0, channels_) / count;             // [C]
-  const torch::Tensor variance = stats.narrow(0, channels_, channels_) / count - mean.square();  // [C], biased
-  {
-    // As torch: the running variance is the unbiased one.
-    torch::NoGradGuard no_grad;
-    running_mean.mul_(1.0 - kMomentum).add_(mean.detach() * kMomentum);
-    running_var.mul_(1.0 - kMomentum).add_(variance.detach() * (count / (count - 1.0)) * kMomentum);
-  }
-  const std::vector<int64_t> per_channel{1, channels_, 1, 1};
-  const torch::Tensor scale = (weight * torch::rsqrt(variance + kEps)).view(per_channel);
-  return ((x32 - mean.view(per_channel)) * scale + bias.view(per_channel)).to(x.scalar_type());
+  return ops::batch_norm(x, residual, /*relu=*/true, parameters(), is_training(), *backends_, second_output);
 }
 
 // ---- Residual blocks ---------------------------------------------------------------------------
@@ -180,11 +137,11 @@ void ResidualBlockImpl::register_downsample(torch::nn::Sequential projection) {
 }
 
 BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
-                               const std::shared_ptr<const BatchNormPolicy>& batchnorm) {
+                               const std::shared_ptr<const ops::BatchNormBackends>& batch_norm_backends) {
   conv1 = register_module("conv1", conv_no_bias(in_channels, planes, 3, stride));
-  bn1 = register_module("bn1", BatchNorm2d(planes, batchnorm));
+  bn1 = register_module("bn1", BatchNorm2d(planes, batch_norm_backends));
   conv2 = register_module("conv2", conv_no_bias(planes, planes, 3, 1));
-  bn2 = register_module("bn2", BatchNorm2d(planes, batchnorm));
+  bn2 = register_module("bn2", BatchNorm2d(planes, batch_norm_backends));
   register_downsample(std::move(projection));
 }
 
@@ -198,14 +155,15 @@ int64_t BottleneckShape::inner_channels(int64_t planes) const {
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
-                               const std::shared_ptr<const BatchNormPolicy>& batchnorm, BottleneckShape shape) {
+                               const std::shared_ptr<const ops::BatchNormBackends>& batch_norm_backends,
+                               BottleneckShape shape) {
   const int64_t inner = shape.inner_channels(planes);
   conv1 = register_module("conv1", conv_no_bias(in_channels, inner, 1, 1));
-  bn1 = register_module("bn1", BatchNorm2d(inner, batchnorm));
+  bn1 = register_module("bn1", BatchNorm2d(inner, batch_norm_backends));
   conv2 = register_module("conv2", conv_no_bias(inner, inner, 3, stride, shape.groups));  // v1.5: stride here
-  bn2 = register_module("bn2", BatchNorm2d(inner, batchnorm));
+  bn2 = register_module("bn2", BatchNorm2d(inner, batch_norm_backends));
   conv3 = register_module("conv3", conv_no_bias(inner, planes * expansion, 1, 1));
-  bn3 = register_module("bn3", BatchNorm2d(planes * expansion, batchnorm));
+  bn3 = register_module("bn3", BatchNorm2d(planes * expansion, batch_norm_backends));
   register_downsample(std::move(projection));
 }
 
@@ -218,20 +176,20 @@ torch::Tensor BottleneckImpl::residual_branch(torch::Tensor x) {
 // ---- ResNet ------------------------------------------------------------------------------------
 
 ResNetImpl::ResNetImpl(const config::ModelSection& options)
-    : options_(options), batchnorm_policy_(std::make_shared<BatchNormPolicy>()) {
-  batchnorm_policy_->own_kernels = options_.own_batchnorm;
-  batchnorm_policy_->cudnn_fused_relu = options_.fused_batchnorm;
+    : options_(options), batch_norm_backends_(std::make_shared<ops::BatchNormBackends>()) {
+  batch_norm_backends_->ltrain = options_.ltrain_batch_norm;
+  batch_norm_backends_->cudnn = options_.cudnn_batch_norm;
   const int64_t width = options_.width;
   if (options_.stem == config::Stem::imagenet) {
     conv1 = register_module("conv1", conv_no_bias(3, width, 7, 2));
   } else {
     conv1 = register_module("conv1", conv_no_bias(3, width, 3, 1));
   }
-  bn1 = register_module("bn1", BatchNorm2d(width, batchnorm_policy_));
+  bn1 = register_module("bn1", BatchNorm2d(width, batch_norm_backends_));
 
   const ArchSpec spec = arch_spec(options_.arch);
-  Stages stages = spec.bottleneck ? make_stages<BottleneckImpl>(width, spec, batchnorm_policy_)
-                                  : make_stages<BasicBlockImpl>(width, spec, batchnorm_policy_);
+  Stages stages = spec.bottleneck ? make_stages<BottleneckImpl>(width, spec, batch_norm_backends_)
+                                  : make_stages<BasicBlockImpl>(width, spec, batch_norm_backends_);
   const std::array<torch::nn::Sequential*, 4> layer_members{&layer1, &layer2, &layer3, &layer4};
   for (size_t stage = 0; stage < layer_members.size(); ++stage)
     *layer_members[stage] = register_module("layer" + std::to_string(stage + 1), stages.layers[stage]);
@@ -244,8 +202,8 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options)
     if (auto* batch_norm = module->as<BatchNorm2d>()) batch_counters_.push_back(batch_norm->num_batches_tracked);
 }
 
-void ResNetImpl::synchronize_batchnorm(std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks) {
-  batchnorm_policy_->sum_over_ranks = std::move(sum_over_ranks);
+void ResNetImpl::synchronize_batch_norm(std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks) {
+  batch_norm_backends_->sum_over_ranks = std::move(sum_over_ranks);
 }
 
 void ResNetImpl::count_training_batch() {
@@ -283,7 +241,7 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
 
 torch::Tensor ResNetImpl::forward_stem(torch::Tensor images) {
   torch::Tensor x = bn1->forward_relu(conv1->forward(images));
-  if (options_.stem == config::Stem::imagenet) x = max_pool2d(x, 3, 2, 1, options_.own_max_pool);
+  if (options_.stem == config::Stem::imagenet) x = ops::max_pool2d(x, 3, 2, 1, {options_.ltrain_max_pool});
   return x;
 }
 

@@ -7,7 +7,7 @@
 
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
-#include "ltrain/optim/gradient_kernels.h"
+#include "ltrain/ops/gradient_kernels.h"
 
 namespace ltrain::optim {
 namespace {
@@ -27,21 +27,18 @@ torch::Tensor skip_mask(const amp::ScalerState& scaler) {
   return scaler.found_inf.defined() ? scaler.found_inf > 0 : torch::Tensor();
 }
 
-/// What runs an SGD step: ltrain's kernel (any float gradient dtype, writes the fp16/bf16
-/// copies), LibTorch's fused kernel (where ltrain's does not run on the GPU), or one operator chain
-/// per parameter (the CPU, or optim.fused false).
-enum class SgdKernel { own, libtorch, portable };
+using ops::SgdBackend;
 
 /// torch.optim.SGD (dampening 0, not maximizing). The momentum buffer starts at zero, which
 /// equals PyTorch's "first step copies the gradient": momentum * 0 + g == g exactly.
 class Sgd final : public Optimizer {
  public:
   Sgd(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device,
-      SgdKernel kernel)
-      : Optimizer(std::move(groups), device, kernel != SgdKernel::portable),
+      SgdBackend backend)
+      : Optimizer(std::move(groups), device, backend != SgdBackend::portable),
         momentum_(options.momentum),
         nesterov_(options.nesterov),
-        kernel_(kernel) {
+        backend_(backend) {
     for (const auto& group : groups_) {
       for (size_t i = 0; i < group.params.size(); ++i) {
         params_.push_back(group.params[i]);
@@ -56,12 +53,13 @@ class Sgd final : public Optimizer {
   void step(const amp::ScalerState& scaler, const std::vector<torch::Tensor>& given) override {
     torch::NoGradGuard no_grad;
     const std::vector<torch::Tensor> grads = given.empty() ? gradients() : given;
-    if (kernel_ == SgdKernel::own) {
+    if (backend_ == SgdBackend::ltrain) {
       // One kernel for all.
-      sgd_step(params_, grads, buffers_, weight_decays_, momentum_, nesterov_, lr_, scaler, low_precision_copies_);
+      ops::ltrain_sgd_step(params_, grads, buffers_, weight_decays_, momentum_, nesterov_, lr_, scaler.grad_scale,
+                           scaler.found_inf, low_precision_copies_);
       return;
     }
-    if (kernel_ == SgdKernel::libtorch) {
+    if (backend_ == SgdBackend::libtorch) {
       // One kernel per group (LibTorch's takes one weight decay).
       size_t first = 0;
       for (const auto& group : groups_) {
@@ -94,16 +92,16 @@ class Sgd final : public Optimizer {
   }
 
   const char* step_kernel() const override {
-    switch (kernel_) {
-      case SgdKernel::own: return "fused (ltrain's SGD kernel)";
-      case SgdKernel::libtorch: return "fused (LibTorch's SGD kernel)";
-      case SgdKernel::portable: break;
+    switch (backend_) {
+      case SgdBackend::ltrain: return "fused (ltrain's SGD kernel)";
+      case SgdBackend::libtorch: return "fused (LibTorch's SGD kernel)";
+      case SgdBackend::portable: break;
     }
     return "portable";
   }
-  bool takes_low_precision_gradients() const override { return kernel_ == SgdKernel::own; }
+  bool takes_low_precision_gradients() const override { return backend_ == SgdBackend::ltrain; }
   bool write_low_precision_copies(std::vector<torch::Tensor> copies) override {
-    if (kernel_ != SgdKernel::own) return false;
+    if (backend_ != SgdBackend::ltrain) return false;
     if (copies.size() != params_.size())
       throw std::logic_error("write_low_precision_copies: needs one entry per parameter");
     low_precision_copies_ = std::move(copies);
@@ -120,7 +118,7 @@ class Sgd final : public Optimizer {
   NamedTensors momentum_buffers_;       // one per parameter, in group order (none without momentum)
   std::vector<torch::Tensor> buffers_;  // the same tensors, as the kernel takes them
   std::vector<torch::Tensor> low_precision_copies_;  // empty, or one per parameter (write_low_precision_copies)
-  SgdKernel kernel_;
+  SgdBackend backend_;
 };
 
 /// torch.optim.AdamW (amsgrad off). The step count lives on the device so that bias
@@ -273,12 +271,8 @@ std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, c
   const bool fused = options.fused && device.is_cuda();
   auto groups = make_param_groups(named_parameters, options.weight_decay, options.no_decay_norm_and_bias);
   switch (options.name) {
-    case config::OptimizerKind::sgd: {
-      SgdKernel kernel = SgdKernel::portable;
-      if (fused && gradient_kernels_run_on(device)) kernel = SgdKernel::own;
-      else if (fused && compat::has_fused_optimizers()) kernel = SgdKernel::libtorch;
-      return std::make_unique<Sgd>(std::move(groups), options, device, kernel);
-    }
+    case config::OptimizerKind::sgd:
+      return std::make_unique<Sgd>(std::move(groups), options, device, ops::sgd_backend(device, options.fused));
     case config::OptimizerKind::adamw:
       return std::make_unique<AdamW>(std::move(groups), options, device, fused && compat::has_fused_optimizers());
   }

@@ -57,7 +57,7 @@ class GradScaler {
   void load_state(const NamedTensors& state);
 
  private:
-  void find_non_finite(const std::vector<torch::Tensor>& grads, const torch::Tensor& inv_scale);
+  void find_inf(const std::vector<torch::Tensor>& grads, const torch::Tensor& inv_scale);
 
   GradScalerOptions options_;
   torch::Tensor scale_;              // [1] float32

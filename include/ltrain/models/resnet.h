@@ -12,38 +12,23 @@
 
 #include "ltrain/config/config.h"
 #include "ltrain/models/activation_checkpoint.h"
+#include "ltrain/ops/batch_norm.h"
 
 namespace ltrain::models {
-
-/// How a model's BatchNorm layers compute in training: decided once for the whole model (from its
-/// config, and by the trainer for SyncBatchNorm) and shared by every layer. Each layer still
-/// falls back, call by call, to the next implementation where one does not take the input (the
-/// device, dtype, memory format or shape); in evaluation every layer runs ATen's batch_norm with
-/// the running statistics.
-struct BatchNormPolicy {
-  /// SyncBatchNorm: a differentiable sum over the data-parallel ranks. Set, training normalizes
-  /// with the statistics of every rank's batch (float32, ATen operators), as
-  /// torch.nn.SyncBatchNorm does, and the two kernel paths below are not used.
-  std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks;
-  /// model.own_batchnorm: ltrain's kernels (models/own_batchnorm.h), with or without the ReLU.
-  bool own_kernels = true;
-  /// model.fused_batchnorm: cuDNN's BatchNorm fused with its ReLU and residual add
-  /// (models/fused_batchnorm.h), where ltrain's kernels did not run.
-  bool cudnn_fused_relu = true;
-};
 
 /// torch.nn.BatchNorm2d(channels) (affine, running statistics, eps 1e-5, momentum 0.1), with the
 /// same parameters and buffers in the same order, except that its forward does not count
 /// batches: ResNetImpl::forward advances every num_batches_tracked at once, one multi-tensor add
-/// per training forward instead of an operator and a kernel per layer.
+/// per training forward instead of an operator and a kernel per layer. It computes through
+/// ops::batch_norm, on the backends the model allows (shared by all its layers).
 class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
  public:
   static constexpr double kEps = 1e-5;
   static constexpr double kMomentum = 0.1;
 
-  /// `policy`: the model's, shared by its layers (default: every path allowed, no SyncBatchNorm).
-  explicit BatchNorm2dImpl(int64_t channels,
-                           std::shared_ptr<const BatchNormPolicy> policy = std::make_shared<const BatchNormPolicy>());
+  /// `backends`: the model's, shared by its layers (default: every backend, no SyncBatchNorm).
+  explicit BatchNorm2dImpl(int64_t channels, std::shared_ptr<const ops::BatchNormBackends> backends =
+                                                 std::make_shared<const ops::BatchNormBackends>());
   void reset() override;
   /// [B,C,H,W] -> [B,C,H,W]: batch statistics (and running-statistics updates) in training,
   /// running statistics in evaluation.
@@ -51,24 +36,24 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
 
   /// relu(forward(x) + residual), or relu(forward(x)) with an undefined residual: a ResNet's
   /// BatchNorm-ReLU pairs. In training on CUDA with fp16/bf16 channels_last input, one kernel
-  /// each way where the policy allows one (ltrain's, else cuDNN's); otherwise three operators, the
+  /// each way where the backends allow one (ltrain's, else cuDNN's); otherwise three operators, the
   /// add and the ReLU in place. With `second_output` and a residual, where ltrain's kernel ran,
-  /// *second_output becomes a second autograd output with the same values (try_own_batchnorm); it
-  /// is left as it is otherwise.
+  /// *second_output becomes a second autograd output with the same values (ops::ltrain_batch_norm);
+  /// it is left as it is otherwise.
   torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {},
                              torch::Tensor* second_output = nullptr);
 
-  const BatchNormPolicy& policy() const { return *policy_; }
+  const ops::BatchNormBackends& backends() const { return *backends_; }
 
   torch::Tensor weight, bias;                                   ///< [C] float32, start at 1 and 0
   torch::Tensor running_mean, running_var, num_batches_tracked;  ///< [C], [C], [] int64
 
  private:
-  /// Training forward with statistics summed over ranks, in float32.
-  torch::Tensor synchronized_forward(const torch::Tensor& x);
+  /// What ops::batch_norm takes of this layer.
+  ops::BatchNormParameters parameters() const;
 
   int64_t channels_;
-  std::shared_ptr<const BatchNormPolicy> policy_;
+  std::shared_ptr<const ops::BatchNormBackends> backends_;
 };
 TORCH_MODULE(BatchNorm2d);
 /// What a residual block hands the next one: its output `y` for the next block's convolution,
@@ -119,7 +104,7 @@ class BasicBlockImpl : public ResidualBlockImpl {
 
   /// `projection`: the shortcut's conv+BN, or an empty holder when x can be added unchanged.
   BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
-                 const std::shared_ptr<const BatchNormPolicy>& batchnorm);
+                 const std::shared_ptr<const ops::BatchNormBackends>& batch_norm_backends);
 
   BatchNorm2d& last_norm() override { return bn2; }
 
@@ -150,7 +135,7 @@ class BottleneckImpl : public ResidualBlockImpl {
 
   /// `projection`: the shortcut's conv+BN, or an empty holder when x can be added unchanged.
   BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
-                 const std::shared_ptr<const BatchNormPolicy>& batchnorm, BottleneckShape shape = {});
+                 const std::shared_ptr<const ops::BatchNormBackends>& batch_norm_backends, BottleneckShape shape = {});
 
   BatchNorm2d& last_norm() override { return bn3; }
 
@@ -192,8 +177,8 @@ class ResNetImpl : public torch::nn::Module {
 
   const config::ModelSection& options() const { return options_; }
 
-  /// Makes every BatchNorm a SyncBatchNorm through `sum_over_ranks` (BatchNormPolicy).
-  void synchronize_batchnorm(std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks);
+  /// Makes every BatchNorm a SyncBatchNorm through `sum_over_ranks` (ops::BatchNormBackends).
+  void synchronize_batch_norm(std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks);
 
  private:
   /// torchvision's init: kaiming-normal (fan_out, relu) convs, BN weight 1 / bias 0, optional zero
@@ -201,8 +186,8 @@ class ResNetImpl : public torch::nn::Module {
   void initialize_weights();
 
   config::ModelSection options_;
-  /// From model.own_batchnorm and model.fused_batchnorm; every BatchNorm of the model holds it.
-  std::shared_ptr<BatchNormPolicy> batchnorm_policy_;
+  /// From model.ltrain_batch_norm and model.cudnn_batch_norm; every BatchNorm of the model holds it.
+  std::shared_ptr<ops::BatchNormBackends> batch_norm_backends_;
   /// model.checkpoint_segments > 0: the blocks in checkpoint_sequential's runs (the last one is
   /// not checkpointed).
   std::vector<BlockSegment> checkpoint_segments_;

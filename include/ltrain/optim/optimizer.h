@@ -79,9 +79,9 @@ std::vector<ParamGroup> make_param_groups(const NamedTensors& named_parameters, 
                                           bool no_decay_norm_and_bias);
 
 /// The optimizer `optim.name` names, over `named_parameters` (all on one device). With
-/// optim.fused and CUDA parameters, the step is one fused kernel: ltrain's for SGD
-/// (optim/gradient_kernels.h; LibTorch's on a GPU ltrain's does not run on), LibTorch's for AdamW,
-/// where this LibTorch has them.
+/// optim.fused and CUDA parameters, the step is one fused kernel: for SGD the first backend
+/// ops::sgd_backend finds (ltrain's kernel, else LibTorch's), LibTorch's for AdamW, where this
+/// LibTorch has them.
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, const NamedTensors& named_parameters);
 
 }  // namespace ltrain::optim

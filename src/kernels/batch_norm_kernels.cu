@@ -1,13 +1,13 @@
 // The device side of ltrain's BatchNorm over NHWC tensors: the register and streaming kernels, forward
 // and backward, and the device helpers they share. The host side (planning, caches, launches) is
-// batch_norm_nhwc.cu; it reaches these kernels only through kernels_of() (batch_norm_nhwc_kernels.cuh).
-#include "batch_norm_nhwc_kernels.cuh"
+// batch_norm.cu; it reaches these kernels only through kernels_of() (batch_norm_kernels.cuh).
+#include "batch_norm_kernels.cuh"
 
 #include <cooperative_groups.h>
 
 #include "element_access.cuh"
 
-namespace ltrain::kernels::batch_norm_nhwc_detail {
+namespace ltrain::kernels::batch_norm_detail {
 namespace {
 
 namespace cg = cooperative_groups;
@@ -573,4 +573,4 @@ KernelSet kernels_of(ElementType type, BatchNormActivation activation, Reduction
   return {};
 }
 
-}  // namespace ltrain::kernels::batch_norm_nhwc_detail
+}  // namespace ltrain::kernels::batch_norm_detail

@@ -1,4 +1,4 @@
-#include "ltrain/models/fused_batchnorm.h"
+#include "ltrain/ops/batch_norm.h"
 
 #if LTRAIN_WITH_CUDNN
 #include <ATen/cuda/CUDAContext.h>
@@ -11,41 +11,13 @@
 #include <string>
 #endif
 
-namespace ltrain::models {
-
-namespace {
-
-/// A float32 [channels] vector on `device`.
-bool is_channel_vector(const torch::Tensor& t, int64_t channels, const torch::Device& device) {
-  return t.defined() && t.scalar_type() == torch::kFloat32 && t.dim() == 1 && t.size(0) == channels &&
-         t.is_contiguous() && t.device() == device;
-}
-
-}  // namespace
-
-bool takes_half_nhwc_batchnorm(const torch::Tensor& x, const torch::Tensor& residual,
-                               const BatchNormParameters& parameters) {
-  if (!x.defined() || !x.is_cuda() || x.dim() != 4 || x.numel() == 0) return false;
-  if (x.scalar_type() != torch::kHalf && x.scalar_type() != torch::kBFloat16) return false;
-  if (!x.is_contiguous(at::MemoryFormat::ChannelsLast)) return false;
-  if (residual.defined() &&
-      (residual.sizes() != x.sizes() || residual.scalar_type() != x.scalar_type() ||
-       residual.device() != x.device() || !residual.is_contiguous(at::MemoryFormat::ChannelsLast)))
-    return false;
-  const int64_t channels = x.size(1);
-  const torch::Device device = x.device();
-  return is_channel_vector(parameters.weight, channels, device) && is_channel_vector(parameters.bias, channels, device) &&
-         is_channel_vector(parameters.running_mean, channels, device) &&
-         is_channel_vector(parameters.running_var, channels, device);
-}
+namespace ltrain::ops {
 
 #if !LTRAIN_WITH_CUDNN
 
-bool fused_batchnorm_built() { return false; }
+bool cudnn_batch_norm_built() { return false; }
 
-torch::Tensor try_fused_batchnorm_relu(const torch::Tensor&, const torch::Tensor&, const BatchNormParameters&) {
-  return {};
-}
+torch::Tensor cudnn_batch_norm(const torch::Tensor&, const torch::Tensor&, const BatchNormParameters&) { return {}; }
 
 #else
 
@@ -63,7 +35,7 @@ struct CudnnRefused {};
 
 void check(cudnnStatus_t status, const char* what) {
   if (status != CUDNN_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuDNN fused BatchNorm: ") + what + ": " + cudnnGetErrorString(status));
+    throw std::runtime_error(std::string("cuDNN's fused BatchNorm: ") + what + ": " + cudnnGetErrorString(status));
 }
 
 /// Like check(), but a NOT_SUPPORTED status becomes CudnnRefused.
@@ -126,7 +98,7 @@ torch::Tensor byte_buffer(size_t bytes, const torch::Tensor& like) {
 constexpr float kOne = 1.0F;
 constexpr float kZero = 0.0F;
 
-class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> {
+class CudnnBatchNorm : public torch::autograd::Function<CudnnBatchNorm> {
  public:
   /// `residual_or_x`: the residual, or x again without one (a custom function takes no undefined
   /// tensors), as `add_residual` says.
@@ -219,7 +191,7 @@ class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> 
 
 /// What the fused kernels take (see the header); anything else runs as separate operators.
 bool fusable(const torch::Tensor& x, const torch::Tensor& residual, const BatchNormParameters& parameters) {
-  return at::globalContext().userEnabledCuDNN() && takes_half_nhwc_batchnorm(x, residual, parameters) &&
+  return at::globalContext().userEnabledCuDNN() && takes_half_nhwc_batch_norm(x, residual, parameters) &&
          x.size(1) % 4 == 0;
 }
 
@@ -228,17 +200,17 @@ std::array<std::array<std::atomic<bool>, 2>, 2> refused{};
 
 }  // namespace
 
-bool fused_batchnorm_built() { return true; }
+bool cudnn_batch_norm_built() { return true; }
 
-torch::Tensor try_fused_batchnorm_relu(const torch::Tensor& x, const torch::Tensor& residual,
-                                       const BatchNormParameters& parameters) {
+torch::Tensor cudnn_batch_norm(const torch::Tensor& x, const torch::Tensor& residual,
+                               const BatchNormParameters& parameters) {
   if (!fusable(x, residual, parameters)) return {};
   std::atomic<bool>& refused_here =
       refused[x.scalar_type() == torch::kBFloat16 ? 1 : 0][residual.defined() ? 1 : 0];
   if (refused_here.load(std::memory_order_relaxed)) return {};
   try {
     const bool add_residual = residual.defined();
-    return FusedBatchNormRelu::apply(x, add_residual ? residual : x, add_residual, parameters.weight, parameters.bias,
+    return CudnnBatchNorm::apply(x, add_residual ? residual : x, add_residual, parameters.weight, parameters.bias,
                                      parameters.running_mean, parameters.running_var, parameters.momentum,
                                      parameters.eps);
   } catch (const CudnnRefused&) {
@@ -249,4 +221,4 @@ torch::Tensor try_fused_batchnorm_relu(const torch::Tensor& x, const torch::Tens
 
 #endif  // LTRAIN_WITH_CUDNN
 
-}  // namespace ltrain::models
+}  // namespace ltrain::ops

@@ -1,4 +1,4 @@
-#include "ltrain/kernels/sgd_step.h"
+#include "ltrain/kernels/gradient_kernels.h"
 
 #include <climits>
 
@@ -82,7 +82,7 @@ __device__ bool has_non_finite(const void* data, Range range) {
   return found;
 }
 
-__global__ void find_non_finite_kernel(CheckBatch batch, float* found_non_finite) {
+__global__ void find_inf_kernel(CheckBatch batch, float* found_inf) {
   const int entry = entry_of_block(batch);
   const GradientView gradient = batch.entries[entry];
   const Range range = range_of_block(batch, entry, gradient.count, kCheckChunk);
@@ -93,7 +93,7 @@ __global__ void find_non_finite_kernel(CheckBatch batch, float* found_non_finite
     case ElementType::bfloat16: found = has_non_finite<__nv_bfloat16>(gradient.data, range); break;
   }
   // One store per block that saw one; every writer stores the same 1.
-  if (__syncthreads_or(found) && threadIdx.x == 0) *found_non_finite = 1.0f;
+  if (__syncthreads_or(found) && threadIdx.x == 0) *found_inf = 1.0f;
 }
 
 /// copy[i] = value rounded to `type` (float16 or bfloat16; the host checks).
@@ -136,7 +136,7 @@ __device__ void sgd_update(const SgdParameter& parameter, Range range, const Sgd
 }
 
 __global__ void sgd_kernel(SgdBatch batch, SgdSettings settings) {
-  if (settings.found_non_finite && *settings.found_non_finite != 0.0f) return;  // a skipped step
+  if (settings.found_inf && *settings.found_inf != 0.0f) return;  // a skipped step
   const int entry = entry_of_block(batch);
   const SgdParameter parameter = batch.entries[entry];
   const Range range = range_of_block(batch, entry, parameter.gradient.count, kChunk);
@@ -184,15 +184,15 @@ cudaError_t launch_in_batches(const Entry* entries, int64_t count, int64_t chunk
 }  // namespace
 
 KernelFit gradient_kernels_fit() {
-  return fit_on_current_device({reinterpret_cast<const void*>(&find_non_finite_kernel),
+  return fit_on_current_device({reinterpret_cast<const void*>(&find_inf_kernel),
                                 reinterpret_cast<const void*>(&sgd_kernel)},
                                kThreads, Cooperation::none);
 }
 
-cudaError_t find_non_finite(const GradientView* gradients, int64_t count, float* found_non_finite,
+cudaError_t find_inf(const GradientView* gradients, int64_t count, float* found_inf,
                             cudaStream_t stream) {
   return launch_in_batches<CheckBatch>(gradients, count, kCheckChunk, [&](const CheckBatch& batch, unsigned blocks) {
-    find_non_finite_kernel<<<blocks, kThreads, 0, stream>>>(batch, found_non_finite);
+    find_inf_kernel<<<blocks, kThreads, 0, stream>>>(batch, found_inf);
   });
 }
 

@@ -8,7 +8,7 @@
 // needs all its lists in one dtype. Here the check only reads, and the step
 // reads the fp16 gradients where they are, so neither the copy nor the write-back happens.
 //
-// Plain CUDA (no LibTorch headers); optim/gradient_kernels.cpp wraps it for torch tensors.
+// Plain CUDA (no LibTorch headers); ops/gradient_kernels.cpp wraps them for torch tensors.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -48,23 +48,23 @@ struct SgdSettings {
   bool nesterov = false;
   const float* learning_rate = nullptr;     // [1] on the device
   const float* gradient_scale = nullptr;    // [1] or null: the gradients are divided by it first
-  const float* found_non_finite = nullptr;  // [1] or null: non-zero skips the whole step
+  const float* found_inf = nullptr;  // [1] or null: non-zero skips the whole step
 };
 
 /// Whether both kernels (the check and the step) run on the current device (an image for it in this
 /// build), and if not, why.
 KernelFit gradient_kernels_fit();
 
-/// Sets *found_non_finite to 1 when any element of any gradient is inf or NaN; otherwise leaves
+/// Sets *found_inf to 1 when any element of any gradient is inf or NaN; otherwise leaves
 /// it as it is (the caller zeroes it). Enqueued on `stream`; returns the first launch error.
-cudaError_t find_non_finite(const GradientView* gradients, int64_t count, float* found_non_finite,
+cudaError_t find_inf(const GradientView* gradients, int64_t count, float* found_inf,
                             cudaStream_t stream);
 
 /// For every parameter p with gradient g (float32 arithmetic):
 ///   g = g / gradient_scale;  g += weight_decay * p;
 ///   buffer = momentum * buffer + g;  g = nesterov ? g + momentum * buffer : buffer;
 ///   p -= learning_rate * g;  low_precision_copy = p rounded to copy_type, where set.
-/// Nothing is written, copies included, in a step that found_non_finite skips.
+/// Nothing is written, copies included, in a step that found_inf skips.
 cudaError_t sgd_step(const SgdParameter* parameters, int64_t count, const SgdSettings& settings,
                      cudaStream_t stream);
 

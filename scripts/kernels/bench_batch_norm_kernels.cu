@@ -1,12 +1,12 @@
 // Times ltrain's BatchNorm kernels alone (fp16, add+ReLU), per shape and way of reducing: 50 launches
 // of one kernel captured in a CUDA graph and replayed, so each figure includes its launch gap. Prints
-// the plan batch_norm_nhwc.cu picks, then the grid reduction and clusters of 1, 2, 4 and 8 blocks.
+// the plan batch_norm.cu picks, then the grid reduction and clusters of 1, 2, 4 and 8 blocks.
 // Includes the kernels' source to reach their internal launcher. On a GPU host, from the repository:
 //   nvcc -std=c++17 -arch=sm_90 -Iinclude -Isrc/kernels -DLTRAIN_CUDA_ARCHITECTURES='"90"' -o /tmp/bench-bn \
-//     scripts/kernels/bench_batchnorm_kernels.cu src/kernels/device_limits.cu src/kernels/device_fit.cpp -lfmt
+//     scripts/kernels/bench_batch_norm_kernels.cu src/kernels/device_limits.cu src/kernels/device_fit.cpp -lfmt
 //   /tmp/bench-bn
-#include "../../src/kernels/batch_norm_nhwc.cu"
-#include "../../src/kernels/batch_norm_nhwc_kernels.cu"
+#include "../../src/kernels/batch_norm.cu"
+#include "../../src/kernels/batch_norm_kernels.cu"
 #include <cstdio>
 #include <vector>
 using namespace ltrain::kernels;

@@ -1,7 +1,7 @@
 // The host side of ltrain's BatchNorm over NHWC tensors: which reduction and grid a shape gets on the
 // current device (cached per shape and device), the per-device accumulators, and the launches. The
-// kernels themselves are in batch_norm_nhwc_kernels.cu.
-#include "ltrain/kernels/batch_norm_nhwc.h"
+// kernels themselves are in batch_norm_kernels.cu.
+#include "ltrain/kernels/batch_norm.h"
 
 #include <algorithm>
 #include <map>
@@ -10,21 +10,21 @@
 #include <utility>
 #include <vector>
 
-#include "batch_norm_nhwc_kernels.cuh"
+#include "batch_norm_kernels.cuh"
 #include "ltrain/kernels/device_limits.h"
 
 namespace ltrain::kernels {
 namespace {
 
-using batch_norm_nhwc_detail::Accumulators;
-using batch_norm_nhwc_detail::group_channels_of;
-using batch_norm_nhwc_detail::kernels_of;
-using batch_norm_nhwc_detail::KernelSet;
-using batch_norm_nhwc_detail::kMaxChannels;
-using batch_norm_nhwc_detail::kRowsPerThread;
-using batch_norm_nhwc_detail::kThreads;
-using batch_norm_nhwc_detail::kVector;
-using batch_norm_nhwc_detail::Reduction;
+using batch_norm_detail::Accumulators;
+using batch_norm_detail::group_channels_of;
+using batch_norm_detail::kernels_of;
+using batch_norm_detail::KernelSet;
+using batch_norm_detail::kMaxChannels;
+using batch_norm_detail::kRowsPerThread;
+using batch_norm_detail::kThreads;
+using batch_norm_detail::kVector;
+using batch_norm_detail::Reduction;
 
 constexpr int kMaxBlocksPerSm = 4;
 // Clusters of at most 4 blocks, aiming at 4 rows a thread: on Hopper (fp16 add+ReLU, forward +
@@ -224,7 +224,7 @@ cudaError_t launch(const void* kernel, Reduction reduction, const BatchNormShape
 
 }  // namespace
 
-KernelFit batch_norm_nhwc_fit() {
+KernelFit batch_norm_fit() {
   std::vector<const void*> kernels;
   for (const Reduction reduction : {Reduction::cluster, Reduction::grid, Reduction::streaming}) {
     const KernelSet set = kernels_of(ElementType::float16, BatchNormActivation::add_relu, reduction);
@@ -233,29 +233,29 @@ KernelFit batch_norm_nhwc_fit() {
   return fit_on_current_device(kernels, kThreads, Cooperation::grid_or_cluster);
 }
 
-KernelFit batch_norm_nhwc_cluster_fit() {
+KernelFit batch_norm_cluster_fit() {
   const KernelSet cluster = kernels_of(ElementType::float16, BatchNormActivation::add_relu, Reduction::cluster);
   return cluster_fit(facts_of(cluster.forward), current_device_limits());
 }
 
-BatchNormReduction batch_norm_nhwc_reduction(ElementType type, BatchNormActivation activation,
+BatchNormReduction batch_norm_reduction(ElementType type, BatchNormActivation activation,
                                              const BatchNormShape& shape) {
   return checked_plan_for(type, activation, shape).reduction;
 }
 
-bool batch_norm_nhwc_supported(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
+bool batch_norm_supported(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                cudaStream_t stream) {
-  const Reduction reduction = batch_norm_nhwc_reduction(type, activation, shape);
+  const Reduction reduction = batch_norm_reduction(type, activation, shape);
   return reduction == Reduction::cluster || (reduction != Reduction::none && accumulators_for(stream) != nullptr);
 }
 
-cudaError_t batch_norm_nhwc_forward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
+cudaError_t batch_norm_forward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                     const BatchNormForward& arguments, cudaStream_t stream) {
   const LaunchPlan plan = checked_plan_for(type, activation, shape);
   return launch(plan.kernels.forward, plan.reduction, shape, plan.row_groups, arguments, stream);
 }
 
-cudaError_t batch_norm_nhwc_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
+cudaError_t batch_norm_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                      const BatchNormBackward& arguments, cudaStream_t stream) {
   const LaunchPlan plan = checked_plan_for(type, activation, shape);
   const void* kernel = arguments.grad_y_second != nullptr ? plan.kernels.backward_second : plan.kernels.backward;

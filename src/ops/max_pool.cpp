@@ -1,19 +1,19 @@
-#include "ltrain/models/max_pool.h"
+#include "ltrain/ops/max_pool.h"
 
 #if LTRAIN_WITH_CUDA
 #include <cstdint>
 
-#include "ltrain/kernels/max_pool_nhwc.h"
-#include "ltrain/kernels/torch_bridge.h"
+#include "ltrain/kernels/max_pool.h"
+#include "ltrain/ops/kernel_bridge.h"
 #endif
 
-namespace ltrain::models {
+namespace ltrain::ops {
 
 #if !LTRAIN_WITH_CUDA
 
-kernels::KernelFit own_max_pool_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
+kernels::KernelFit ltrain_max_pool_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
 
-bool takes_own_max_pool(const torch::Tensor&, int64_t, int64_t, int64_t) { return false; }
+bool takes_ltrain_max_pool(const torch::Tensor&, int64_t, int64_t, int64_t) { return false; }
 
 #else
 
@@ -36,21 +36,21 @@ kernels::PoolGeometry geometry_of(const torch::Tensor& input, int64_t kernel, in
   return g;
 }
 
-struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
+struct LtrainMaxPool : public torch::autograd::Function<LtrainMaxPool> {
   // input [N,C,H,W] channels_last -> output [N,C,OH,OW] channels_last; arg-max saved as uint8
   // [N,OH,OW,C] (the position in the window).
   static torch::Tensor forward(AutogradContext* context, const torch::Tensor& input, int64_t kernel, int64_t stride,
                                int64_t padding) {
     const kernels::PoolGeometry g = geometry_of(input, kernel, stride, padding);
     kernels::ElementType type{};
-    kernels::element_type_of(input.scalar_type(), type);
+    element_type_of(input.scalar_type(), type);
     const torch::Tensor output = torch::empty({g.batch, g.channels, g.out_height, g.out_width},
                                               input.options().memory_format(torch::MemoryFormat::ChannelsLast));
     const torch::Tensor argmax =
         torch::empty({g.batch, g.out_height, g.out_width, g.channels}, input.options().dtype(torch::kUInt8));
-    kernels::throw_on_error(kernels::max_pool_nhwc_forward(type, input.data_ptr(), output.data_ptr(),
+    throw_on_error(kernels::max_pool_forward(type, input.data_ptr(), output.data_ptr(),
                                                            argmax.data_ptr<uint8_t>(), g,
-                                                           kernels::current_stream_of(input)),
+                                                           current_stream_of(input)),
                             "max pooling kernel, forward");
     context->save_for_backward({argmax});
     context->saved_data["input_height"] = g.height;
@@ -64,7 +64,7 @@ struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
   static variable_list backward(AutogradContext* context, variable_list grads) {
     const torch::Tensor argmax = context->get_saved_variables()[0];
     torch::Tensor grad_output = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
-    if (!kernels::vector_aligned(grad_output)) grad_output = grad_output.clone(torch::MemoryFormat::ChannelsLast);
+    if (!vector_aligned(grad_output)) grad_output = grad_output.clone(torch::MemoryFormat::ChannelsLast);
     kernels::PoolGeometry g;
     g.batch = argmax.size(0);
     g.out_height = argmax.size(1);
@@ -76,12 +76,12 @@ struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
     g.stride = context->saved_data["stride"].toInt();
     g.padding = context->saved_data["padding"].toInt();
     kernels::ElementType type{};
-    kernels::element_type_of(grad_output.scalar_type(), type);
+    element_type_of(grad_output.scalar_type(), type);
     const auto layout = grad_output.options().memory_format(torch::MemoryFormat::ChannelsLast);
     const torch::Tensor grad_input = torch::empty({g.batch, g.channels, g.height, g.width}, layout);
-    kernels::throw_on_error(
-        kernels::max_pool_nhwc_backward(type, grad_output.data_ptr(), argmax.data_ptr<uint8_t>(), grad_input.data_ptr(),
-                                        g, kernels::current_stream_of(grad_output)),
+    throw_on_error(
+        kernels::max_pool_backward(type, grad_output.data_ptr(), argmax.data_ptr<uint8_t>(), grad_input.data_ptr(),
+                                        g, current_stream_of(grad_output)),
         "max pooling kernel, backward");
     return {grad_input, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -89,33 +89,33 @@ struct MaxPoolNhwc : public torch::autograd::Function<MaxPoolNhwc> {
 
 }  // namespace
 
-kernels::KernelFit own_max_pool_fit(const torch::Device& device) {
-  return kernels::fit_on(device, kernels::max_pool_nhwc_fit);
+kernels::KernelFit ltrain_max_pool_fit(const torch::Device& device) {
+  return fit_on(device, kernels::max_pool_fit);
 }
 
-bool takes_own_max_pool(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding) {
+bool takes_ltrain_max_pool(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding) {
   kernels::ElementType type{};
   if (!input.defined() || !input.is_cuda() || input.dim() != 4) return false;
-  if (!kernels::element_type_of(input.scalar_type(), type)) return false;
-  if (!input.is_contiguous(torch::MemoryFormat::ChannelsLast) || !kernels::vector_aligned(input)) return false;
+  if (!element_type_of(input.scalar_type(), type)) return false;
+  if (!input.is_contiguous(torch::MemoryFormat::ChannelsLast) || !vector_aligned(input)) return false;
   if (input.size(1) % kernels::max_pool_vector_width(type) != 0) return false;
   // The arg-max byte holds kh * kernel + kw; ATen's own limits on padding and output size.
   if (kernel < 1 || kernel * kernel > 256 || stride < 1 || padding < 0 || 2 * padding > kernel) return false;
   if (input.size(2) + 2 * padding < kernel || input.size(3) + 2 * padding < kernel || input.numel() == 0) return false;
-  return kernels::runs_on(input.device(), kernels::max_pool_nhwc_fit, "max pooling", "ATen's max pooling kernels");
+  return runs_on(input.device(), kernels::max_pool_fit, "max pooling", "ATen's max pooling kernels");
 }
 
 #endif  // LTRAIN_WITH_CUDA
 
 torch::Tensor max_pool2d(const torch::Tensor& input, int64_t kernel, int64_t stride, int64_t padding,
-                         bool own_kernels) {
+                         const MaxPoolBackends& backends) {
 #if LTRAIN_WITH_CUDA
-  if (own_kernels && takes_own_max_pool(input, kernel, stride, padding))
-    return MaxPoolNhwc::apply(input, kernel, stride, padding);
+  if (backends.ltrain && takes_ltrain_max_pool(input, kernel, stride, padding))
+    return LtrainMaxPool::apply(input, kernel, stride, padding);
 #else
-  (void)own_kernels;
+  (void)backends;
 #endif
   return torch::max_pool2d(input, {kernel, kernel}, {stride, stride}, {padding, padding});
 }
 
-}  // namespace ltrain::models
+}  // namespace ltrain::ops

@@ -1,4 +1,4 @@
-#include "ltrain/models/own_batchnorm.h"
+#include "ltrain/ops/batch_norm.h"
 
 #if LTRAIN_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -6,24 +6,24 @@
 #include <cstdint>
 #include <utility>
 
-#include "ltrain/kernels/batch_norm_nhwc.h"
-#include "ltrain/kernels/torch_bridge.h"
+#include "ltrain/kernels/batch_norm.h"
+#include "ltrain/ops/kernel_bridge.h"
 #endif
 
-namespace ltrain::models {
+namespace ltrain::ops {
 
 #if !LTRAIN_WITH_CUDA
 
-kernels::KernelFit own_batchnorm_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
+kernels::KernelFit ltrain_batch_norm_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
 
-kernels::KernelFit own_batchnorm_cluster_fit(const torch::Device& device) { return own_batchnorm_fit(device); }
+kernels::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device) { return ltrain_batch_norm_fit(device); }
 
-torch::Tensor try_own_batchnorm(const torch::Tensor&, const torch::Tensor&, bool, const BatchNormParameters&,
+torch::Tensor ltrain_batch_norm(const torch::Tensor&, const torch::Tensor&, bool, const BatchNormParameters&,
                                 torch::Tensor*) {
   return {};
 }
 
-std::string own_batchnorm_reduction(const torch::Tensor&, bool, bool) { return {}; }
+std::string ltrain_batch_norm_reduction(const torch::Tensor&, bool, bool) { return {}; }
 
 #else
 
@@ -38,7 +38,7 @@ kernels::BatchNormShape shape_of(const torch::Tensor& x) { return {x.numel() / x
 
 kernels::ElementType element_type(const torch::Tensor& x) {
   kernels::ElementType type{};
-  kernels::element_type_of(x.scalar_type(), type);
+  element_type_of(x.scalar_type(), type);
   return type;
 }
 
@@ -51,10 +51,10 @@ BatchNormActivation activation_of(bool relu, bool residual) {
 /// A gradient as the kernels read it: x's dtype, channels_last, 16-byte aligned.
 torch::Tensor kernel_gradient(const torch::Tensor& gradient, const torch::Tensor& x) {
   torch::Tensor out = gradient.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
-  return kernels::vector_aligned(out) ? out : out.clone(at::MemoryFormat::ChannelsLast);
+  return vector_aligned(out) ? out : out.clone(at::MemoryFormat::ChannelsLast);
 }
 
-class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
+class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
  public:
   /// `residual_or_x`: the residual for add_relu, x again otherwise (a custom function takes no
   /// undefined tensors); `activation`: a BatchNormActivation. Returns {y}, or with
@@ -79,8 +79,8 @@ class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
     arguments.saved_inv_std = saved_inv_std.data_ptr<float>();
     arguments.momentum = momentum;
     arguments.eps = eps;
-    kernels::throw_on_error(kernels::batch_norm_nhwc_forward(element_type(x), activation_of(activation), shape_of(x),
-                                                             arguments, kernels::current_stream_of(x)),
+    throw_on_error(kernels::batch_norm_forward(element_type(x), activation_of(activation), shape_of(x),
+                                                             arguments, current_stream_of(x)),
                             "BatchNorm kernel, forward");
     // The ReLU's gradient needs the output's sign; without a ReLU nothing needs the output.
     const bool has_relu = activation_of(activation) != BatchNormActivation::none;
@@ -133,8 +133,8 @@ class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
     arguments.saved_inv_std = saved_inv_std.data_ptr<float>();
     arguments.grad_weight = grad_weight.data_ptr<float>();
     arguments.grad_bias = grad_bias.data_ptr<float>();
-    kernels::throw_on_error(kernels::batch_norm_nhwc_backward(element_type(x), activation, shape_of(x), arguments,
-                                                              kernels::current_stream_of(x)),
+    throw_on_error(kernels::batch_norm_backward(element_type(x), activation, shape_of(x), arguments,
+                                                              current_stream_of(x)),
                             "BatchNorm kernel, backward");
     grads[0] = grad_x;
     grads[1] = grad_residual;
@@ -146,42 +146,42 @@ class OwnBatchNorm : public torch::autograd::Function<OwnBatchNorm> {
 
 }  // namespace
 
-kernels::KernelFit own_batchnorm_fit(const torch::Device& device) {
-  return kernels::fit_on(device, kernels::batch_norm_nhwc_fit);
+kernels::KernelFit ltrain_batch_norm_fit(const torch::Device& device) {
+  return fit_on(device, kernels::batch_norm_fit);
 }
 
-kernels::KernelFit own_batchnorm_cluster_fit(const torch::Device& device) {
-  return kernels::fit_on(device, kernels::batch_norm_nhwc_cluster_fit);
+kernels::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device) {
+  return fit_on(device, kernels::batch_norm_cluster_fit);
 }
 
-torch::Tensor try_own_batchnorm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
+torch::Tensor ltrain_batch_norm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
                                 const BatchNormParameters& parameters, torch::Tensor* second_output) {
   if (!relu && residual.defined()) return {};
-  if (!takes_half_nhwc_batchnorm(x, residual, parameters)) return {};
-  if (!kernels::vector_aligned(x) || (residual.defined() && !kernels::vector_aligned(residual))) return {};
+  if (!takes_half_nhwc_batch_norm(x, residual, parameters)) return {};
+  if (!vector_aligned(x) || (residual.defined() && !vector_aligned(residual))) return {};
   // The kernels add float sums atomically, in no fixed order: runs asked to repeat bit for bit
   // (precision.deterministic sets cuDNN's flag) get cuDNN's kernels or ATen's.
   if (at::globalContext().deterministicAlgorithms() || at::globalContext().deterministicCuDNN()) return {};
-  if (!kernels::runs_on(x.device(), kernels::batch_norm_nhwc_fit, "BatchNorm", "cuDNN's or ATen's BatchNorm kernels"))
+  if (!runs_on(x.device(), kernels::batch_norm_fit, "BatchNorm", "cuDNN's or ATen's BatchNorm kernels"))
     return {};
   const c10::cuda::CUDAGuard device_guard(x.device());
   const BatchNormActivation activation = activation_of(relu, residual.defined());
-  if (!kernels::batch_norm_nhwc_supported(element_type(x), activation, shape_of(x), kernels::current_stream_of(x)))
+  if (!kernels::batch_norm_supported(element_type(x), activation, shape_of(x), current_stream_of(x)))
     return {};
   // The kernels add a second gradient only after a residual add: a residual block's output.
   if (activation != BatchNormActivation::add_relu) second_output = nullptr;
   variable_list outputs =
-      OwnBatchNorm::apply(x, residual.defined() ? residual : x, static_cast<int64_t>(activation),
+      LtrainBatchNorm::apply(x, residual.defined() ? residual : x, static_cast<int64_t>(activation),
                           second_output != nullptr, parameters.weight, parameters.bias, parameters.running_mean,
                           parameters.running_var, parameters.momentum, parameters.eps);
   if (second_output != nullptr) *second_output = std::move(outputs[1]);
   return std::move(outputs[0]);
 }
 
-std::string own_batchnorm_reduction(const torch::Tensor& x, bool relu, bool residual) {
+std::string ltrain_batch_norm_reduction(const torch::Tensor& x, bool relu, bool residual) {
   if (!x.is_cuda() || x.dim() != 4 || x.numel() == 0) return {};
   const c10::cuda::CUDAGuard device_guard(x.device());
-  switch (kernels::batch_norm_nhwc_reduction(element_type(x), activation_of(relu, residual), shape_of(x))) {
+  switch (kernels::batch_norm_reduction(element_type(x), activation_of(relu, residual), shape_of(x))) {
     case kernels::BatchNormReduction::cluster: return "cluster";
     case kernels::BatchNormReduction::grid: return "grid";
     case kernels::BatchNormReduction::streaming: return "streaming";
@@ -192,4 +192,4 @@ std::string own_batchnorm_reduction(const torch::Tensor& x, bool relu, bool resi
 
 #endif  // LTRAIN_WITH_CUDA
 
-}  // namespace ltrain::models
+}  // namespace ltrain::ops

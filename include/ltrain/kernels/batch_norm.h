@@ -20,7 +20,7 @@
 //   second, last row first (the likeliest in L2), that writes. The backward stores g (the gradient
 //   after the activation) in the first pass and reads it back in the second.
 //
-// Plain CUDA (no LibTorch headers); models/own_batchnorm.cpp wraps them as an autograd function.
+// Plain CUDA (no LibTorch headers); ops/ltrain_batch_norm.cpp wraps them as an autograd function.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -46,24 +46,24 @@ enum class BatchNormReduction { none, cluster, grid, streaming };
 
 /// Whether the kernels run on the current device at all (an image for it in this build, blocks that
 /// fit, cooperative launches or clusters), and if not, why.
-KernelFit batch_norm_nhwc_fit();
+KernelFit batch_norm_fit();
 
 /// Whether the cluster reduction can run on the current device (see kernels/device_fit.h's
 /// cluster_fit), and if not, why.
-KernelFit batch_norm_nhwc_cluster_fit();
+KernelFit batch_norm_cluster_fit();
 
 /// The reduction the kernels use for this element type, activation and shape on the current
 /// device; none where they do not take it: fp16 or bf16, channels a power of two from 8 to 2048, at
 /// least 2 rows, and either a cluster (sm_90 and later) that holds the rows or a cooperative grid
 /// that fits on the device at once (streaming the rows where registers cannot hold them).
-BatchNormReduction batch_norm_nhwc_reduction(ElementType type, BatchNormActivation activation,
+BatchNormReduction batch_norm_reduction(ElementType type, BatchNormActivation activation,
                                              const BatchNormShape& shape);
 
 /// Whether the kernels take this on the current device and `stream`: a reduction other than none,
 /// and for grid and streaming the device's accumulators made (on first use, which a capturing stream
 /// cannot do).
 /// Pointers must also be 16-byte aligned (the caller checks its tensors).
-bool batch_norm_nhwc_supported(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
+bool batch_norm_supported(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                cudaStream_t stream);
 
 struct BatchNormForward {
@@ -98,10 +98,10 @@ struct BatchNormBackward {
 };
 
 /// Enqueued on `stream`; return the launch error (cudaErrorNotSupported for what
-/// batch_norm_nhwc_supported refuses).
-cudaError_t batch_norm_nhwc_forward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
+/// batch_norm_supported refuses).
+cudaError_t batch_norm_forward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                     const BatchNormForward& arguments, cudaStream_t stream);
-cudaError_t batch_norm_nhwc_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
+cudaError_t batch_norm_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                      const BatchNormBackward& arguments, cudaStream_t stream);
 
 }  // namespace ltrain::kernels

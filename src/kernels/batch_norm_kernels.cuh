@@ -1,14 +1,14 @@
-// What the BatchNorm NHWC launcher (batch_norm_nhwc.cu) and its kernels (batch_norm_nhwc_kernels.cu)
+// What the BatchNorm NHWC launcher (batch_norm.cu) and its kernels (batch_norm_kernels.cu)
 // share: the block shape, the device-wide accumulators' layout, and the table of kernel addresses.
-// Internal to ltrain_kernels; the public interface is ltrain/kernels/batch_norm_nhwc.h.
+// Internal to ltrain_kernels; the public interface is ltrain/kernels/batch_norm.h.
 #pragma once
 
 #include <cstdint>
 
-#include "ltrain/kernels/batch_norm_nhwc.h"
+#include "ltrain/kernels/batch_norm.h"
 #include "ltrain/kernels/element_type.h"
 
-namespace ltrain::kernels::batch_norm_nhwc_detail {
+namespace ltrain::kernels::batch_norm_detail {
 
 using Reduction = BatchNormReduction;
 
@@ -49,4 +49,4 @@ struct KernelSet {
 /// a channel group's row groups.
 KernelSet kernels_of(ElementType type, BatchNormActivation activation, Reduction reduction);
 
-}  // namespace ltrain::kernels::batch_norm_nhwc_detail
+}  // namespace ltrain::kernels::batch_norm_detail

@@ -2,7 +2,7 @@
 // element: its position in the window, kh * kernel + kw. ATen's channels_last kernels keep an
 // int64 index per output element, and their backward took longer than any other single kernel of
 // a graphed fp16 ResNet-50 step (measured: docs/BENCHMARKS.md).
-// Plain CUDA (no LibTorch headers); models/max_pool.cpp wraps it as an autograd function.
+// Plain CUDA (no LibTorch headers); ops/max_pool.cpp wraps it as an autograd function.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,7 +23,7 @@ struct PoolGeometry {
 };
 
 /// Whether the kernels run on the current device (an image for it in this build), and if not, why.
-KernelFit max_pool_nhwc_fit();
+KernelFit max_pool_fit();
 
 /// Elements per 16-byte vector, the unit each thread moves: channels must be a multiple of it and
 /// every pointer 16-byte aligned.
@@ -31,12 +31,12 @@ int64_t max_pool_vector_width(ElementType type);
 
 /// output = the window's maximum, a NaN winning as in ATen (and the first of equal values);
 /// argmax = the winner's position in its window. Enqueued on `stream`; returns the launch error.
-cudaError_t max_pool_nhwc_forward(ElementType type, const void* input, void* output, uint8_t* argmax,
+cudaError_t max_pool_forward(ElementType type, const void* input, void* output, uint8_t* argmax,
                                   const PoolGeometry& geometry, cudaStream_t stream);
 
 /// grad_input[n, h, w, c] = the sum, in float32 and in ATen's window order, of grad_output over
 /// the windows whose arg-max is (h, w). One thread per input vector: no atomics, deterministic.
-cudaError_t max_pool_nhwc_backward(ElementType type, const void* grad_output, const uint8_t* argmax,
+cudaError_t max_pool_backward(ElementType type, const void* grad_output, const uint8_t* argmax,
                                    void* grad_input, const PoolGeometry& geometry, cudaStream_t stream);
 
 }  // namespace ltrain::kernels

@@ -1,4 +1,4 @@
-#include "ltrain/kernels/max_pool_nhwc.h"
+#include "ltrain/kernels/max_pool.h"
 
 #include <algorithm>
 #include <limits>
@@ -194,13 +194,13 @@ cudaError_t launch_backward(const void* grad_output, const uint8_t* argmax, void
 
 int64_t max_pool_vector_width(ElementType type) { return type == ElementType::float32 ? 4 : 8; }
 
-KernelFit max_pool_nhwc_fit() {
+KernelFit max_pool_fit() {
   return fit_on_current_device({reinterpret_cast<const void*>(&forward_kernel<__half, int32_t>),
                                 reinterpret_cast<const void*>(&backward_kernel<__half, int32_t>)},
                                kThreads, Cooperation::none);
 }
 
-cudaError_t max_pool_nhwc_forward(ElementType type, const void* input, void* output, uint8_t* argmax,
+cudaError_t max_pool_forward(ElementType type, const void* input, void* output, uint8_t* argmax,
                                   const PoolGeometry& geometry, cudaStream_t stream) {
   switch (type) {
     case ElementType::float32: return launch_forward<float>(input, output, argmax, geometry, stream);
@@ -210,7 +210,7 @@ cudaError_t max_pool_nhwc_forward(ElementType type, const void* input, void* out
   return cudaErrorInvalidValue;
 }
 
-cudaError_t max_pool_nhwc_backward(ElementType type, const void* grad_output, const uint8_t* argmax,
+cudaError_t max_pool_backward(ElementType type, const void* grad_output, const uint8_t* argmax,
                                    void* grad_input, const PoolGeometry& geometry, cudaStream_t stream) {
   switch (type) {
     case ElementType::float32: return launch_backward<float>(grad_output, argmax, grad_input, geometry, stream);

@@ -1,0 +1,138 @@
+#include "ltrain/ops/gradient_kernels.h"
+
+#include "ltrain/core/torch_compat.h"
+
+#include <stdexcept>
+#include <string>
+
+#if LTRAIN_WITH_CUDA
+#include "ltrain/kernels/gradient_kernels.h"
+#include "ltrain/ops/kernel_bridge.h"
+#endif
+
+namespace ltrain::ops {
+
+SgdBackend sgd_backend(const torch::Device& device, bool fused) {
+  if (!fused || !device.is_cuda()) return SgdBackend::portable;
+  if (ltrain_gradient_kernels_run_on(device)) return SgdBackend::ltrain;
+  return compat::has_fused_optimizers() ? SgdBackend::libtorch : SgdBackend::portable;
+}
+
+const char* name_of(SgdBackend backend) {
+  switch (backend) {
+    case SgdBackend::ltrain: return "ltrain";
+    case SgdBackend::libtorch: return "libtorch";
+    case SgdBackend::portable: return "portable";
+  }
+  return "?";
+}
+
+#if !LTRAIN_WITH_CUDA
+
+kernels::KernelFit ltrain_gradient_kernels_fit(const torch::Device&) {
+  return {false, "a CPU build has no CUDA kernels"};
+}
+
+bool ltrain_gradient_kernels_run_on(const torch::Device&) { return false; }
+
+void ltrain_sgd_step(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
+                     const std::vector<torch::Tensor>&, const std::vector<double>&, double, bool, const torch::Tensor&,
+                     const torch::Tensor&, const torch::Tensor&, const std::vector<torch::Tensor>&) {
+  throw std::logic_error("ltrain_sgd_step: this build has no CUDA kernels");
+}
+
+bool ltrain_find_inf(const std::vector<torch::Tensor>&, const torch::Tensor&) { return false; }
+
+#else
+
+namespace {
+
+/// Whether a and b (same sizes, each dense) hold their elements in one memory order: equal strides
+/// in every dimension of more than one element. A 1x1 convolution's weight [out, in, 1, 1] has
+/// different strides contiguous and channels_last but one order; copying such gradients cost
+/// ResNet-50 36 copies a step.
+bool same_memory_order(const torch::Tensor& a, const torch::Tensor& b) {
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  return true;
+}
+
+const float* device_float(const torch::Tensor& tensor) {
+  return tensor.defined() ? tensor.data_ptr<float>() : nullptr;
+}
+
+}  // namespace
+
+kernels::KernelFit ltrain_gradient_kernels_fit(const torch::Device& device) {
+  return fit_on(device, kernels::gradient_kernels_fit);
+}
+
+bool ltrain_gradient_kernels_run_on(const torch::Device& device) { return gradient_kernels_run_on(device); }
+
+void ltrain_sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& gradients,
+                     const std::vector<torch::Tensor>& momentum_buffers, const std::vector<double>& weight_decays,
+                     double momentum, bool nesterov, const torch::Tensor& lr, const torch::Tensor& grad_scale,
+                     const torch::Tensor& found_inf, const std::vector<torch::Tensor>& low_precision_copies) {
+  if (params.empty()) return;
+  if (!low_precision_copies.empty() && low_precision_copies.size() != params.size())
+    throw std::logic_error("ltrain_sgd_step: low_precision_copies needs one entry per parameter");
+  std::vector<torch::Tensor> keep_alive;  // gradients copied into their parameter's layout
+  std::vector<kernels::SgdParameter> entries;
+  entries.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor& param = params[i];
+    torch::Tensor gradient = gradients[i];
+    if (gradient.sizes() != param.sizes())
+      throw std::logic_error("ltrain_sgd_step: a gradient's sizes differ from its parameter's");
+    // The kernel walks parameter, buffer and gradient in memory order: their strides must agree.
+    if (!same_memory_order(gradient, param)) {
+      keep_alive.push_back(torch::empty_like(param, gradient.options()).copy_(gradient));
+      gradient = keep_alive.back();
+    }
+    kernels::SgdParameter entry;
+    entry.value = param.data_ptr<float>();
+    entry.momentum_buffer = momentum_buffers.empty() ? nullptr : momentum_buffers[i].data_ptr<float>();
+    entry.gradient = gradient_view_of(gradient);
+    entry.weight_decay = static_cast<float>(weight_decays[i]);
+    if (!low_precision_copies.empty() && low_precision_copies[i].defined()) {
+      const torch::Tensor& copy = low_precision_copies[i];
+      const bool laid_out_as_param =
+          copy.sizes() == param.sizes() && copy.is_non_overlapping_and_dense() && same_memory_order(copy, param);
+      const bool low_precision = element_type_of(copy.scalar_type(), entry.copy_type) &&
+                                 entry.copy_type != kernels::ElementType::float32;
+      if (!laid_out_as_param || !low_precision)
+        throw std::logic_error(
+            "ltrain_sgd_step: a low-precision copy is not an fp16/bf16 tensor laid out as its parameter");
+      entry.low_precision_copy = copy.data_ptr();
+    }
+    entries.push_back(entry);
+  }
+  kernels::SgdSettings settings;
+  settings.momentum = static_cast<float>(momentum);
+  settings.nesterov = nesterov;
+  settings.learning_rate = lr.data_ptr<float>();
+  settings.gradient_scale = device_float(grad_scale);
+  settings.found_inf = device_float(found_inf);
+  throw_on_error(
+      kernels::sgd_step(entries.data(), static_cast<int64_t>(entries.size()), settings, current_stream_of(lr)),
+      "SGD kernel");
+  // Written in place behind autograd's back: say so, as ATen's in-place operators do (what
+  // amp::LowPrecisionWeights reads to tell whether its copies still match).
+  for (const torch::Tensor& param : params) param.unsafeGetTensorImpl()->bump_version();
+}
+
+bool ltrain_find_inf(const std::vector<torch::Tensor>& gradients, const torch::Tensor& found_inf) {
+  if (!found_inf.is_cuda() || !gradient_kernels_read(gradients)) return false;
+  std::vector<kernels::GradientView> views;
+  views.reserve(gradients.size());
+  for (const torch::Tensor& gradient : gradients) views.push_back(gradient_view_of(gradient));
+  found_inf.zero_();  // the kernel only ever sets it
+  throw_on_error(kernels::find_inf(views.data(), static_cast<int64_t>(views.size()),
+                                            found_inf.data_ptr<float>(), current_stream_of(found_inf)),
+                          "inf/NaN check kernel");
+  return true;
+}
+
+#endif  // LTRAIN_WITH_CUDA
+
+}  // namespace ltrain::ops

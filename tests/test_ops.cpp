@@ -1,0 +1,508 @@
+// The operators over ltrain's kernels and cuDNN's (ops/): each backend against float32 operators
+// or ATen's, what it declines, and which backend the model and the optimizer run where. Most are
+// GPU tests, skipped without a usable GPU or where ltrain's kernels have no code for it.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ltrain/amp/autocast.h"
+#include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/setup.h"
+#include "ltrain/models/resnet.h"
+#include "ltrain/ops/batch_norm.h"
+#include "ltrain/ops/gradient_kernels.h"
+#include "ltrain/ops/max_pool.h"
+#include "ltrain/optim/optimizer.h"
+#include "support.h"
+
+namespace ltrain {
+namespace {
+
+// ---- BatchNorm ----------------------------------------------------------------------------------
+
+/// A training-mode BatchNorm over `channels` channels with weights away from 1 and 0, on the GPU.
+models::BatchNorm2d gpu_batch_norm(int64_t channels) {
+  models::BatchNorm2d norm(channels);
+  {
+    torch::NoGradGuard no_grad;
+    norm->weight.copy_(1.0 + 0.2 * torch::randn({channels}));
+    norm->bias.copy_(0.2 * torch::randn({channels}));
+    norm->running_mean.copy_(0.1 * torch::randn({channels}));
+  }
+  norm->to(torch::kCUDA);
+  norm->train();
+  return norm;
+}
+
+/// Which single-kernel BatchNorm a test calls.
+enum class BatchNormPath { cudnn, ltrain };
+
+/// What one call of a single-kernel BatchNorm left: output, gradients and running statistics.
+struct BatchNormResult {
+  torch::Tensor y, grad_x, grad_residual, grad_weight, grad_bias, running_mean, running_var;
+};
+
+/// y = bn(x), relu(bn(x)) or relu(bn(x) + residual) on `path` (`relu` false on the cuDNN path runs
+/// the separate operators, which that path leaves to them) or, with `reference`, on torch's
+/// operators in float32; then y.backward(grad_y). The same seed gives every path the same inputs,
+/// drawn in `dtype` and, for the reference, converted exactly. y is undefined where the path declined.
+BatchNormResult run_batch_norm(BatchNormPath path, bool reference, torch::ScalarType dtype,
+                              const std::vector<int64_t>& shape, bool relu, bool add_residual, double offset = 0.0) {
+  const testing::CudnnFlags repeatable_off(/*deterministic=*/false, /*benchmark=*/false);
+  torch::manual_seed(5);
+  const int64_t channels = shape[1];
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+  auto draw = [&](double shift) { return (torch::randn(shape, options) + shift).contiguous(at::MemoryFormat::ChannelsLast); };
+  torch::Tensor x = draw(offset);
+  torch::Tensor residual = add_residual ? draw(0.0) : torch::Tensor();
+  const torch::Tensor grad_y = draw(0.0);
+  models::BatchNorm2d norm = gpu_batch_norm(channels);
+  if (reference) {
+    x = x.to(torch::kFloat32);
+    if (add_residual) residual = residual.to(torch::kFloat32);
+  }
+  x = x.detach().requires_grad_(true);
+  if (add_residual) residual = residual.detach().requires_grad_(true);
+
+  torch::Tensor y;
+  if (reference) {
+    y = torch::batch_norm(x, norm->weight, norm->bias, norm->running_mean, norm->running_var, true,
+                          models::BatchNorm2dImpl::kMomentum, models::BatchNorm2dImpl::kEps, false);
+    if (add_residual) y = y + residual;
+    if (relu) y = torch::relu(y);
+  } else {
+    const ops::BatchNormParameters parameters{norm->weight, norm->bias, norm->running_mean, norm->running_var,
+                                                 models::BatchNorm2dImpl::kMomentum, models::BatchNorm2dImpl::kEps};
+    y = path == BatchNormPath::ltrain ? ops::ltrain_batch_norm(x, residual, relu, parameters)
+                                   : ops::cudnn_batch_norm(x, residual, parameters);
+    if (!y.defined()) return {};
+  }
+  y.backward(reference ? grad_y.to(torch::kFloat32) : grad_y);
+  return {y, x.grad(), add_residual ? residual.grad() : torch::Tensor(), norm->weight.grad(), norm->bias.grad(),
+          norm->running_mean, norm->running_var};
+}
+
+/// ||a - b|| / ||b||, a converted to float32.
+double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a.to(torch::kFloat32) - b).norm() / (b.norm() + 1e-12)).item<double>();
+}
+
+/// Every field of `result` within `tolerance` of `reference`'s (relative, as a whole tensor).
+void expect_close(const BatchNormResult& result, const BatchNormResult& reference, double tolerance) {
+  EXPECT_LT(relative_difference(result.y, reference.y), tolerance);
+  EXPECT_LT(relative_difference(result.grad_x, reference.grad_x), tolerance);
+  if (reference.grad_residual.defined()) {
+    EXPECT_LT(relative_difference(result.grad_residual, reference.grad_residual), tolerance);
+  }
+  EXPECT_LT(relative_difference(result.grad_weight, reference.grad_weight), tolerance);
+  EXPECT_LT(relative_difference(result.grad_bias, reference.grad_bias), tolerance);
+  EXPECT_LT(relative_difference(result.running_mean, reference.running_mean), tolerance);
+  EXPECT_LT(relative_difference(result.running_var, reference.running_var), tolerance);
+}
+
+double batch_norm_tolerance(torch::ScalarType dtype) { return dtype == torch::kHalf ? 5e-3 : 3e-2; }
+
+TEST(CudnnBatchNorm, MatchesFloat32OperatorsInValuesGradientsAndRunningStatistics_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  if (!ops::cudnn_batch_norm_built()) GTEST_SKIP() << "this build has no cuDNN fused BatchNorm";
+  // [16,64,8,8] channels_last: a ResNet-50 layer1 activation at batch 16.
+  const std::vector<int64_t> shape{16, 64, 8, 8};
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    for (const bool add_residual : {false, true}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + (add_residual ? " with residual" : ""));
+      const BatchNormResult fused = run_batch_norm(BatchNormPath::cudnn, false, dtype, shape, true, add_residual);
+      if (!fused.y.defined() && dtype == torch::kBFloat16) {
+        std::cout << "cuDNN refuses the fused kernel in bf16 (the model runs three operators there)\n";
+        continue;
+      }
+      ASSERT_TRUE(fused.y.defined()) << "cuDNN refused the fused kernel in fp16 NHWC";
+      EXPECT_EQ(fused.y.scalar_type(), dtype);
+      EXPECT_TRUE(fused.y.is_contiguous(at::MemoryFormat::ChannelsLast));
+      expect_close(fused, run_batch_norm(BatchNormPath::cudnn, true, dtype, shape, true, add_residual),
+                   batch_norm_tolerance(dtype));
+    }
+  }
+}
+
+TEST(LtrainBatchNorm, MatchesFloat32OperatorsForEachActivationAndShape_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_batch_norm_fit(torch::kCUDA));
+  // ResNet-50 shapes at 32x32 input (layer1, layer4 at batch 4: 4 rows of 2048 channels), rows
+  // that no block evenly divides, the narrowest channel count the kernels take, rows too many
+  // for one cluster (8320 rows of 64 channels, 32.5 blocks' worth: the grid-wide reduction), and
+  // more than one resident grid holds in registers (8.4M elements in 16448 rows: streamed).
+  const std::vector<std::vector<int64_t>> shapes = {{16, 64, 8, 8}, {4, 2048, 1, 1}, {3, 256, 5, 3}, {2, 8, 33, 17},
+                                                    {130, 64, 8, 8}, {257, 512, 8, 8}};
+  std::set<std::string> reductions;
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    for (const auto& shape : shapes) {
+      for (const int activation : {0, 1, 2}) {
+        const bool relu = activation > 0, add_residual = activation == 2;
+        const std::string reduction = ops::ltrain_batch_norm_reduction(
+            torch::empty(shape, torch::TensorOptions().device(torch::kCUDA).dtype(dtype)), relu, add_residual);
+        reductions.insert(reduction);
+        SCOPED_TRACE(::testing::Message() << dtype << " " << c10::IntArrayRef(shape)
+                                          << (relu ? add_residual ? " add+relu" : " relu" : " no activation") << ", "
+                                          << reduction << " reduction");
+        const BatchNormResult ltrain = run_batch_norm(BatchNormPath::ltrain, false, dtype, shape, relu, add_residual);
+        ASSERT_TRUE(ltrain.y.defined()) << "the kernels declined";
+        EXPECT_EQ(ltrain.y.scalar_type(), dtype);
+        EXPECT_TRUE(ltrain.y.is_contiguous(at::MemoryFormat::ChannelsLast));
+        EXPECT_EQ(ltrain.y.grad_fn()->name().find("LtrainBatchNorm") != std::string::npos, true) << ltrain.y.grad_fn()->name();
+        expect_close(ltrain, run_batch_norm(BatchNormPath::ltrain, true, dtype, shape, relu, add_residual),
+                     batch_norm_tolerance(dtype));
+      }
+    }
+  }
+  // Every way of combining the blocks' sums was checked (clusters need sm_90 code on a GPU with them).
+  if (ops::ltrain_batch_norm_cluster_fit(torch::kCUDA).runs) {
+    EXPECT_TRUE(reductions.count("cluster"));
+  } else {
+    EXPECT_FALSE(reductions.count("cluster"));
+  }
+  EXPECT_TRUE(reductions.count("grid"));
+  EXPECT_TRUE(reductions.count("streaming"));
+}
+
+TEST(LtrainBatchNorm, AddsTheSecondOutputsGradientAsAutogradWouldHaveAddedIt_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_batch_norm_fit(torch::kCUDA));
+  // A residual block's output reaches the loss twice, through the second output or through y
+  // itself: the kernel's sum of the two gradients must be the sum autograd makes, bit for bit
+  // with a cluster reduction ({16,64,8,8}), to float rounding with the grid's atomics (in
+  // registers, and streamed).
+  const testing::CudnnFlags repeatable_off(/*deterministic=*/false, /*benchmark=*/false);
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf);
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{16, 64, 8, 8}, std::vector<int64_t>{130, 64, 8, 8},
+                                            std::vector<int64_t>{257, 512, 8, 8}}) {
+    const std::string reduction = ops::ltrain_batch_norm_reduction(torch::empty(shape, options), true, true);
+    SCOPED_TRACE(::testing::Message() << c10::IntArrayRef(shape) << ", " << reduction << " reduction");
+    torch::manual_seed(9);
+    auto draw = [&] { return torch::randn(shape, options).contiguous(at::MemoryFormat::ChannelsLast); };
+    const torch::Tensor x0 = draw(), residual0 = draw(), grad_first = draw(), grad_second = draw();
+    models::BatchNorm2d norm = gpu_batch_norm(shape[1]);
+    const ops::BatchNormParameters parameters{norm->weight, norm->bias, norm->running_mean, norm->running_var,
+                                                 models::BatchNorm2dImpl::kMomentum, models::BatchNorm2dImpl::kEps};
+    // kBoth: through both outputs; kOnce: through y, their sum; kSecondOnly: y unused.
+    enum Use { kBoth, kOnce, kSecondOnly };
+    auto gradients = [&](Use use) {
+      const torch::Tensor x = x0.clone().requires_grad_(true), residual = residual0.clone().requires_grad_(true);
+      norm->weight.mutable_grad() = torch::Tensor();
+      norm->bias.mutable_grad() = torch::Tensor();
+      torch::Tensor second;
+      const torch::Tensor y =
+          ops::ltrain_batch_norm(x, residual, true, parameters, use == kOnce ? nullptr : &second);
+      EXPECT_TRUE(y.defined());
+      if (use == kOnce) {
+        y.backward(grad_first + grad_second);
+      } else {
+        EXPECT_EQ(second.data_ptr(), y.data_ptr());
+        if (use == kSecondOnly) second.backward(grad_first + grad_second);
+        else torch::autograd::backward({y, second}, {grad_first, grad_second});
+      }
+      return std::vector<torch::Tensor>{x.grad(), residual.grad(), norm->weight.grad(), norm->bias.grad()};
+    };
+    const auto once = gradients(kOnce);
+    for (const Use use : {kBoth, kSecondOnly}) {
+      const auto other = gradients(use);
+      for (size_t i = 0; i < once.size(); ++i) {
+        SCOPED_TRACE(::testing::Message() << (use == kSecondOnly ? "second output alone" : "both outputs")
+                                          << ", gradient " << i);
+        if (reduction == "cluster") EXPECT_TRUE(torch::equal(other[i], once[i]));
+        else EXPECT_LT(relative_difference(other[i], once[i].to(torch::kFloat32)), 1e-3);
+      }
+    }
+    // Without a residual there is no second output (the kernels add a second gradient only there).
+    torch::Tensor untouched;
+    const torch::Tensor y = ops::ltrain_batch_norm(x0, {}, true, parameters, &untouched);
+    EXPECT_TRUE(y.defined());
+    EXPECT_FALSE(untouched.defined());
+  }
+}
+
+TEST(LtrainBatchNorm, KeepsTheSpreadOfOffsetChannelsAndLeavesNothingForTheNextCall_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_batch_norm_fit(torch::kCUDA));
+  // Channels centred at 64 with unit spread: sums of squares taken around 0 would lose the
+  // variance to float32 cancellation; the kernels sum around each channel's first value. One
+  // shape for each reduction (1024 rows: one cluster; 8192: the grid; 66560: streamed).
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{64, 128, 4, 4}, std::vector<int64_t>{128, 128, 8, 8},
+                                            std::vector<int64_t>{520, 128, 8, 16}}) {
+    const std::string reduction =
+        ops::ltrain_batch_norm_reduction(torch::empty(shape, torch::dtype(torch::kHalf).device(torch::kCUDA)), true, true);
+    SCOPED_TRACE(::testing::Message() << c10::IntArrayRef(shape) << ", " << reduction << " reduction");
+    const BatchNormResult first = run_batch_norm(BatchNormPath::ltrain, false, torch::kHalf, shape, true, true, 64.0);
+    ASSERT_TRUE(first.y.defined());
+    expect_close(first, run_batch_norm(BatchNormPath::ltrain, true, torch::kHalf, shape, true, true, 64.0),
+                 batch_norm_tolerance(torch::kHalf));
+    // The grid's kernels add into per-channel sums that each launch zeroes for the next: a second
+    // call that found them non-zero would be off by the first call's statistics. A cluster's sums
+    // are added in a fixed order, so its second call repeats the first bit for bit.
+    const BatchNormResult again = run_batch_norm(BatchNormPath::ltrain, false, torch::kHalf, shape, true, true, 64.0);
+    for (const auto& [a, b] :
+         {std::pair{first.y, again.y}, std::pair{first.grad_x, again.grad_x}, std::pair{first.grad_weight, again.grad_weight},
+          std::pair{first.grad_bias, again.grad_bias}, std::pair{first.running_var, again.running_var}}) {
+      if (reduction == "cluster") {
+        EXPECT_TRUE(torch::equal(a, b));
+      } else {
+        EXPECT_LT(relative_difference(a, b.to(torch::kFloat32)), 1e-3);
+      }
+    }
+  }
+}
+
+TEST(LtrainBatchNorm, DeclinesWhatTheKernelsDoNotTake_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_batch_norm_fit(torch::kCUDA));
+  const testing::CudnnFlags repeatable_off(/*deterministic=*/false, /*benchmark=*/false);
+  auto declined = [](const std::vector<int64_t>& shape, torch::ScalarType dtype, bool channels_last) {
+    models::BatchNorm2d norm = gpu_batch_norm(shape[1]);
+    torch::Tensor x = torch::randn(shape, torch::TensorOptions().device(torch::kCUDA).dtype(dtype));
+    if (channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor running_mean = norm->running_mean.clone();
+    const torch::Tensor y = ops::ltrain_batch_norm(
+        x, {}, true,
+        {norm->weight, norm->bias, norm->running_mean, norm->running_var, models::BatchNorm2dImpl::kMomentum,
+         models::BatchNorm2dImpl::kEps});
+    return !y.defined() && torch::equal(running_mean, norm->running_mean);  // and changed nothing
+  };
+  EXPECT_TRUE(declined({4, 96, 4, 4}, torch::kHalf, true));     // 96 channels: not a power of two
+  EXPECT_TRUE(declined({2, 4096, 1, 1}, torch::kHalf, true));   // more than 2048 channels
+  EXPECT_TRUE(declined({4, 64, 4, 4}, torch::kFloat32, true));  // float32
+  EXPECT_TRUE(declined({4, 64, 4, 4}, torch::kHalf, false));    // NCHW
+  EXPECT_TRUE(declined({1, 64, 1, 1}, torch::kHalf, true));     // one value per channel
+  EXPECT_FALSE(declined({4, 64, 4, 4}, torch::kHalf, true));
+  EXPECT_FALSE(declined({128, 64, 32, 32}, torch::kHalf, true));  // 8.4M elements: streamed
+  // The atomic sums are not bitwise repeatable: precision.deterministic (cuDNN's flag) and
+  // torch's deterministic algorithms get cuDNN or ATen.
+  auto& context = at::globalContext();
+  const bool deterministic_cudnn = context.deterministicCuDNN();
+  const bool deterministic = context.deterministicAlgorithms();
+  const bool warn_only = context.deterministicAlgorithmsWarnOnly();
+  context.setDeterministicCuDNN(true);
+  const bool declined_for_cudnn_flag = declined({4, 64, 4, 4}, torch::kHalf, true);
+  context.setDeterministicCuDNN(deterministic_cudnn);
+  context.setDeterministicAlgorithms(true, false);
+  const bool declined_for_algorithms = declined({4, 64, 4, 4}, torch::kHalf, true);
+  context.setDeterministicAlgorithms(deterministic, warn_only);
+  EXPECT_TRUE(declined_for_cudnn_flag);
+  EXPECT_TRUE(declined_for_algorithms);
+}
+
+// ---- Max pooling --------------------------------------------------------------------------------
+
+TEST(MaxPool, AtenRunsItOffTheGpu) {
+  // ltrain's kernels are CUDA-only; on the CPU the operator is ATen's, with its gradients.
+  torch::manual_seed(4);
+  const torch::Tensor input =
+      torch::randn({2, 8, 9, 9}).contiguous(torch::MemoryFormat::ChannelsLast).requires_grad_();
+  EXPECT_FALSE(ops::takes_ltrain_max_pool(input, 3, 2, 1));
+  const torch::Tensor pooled = ops::max_pool2d(input, 3, 2, 1);
+  EXPECT_TRUE(torch::equal(pooled, torch::max_pool2d(input, {3, 3}, {2, 2}, {1, 1})));
+  pooled.sum().backward();
+  EXPECT_EQ(input.grad().sum().item<float>(), 2 * 8 * 5 * 5);  // each output passes its 1 to one input
+}
+
+TEST(MaxPool, LtrainKernelsMatchAtenInValuesAndGradients_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_max_pool_fit(torch::kCUDA));
+  struct Window {
+    int64_t kernel, stride, padding;
+  };
+  const std::vector<std::vector<int64_t>> shapes = {{4, 64, 16, 16}, {3, 16, 15, 13}};
+  const std::vector<Window> windows = {{3, 2, 1}, {2, 2, 0}, {3, 1, 1}};
+  for (const torch::ScalarType dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
+    for (const auto& shape : shapes) {
+      for (const Window& w : windows) {
+        SCOPED_TRACE(::testing::Message() << dtype << " " << c10::IntArrayRef(shape) << " window " << w.kernel
+                                          << "/" << w.stride << "/" << w.padding);
+        torch::manual_seed(3);
+        // Whole numbers: many windows hold equal maxima, where the first one must win as in ATen.
+        torch::Tensor input = (torch::randn(shape) * 2).round();
+        input[0][1][2][3] = std::numeric_limits<float>::quiet_NaN();  // a NaN wins its windows
+        input = input.to(torch::kCUDA, dtype).contiguous(torch::MemoryFormat::ChannelsLast);
+        ASSERT_TRUE(ops::takes_ltrain_max_pool(input, w.kernel, w.stride, w.padding));
+        const torch::Tensor ltrain_input = input.clone().requires_grad_();
+        const torch::Tensor aten_input = input.clone().requires_grad_();
+        const torch::Tensor ltrain = ops::max_pool2d(ltrain_input, w.kernel, w.stride, w.padding);
+        const torch::Tensor aten = torch::max_pool2d(aten_input, {w.kernel, w.kernel}, {w.stride, w.stride},
+                                                     {w.padding, w.padding});
+        ASSERT_EQ(ltrain.sizes(), aten.sizes());
+        EXPECT_TRUE(ltrain.is_contiguous(torch::MemoryFormat::ChannelsLast));
+        EXPECT_TRUE(torch::allclose(ltrain, aten, 0.0, 0.0, /*equal_nan=*/true));
+        const torch::Tensor grad =
+            torch::randn(aten.sizes(), aten.options()).contiguous(torch::MemoryFormat::ChannelsLast);
+        ltrain.backward(grad);
+        aten.backward(grad);
+        // The same terms summed in float32 in the same order: equal up to the final rounding.
+        const double tolerance = dtype == torch::kFloat32 ? 1e-6 : 1e-2;
+        EXPECT_TRUE(torch::allclose(ltrain_input.grad().to(torch::kFloat32), aten_input.grad().to(torch::kFloat32), 0.0,
+                                    tolerance));
+        EXPECT_EQ(ltrain_input.grad().count_nonzero().item<int64_t>(), aten_input.grad().count_nonzero().item<int64_t>());
+      }
+    }
+  }
+}
+
+TEST(MaxPool, AtenTakesInputsTheKernelsDoNotFit_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Tensor nchw = torch::randn({2, 64, 8, 8}, torch::kCUDA);
+  const torch::Tensor nhwc = nchw.contiguous(torch::MemoryFormat::ChannelsLast);
+  EXPECT_FALSE(ops::takes_ltrain_max_pool(nchw, 3, 2, 1));
+  EXPECT_EQ(ops::takes_ltrain_max_pool(nhwc, 3, 2, 1), ops::ltrain_max_pool_fit(torch::kCUDA).runs);
+  EXPECT_FALSE(ops::takes_ltrain_max_pool(torch::randn({2, 6, 8, 8}, torch::kCUDA).contiguous(
+                                              torch::MemoryFormat::ChannelsLast),
+                                          3, 2, 1));  // 6 channels fill no 16-byte vector
+  EXPECT_FALSE(ops::takes_ltrain_max_pool(nhwc.to(torch::kFloat64), 3, 2, 1));
+  EXPECT_TRUE(torch::equal(ops::max_pool2d(nhwc, 3, 2, 1, ops::MaxPoolBackends{false}),
+                           torch::max_pool2d(nhwc, {3, 3}, {2, 2}, {1, 1})));
+}
+
+// ---- The optimizer step -------------------------------------------------------------------------
+
+TEST(GradientKernels, SgdReadsLowPrecisionGradientsAsTheirFloat32Values_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_gradient_kernels_fit(torch::kCUDA));
+  // Steps from fp16 and bf16 gradients must equal, bit for bit, steps from the same values
+  // widened to float32 first: the kernel converts each element exactly and does the rest alike.
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(5);
+  const std::vector<std::vector<int64_t>> shapes{{64, 16, 3, 3}, {64}, {10, 64}};
+  for (torch::ScalarType dtype : {torch::kHalf, torch::kBFloat16}) {
+    std::vector<torch::Tensor> initial, low;
+    for (const auto& shape : shapes) {
+      initial.push_back(torch::randn(shape, cuda));
+      low.push_back((torch::randn(shape, cuda) * 512).to(dtype));
+    }
+    auto run = [&](bool widen) {
+      std::vector<torch::Tensor> params, buffers, grads;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        params.push_back(initial[i].clone());
+        buffers.push_back(torch::zeros_like(initial[i]));
+        grads.push_back(widen ? low[i].to(torch::kFloat32) : low[i]);
+      }
+      const torch::Tensor lr = torch::full({}, 0.1, cuda);
+      const torch::Tensor grad_scale = torch::full({1}, 512.0, cuda), found_inf = torch::zeros({1}, cuda);
+      for (int step = 0; step < 3; ++step)
+        ops::ltrain_sgd_step(params, grads, buffers, {5e-4, 0.0, 5e-4}, 0.9, true, lr, grad_scale, found_inf);
+      params.insert(params.end(), buffers.begin(), buffers.end());
+      return params;
+    };
+    const std::vector<torch::Tensor> from_low = run(false), from_float32 = run(true);
+    for (size_t i = 0; i < from_low.size(); ++i) EXPECT_TRUE(torch::equal(from_low[i], from_float32[i])) << i;
+  }
+}
+
+TEST(GradientKernels, SgdPairsGradientAndParameterElementsWhateverTheirLayouts_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_gradient_kernels_fit(torch::kCUDA));
+  // channels_last parameters: a 3x3 convolution's weight, whose contiguous gradient is in another
+  // order, and a 1x1 convolution's, whose contiguous gradient has other strides but the same
+  // order. Either way a step equals the step from the gradient in the parameter's ltrain layout.
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(7);
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{8, 4, 3, 3}, std::vector<int64_t>{8, 4, 1, 1}}) {
+    SCOPED_TRACE(::testing::Message() << c10::IntArrayRef(shape));
+    const torch::Tensor initial = torch::randn(shape, cuda).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor gradient = torch::randn(shape, cuda).to(torch::kHalf);  // contiguous
+    auto step_with = [&](const torch::Tensor& grad) {
+      std::vector<torch::Tensor> params{initial.clone(at::MemoryFormat::ChannelsLast)};
+      std::vector<torch::Tensor> buffers{torch::zeros_like(params[0])};
+      const torch::Tensor lr = torch::full({}, 0.1, cuda);
+      for (int step = 0; step < 2; ++step)
+        ops::ltrain_sgd_step(params, {grad}, buffers, {5e-4}, 0.9, false, lr, {}, {});
+      return params[0];
+    };
+    EXPECT_TRUE(torch::equal(step_with(gradient), step_with(gradient.contiguous(at::MemoryFormat::ChannelsLast))));
+    EXPECT_FALSE(torch::equal(step_with(gradient), initial));
+  }
+}
+
+TEST(GradientKernels, SgdWritesEachParametersLowPrecisionCopyUnlessTheStepIsSkipped_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_gradient_kernels_fit(torch::kCUDA));
+  // The copies (fp16, bf16, one parameter without) must hold exactly the cast of the updated
+  // parameters, as amp::LowPrecisionWeights' cast would make them; a skipped step writes none.
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(8);
+  std::vector<torch::Tensor> params{torch::randn({16, 8, 3, 3}, cuda).contiguous(at::MemoryFormat::ChannelsLast),
+                                    torch::randn({10, 64}, cuda), torch::randn({64}, cuda)};
+  std::vector<torch::Tensor> copies{torch::full_like(params[0], 3.0, torch::kHalf),
+                                    torch::full_like(params[1], 3.0, torch::kBFloat16), torch::Tensor()};
+  std::vector<torch::Tensor> buffers, grads;
+  for (const torch::Tensor& param : params) {
+    buffers.push_back(torch::zeros_like(param));
+    grads.push_back(torch::randn_like(param));
+  }
+  const torch::Tensor lr = torch::full({}, 0.1, cuda);
+  const int64_t version_before = params[0]._version();
+  for (int step = 0; step < 3; ++step) {
+    const bool skipped = step == 1;
+    if (skipped)
+      for (size_t i = 0; i < 2; ++i) copies[i].fill_(3.0);
+    const torch::Tensor grad_scale = torch::full({1}, 1.0, cuda);
+    const torch::Tensor found_inf = torch::full({1}, skipped ? 1.0 : 0.0, cuda);
+    ops::ltrain_sgd_step(params, grads, buffers, {5e-4, 5e-4, 0.0}, 0.9, false, lr, grad_scale, found_inf, copies);
+    for (size_t i = 0; i < 2; ++i) {
+      SCOPED_TRACE(::testing::Message() << "step " << step << ", parameter " << i);
+      if (skipped) EXPECT_TRUE(torch::all(copies[i] == 3.0).item<bool>());
+      else EXPECT_TRUE(torch::equal(copies[i], params[i].to(copies[i].scalar_type())));
+    }
+  }
+  EXPECT_EQ(params[0]._version(), version_before + 3);
+  EXPECT_THROW(ops::ltrain_sgd_step(params, grads, buffers, {0.0, 0.0, 0.0}, 0.9, false, lr, {}, {},
+                                    {copies[0].contiguous(), copies[1], copies[2]}),
+               std::logic_error);  // a copy in another memory order than its parameter
+}
+
+// ---- Which backend runs where -------------------------------------------------------------------
+
+/// The names of the autograd nodes that produced `tensor`.
+std::set<std::string> node_names(const torch::Tensor& tensor) {
+  std::set<std::string> names;
+  std::set<const torch::autograd::Node*> seen;
+  std::vector<const torch::autograd::Node*> pending{tensor.grad_fn().get()};
+  while (!pending.empty()) {
+    const torch::autograd::Node* node = pending.back();
+    pending.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    names.insert(node->name());
+    for (const auto& edge : node->next_edges()) pending.push_back(edge.function.get());
+  }
+  return names;
+}
+
+TEST(Ops, TheModelAndTheOptimizerRunLtrainKernelsExactlyWhereTheyFit_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // What each family's fit says decides the backend: ltrain's kernels where they run (every GPU of a
+  // default build), LibTorch's and cuDNN's where they do not (a build without code for the GPU).
+  // Deterministic cuDNN would turn ltrain's BatchNorm off: an earlier test may have asked for it.
+  const testing::CudnnFlags repeatable_off(/*deterministic=*/false, /*benchmark=*/false);
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto loaded = testing::config_from({"run.device=cuda", "model.arch=resnet18", "model.width=16",
+                                            "model.channels_last=true", "model.cudnn_batch_norm=false",
+                                            "precision.mode=fp16", "optim.fused=true"});
+  models::ResNet model = engine::build_model(loaded, cuda);
+  const torch::Tensor images = torch::randn({8, 3, 32, 32}, cuda).contiguous(torch::MemoryFormat::ChannelsLast);
+  std::set<std::string> nodes;
+  {
+    const amp::AutocastGuard autocast(torch::kCUDA, torch::kHalf);
+    nodes = node_names(model->forward(images));
+  }
+  auto ran = [&](const std::string& part) {
+    for (const std::string& name : nodes)
+      if (name.find(part) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_EQ(ran("LtrainBatchNorm"), ops::ltrain_batch_norm_fit(cuda).runs);
+  EXPECT_EQ(ran("LtrainMaxPool"), ops::ltrain_max_pool_fit(cuda).runs);
+  EXPECT_TRUE(ran("CudnnBatchNorm") || ran("NativeBatchNorm") || ran("LtrainBatchNorm"));
+  const auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+  EXPECT_EQ(optimizer->takes_low_precision_gradients(), ops::ltrain_gradient_kernels_fit(cuda).runs);
+  // LibTorch's fused SGD where ltrain's kernel does not run.
+  EXPECT_EQ(optimizer->fused(), ops::ltrain_gradient_kernels_fit(cuda).runs || compat::has_fused_optimizers());
+  // A kernel family that does not run says why.
+  for (const kernels::KernelFit& fit :
+       {ops::ltrain_batch_norm_fit(cuda), ops::ltrain_max_pool_fit(cuda), ops::ltrain_gradient_kernels_fit(cuda)})
+    EXPECT_EQ(fit.runs, fit.reason.empty()) << fit.reason;
+}
+
+}  // namespace
+}  // namespace ltrain
