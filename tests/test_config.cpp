@@ -8,6 +8,7 @@
 
 #include "ltrain/bench/sweep.h"
 #include "ltrain/config/load.h"
+#include "ltrain/config/sweep_spec.h"
 #include "support.h"
 
 namespace ltrain::config {
@@ -26,6 +27,78 @@ std::string error_of(const TempDir& dir, const std::string& text, const std::vec
     return error.what();
   }
   return "(no error)";
+}
+
+TEST(Config, EveryImpossibleCombinationIsReportedInOneError) {
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  const std::string message =
+      error_of(dir, R"({"run": {"epochs": 2}, "optim": {"name": "adamw", "nesterov": true, "lr": 0.01},
+                        "schedule": {"warmup_epochs": 3, "min_lr": 0.1}})");
+  EXPECT_EQ(message,
+            file + ": optim.nesterov = true: Nesterov momentum needs optim.name \"sgd\" and optim.momentum > 0\n" +
+                file + ": schedule.warmup_epochs = 3.0: expected fewer epochs than run.epochs (2); lower it, or 0 for "
+                       "no warm-up\n" +
+                file + ": schedule.min_lr = 0.1: expected at most optim.lr (0.01): the cosine schedule falls from "
+                       "optim.lr to it; lower it, or raise optim.lr");
+}
+
+TEST(Config, ARecipeShortensWithRunEpochsAlone) {
+  TempDir dir;
+  const auto recipe = dir.path() / "recipe.json";
+  write_file(recipe, R"({"run": {"epochs": 40}, "data": {"progressive_start_size": 16, "progressive_epochs": 24}})");
+  // Progressive resizing keeps its share of the run (24 of 40: 60%), the last epoch at full size.
+  for (const auto& [epochs, progressive] : std::vector<std::pair<int, int>>{{3, 2}, {10, 6}, {80, 48}, {2, 1}, {1, 0}}) {
+    const LoadedConfig loaded = load_file(recipe, {"run.epochs=" + std::to_string(epochs)});
+    EXPECT_EQ(loaded.config.data.progressive_epochs, progressive) << epochs;
+    EXPECT_EQ(loaded.origin.at("data.progressive_epochs"), "--set run.epochs=" + std::to_string(epochs));
+  }
+  // Set together, both are taken as given; 0 turns progressive resizing off.
+  EXPECT_EQ(load_file(recipe, {"run.epochs=3", "data.progressive_epochs=2"}).config.data.progressive_epochs, 2);
+  EXPECT_EQ(load_file(recipe, {"run.epochs=3", "data.progressive_epochs=0"}).config.data.progressive_epochs, 0);
+  EXPECT_EQ(error_of(dir, R"({"run": {"epochs": 40}, "data": {"progressive_start_size": 16, "progressive_epochs": 24}})",
+                     {"run.epochs=3", "data.progressive_epochs=5"}),
+            "--set data.progressive_epochs=5: data.progressive_epochs = 5: expected fewer than run.epochs (3): at "
+            "least the last epoch trains at the full side; lower it, or set it to 0 to turn progressive resizing off");
+  // A file that sets both is taken as written.
+  EXPECT_EQ(load_file(recipe).config.data.progressive_epochs, 24);
+  // The shipped recipes shorten to a few epochs.
+  const auto accuracy = std::filesystem::path(LTRAIN_SOURCE_DIR) / "configs" / "accuracy";
+  for (const char* name : {"resnet18-cifar.json", "resnet50-cifar.json", "resnet50-cifar-95.json"})
+    EXPECT_NO_THROW(load_file(accuracy / name, {"run.epochs=3"})) << name;
+}
+
+TEST(Config, InputsThatWouldFailLaterAreRefusedNamingTheKey) {
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  EXPECT_EQ(error_of(dir, "{}", {"run.out_dir="}),
+            "--set run.out_dir=: run.out_dir = \"\": expected the folder that holds the run folders (\".\" for the "
+            "working directory)");
+  EXPECT_EQ(error_of(dir, "{}", {"data.root="}),
+            "--set data.root=: data.root = \"\": expected the folder with the data set's files (\".\" for the working "
+            "directory)");
+  EXPECT_EQ(error_of(dir, R"({"data": {"std": [5e-324, 5e-324, 5e-324]}})"),
+            file + ": data.std = [5e-324,5e-324,5e-324]: expected a list of numbers >= 0.001");
+  EXPECT_EQ(error_of(dir, R"({"data": {"std": [0.2, -0.2, 0.2]}})"),
+            file + ": data.std = [0.2,-0.2,0.2]: expected a list of numbers >= 0.001");
+  EXPECT_EQ(error_of(dir, R"({"optim": {"lr": 0.1}, "schedule": {"min_lr": 0.2}})"),
+            file + ": schedule.min_lr = 0.2: expected at most optim.lr (0.1): the cosine schedule falls from optim.lr "
+                   "to it; lower it, or raise optim.lr");
+  EXPECT_EQ(error_of(dir, R"({"optim": {"lr": 0.1}, "schedule": {"name": "onecycle", "min_lr": 0.2}})"),
+            file + ": schedule.min_lr = 0.2: above optim.lr (0.1) and without effect: only the cosine schedule ends at "
+                   "it, and schedule.name is onecycle; remove it, or set it at most optim.lr");
+  EXPECT_NO_THROW(load_file(dir.path() / "run.json", {"schedule.min_lr=0.1", "optim.lr=0.1"}));
+  const std::string allowed = ": expected a folder name: letters, digits, spaces and punctuation, without '/' or '\\', "
+                              "control characters or spaces at either end, not \".\" or \"..\"";
+  for (const auto& [name, shown] : std::vector<std::pair<std::string, std::string>>{
+           {" ", "\" \""}, {"  ", "\"  \""}, {"", "\"\""}, {"a\\b", "\"a\\\\b\""}, {"run ", "\"run \""}, {"..", "\"..\""}})
+    EXPECT_EQ(error_of(dir, nlohmann::json{{"run", {{"name", name}}}}.dump()), file + ": run.name = " + shown + allowed);
+  // Control characters (a newline, a tab) are refused in every setting, run.name too.
+  for (const char* name : {"\n", "\t", "a\x01" "b"}) {
+    EXPECT_NE(error_of(dir, "{}", {std::string("run.name=") + name}).find("run.name = "), std::string::npos);
+    EXPECT_NE(error_of(dir, "{}", {std::string("run.name=") + name}).find("a control character"), std::string::npos);
+  }
+  EXPECT_EQ(load_file(dir.path() / "run.json", {"run.name=my run-2.b"}).config.run.name, "my run-2.b");
 }
 
 TEST(Config, DefaultsWhenEmpty) {
@@ -98,7 +171,7 @@ TEST(Config, OutOfRange) {
   EXPECT_EQ(error_of(dir, R"({"optim": {"momentum": 1.5}})"),
             file + ": optim.momentum = 1.5: expected a number between 0 and 1");
   EXPECT_EQ(error_of(dir, R"({"data": {"std": [0.2, 0, 0.2]}})"),
-            file + ": data.std = [0.2,0,0.2]: expected a list of numbers > 0");
+            file + ": data.std = [0.2,0,0.2]: expected a list of numbers >= 0.001");
   EXPECT_EQ(error_of(dir, R"({"data": {"cutout": 33}})"),
             file + ": data.cutout = 33: expected an integer between 0 and 32");
   EXPECT_EQ(error_of(dir, R"({"precision": {"cudnn_benchmark_limit": -1}})"),
@@ -118,20 +191,23 @@ TEST(Config, ImpossibleCombinations) {
   EXPECT_EQ(error_of(dir, R"({"schedule": {"milestones": [5, 3]}})"),
             file + ": schedule.milestones = [5.0,3.0]: expected epochs in increasing order");
   EXPECT_EQ(error_of(dir, R"({"run": {"epochs": 2}, "schedule": {"warmup_epochs": 3}})"),
-            file + ": schedule.warmup_epochs = 3.0: expected fewer epochs than run.epochs (2)");
+            file + ": schedule.warmup_epochs = 3.0: expected fewer epochs than run.epochs (2); lower it, or 0 for no "
+                   "warm-up");
   EXPECT_EQ(error_of(dir, R"({"data": {"progressive_start_size": 4, "progressive_epochs": 2}})"),
             file + ": data.progressive_start_size = 4: expected 0 (off) or a side of at least 8 pixels");
   EXPECT_EQ(error_of(dir, R"({"data": {"progressive_start_size": 16}})"),
-            file + ": data.progressive_epochs = 0: progressive resizing needs its number of epochs: 1 or more");
+            file + ": data.progressive_epochs = 0: progressive resizing needs its number of epochs: 1 or more (0: off, "
+                   "as data.progressive_start_size 0)");
   EXPECT_EQ(error_of(dir, R"({"run": {"epochs": 4}, "data": {"progressive_start_size": 16, "progressive_epochs": 4}})"),
             file + ": data.progressive_epochs = 4: expected fewer than run.epochs (4): at least the last epoch trains "
-                   "at the full side");
+                   "at the full side; lower it, or set it to 0 to turn progressive resizing off");
   EXPECT_EQ(error_of(dir, R"({"data": {"mean": [0.5, 0.5]}})"),
             file + ": data.mean = [0.5,0.5]: expected a list of 3 numbers (R, G, B)");
   EXPECT_EQ(error_of(dir, R"({"run": {"device": "gpu"}})"),
             file + ": run.device = \"gpu\": expected auto, cpu, cuda or cuda:N");
   EXPECT_EQ(error_of(dir, R"({"run": {"name": "a/b"}})"),
-            file + ": run.name = \"a/b\": expected a folder name without '/'");
+            file + ": run.name = \"a/b\": expected a folder name: letters, digits, spaces and punctuation, without "
+                   "'/' or '\\', control characters or spaces at either end, not \".\" or \"..\"");
   EXPECT_EQ(error_of(dir, R"({"precision": {"mode": "tf32", "tf32": false}})"),
             file + ": precision.tf32 = false: precision.mode \"tf32\" means TF32 on; use precision.mode \"fp32\" for "
                    "IEEE float32");
@@ -231,6 +307,36 @@ TEST(Config, ExtendsMergesAndTracksOrigins) {
   EXPECT_EQ(loaded.files,
             (std::vector<std::string>{(dir.path() / "sub" / "child.json").string(),
                                       (dir.path() / "base.json").string()}));
+}
+
+// Keys renamed since they were introduced keep working under their earlier names, in files,
+// overrides and saved configs, with the source of the value kept; a document that sets one setting
+// under both names is refused, naming both.
+TEST(Config, EarlierNamesOfRenamedKeysAreReadAsTheNamesNow) {
+  TempDir dir;
+  const auto file = dir.path() / "old.json";
+  write_file(file, R"({"model": {"own_batchnorm": false, "own_max_pool": false},
+                       "distributed": {"sync_batchnorm": true}})");
+  const LoadedConfig loaded = load_file(file, {"model.fused_batchnorm=false"});
+  EXPECT_FALSE(loaded.config.model.ltrain_batch_norm);
+  EXPECT_FALSE(loaded.config.model.cudnn_batch_norm);
+  EXPECT_FALSE(loaded.config.model.ltrain_max_pool);
+  EXPECT_TRUE(loaded.config.distributed.sync_batch_norm);
+  EXPECT_EQ(loaded.origin.at("model.ltrain_batch_norm"), file.string());
+  EXPECT_EQ(loaded.origin.at("model.cudnn_batch_norm"), "--set model.fused_batchnorm=false");
+  EXPECT_EQ(loaded.origin.count("model.own_batchnorm"), 0u);
+  // A checkpoint's saved config of an earlier ltrain.
+  EXPECT_FALSE(load_json({{"model", {{"fused_batchnorm", false}}}}, "saved").config.model.cudnn_batch_norm);
+  // What is printed and saved uses the names now.
+  const nlohmann::json saved = to_json(loaded.config);
+  EXPECT_FALSE(saved["model"].contains("own_batchnorm"));
+  EXPECT_EQ(saved["model"]["ltrain_batch_norm"], false);
+  EXPECT_TRUE(is_key_or_section("model.own_batchnorm"));
+
+  EXPECT_EQ(error_of(dir, R"({"model": {"own_batchnorm": false, "ltrain_batch_norm": true}})"),
+            (dir.path() / "run.json").string() +
+                ": model.own_batchnorm and model.ltrain_batch_norm (" + (dir.path() / "run.json").string() +
+                ") are one setting under its earlier and its present name; keep model.ltrain_batch_norm");
 }
 
 TEST(Config, TheFilesReadAreListedTopFirstThenWhatEachExtendsInOrder) {
@@ -340,6 +446,27 @@ TEST(Config, StringsWithNulOrInvalidUtf8OrPastTheLimitAreRefused) {
             "--set run.name=a\\xC0\\xAF: not valid UTF-8; write the setting in UTF-8");
   EXPECT_EQ(error_of(dir, "{\"run\": {\"out_dir\": \"" + std::string(5000, 'n') + "\"}}"),
             file + ": run.out_dir = \"" + std::string(79, 'n') + "...: longer than 4096 bytes; use a shorter one");
+}
+
+TEST(Config, StringsWithControlCharactersAreRefusedWrittenRawOrEscaped) {
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  const auto control = [](const char* code) {
+    return fmt::format(": a control character (\\u{}) cannot be part of a setting; remove it", code);
+  };
+  // Escaped and raw, the same string gets the same message.
+  EXPECT_EQ(error_of(dir, R"({"run": {"name": "a\u0007b"}})"), file + ": run.name = \"a\\u0007b\"" + control("0007"));
+  EXPECT_EQ(error_of(dir, "{\"run\": {\"name\": \"a\x07" "b\"}}"), file + ": run.name = \"a\\u0007b\"" + control("0007"));
+  EXPECT_EQ(error_of(dir, "{\"data\": {\"root\": \"d\tata\"}}"), file + ": data.root = \"d\\tata\"" + control("0009"));
+  EXPECT_EQ(error_of(dir, "{\"run\": {\"out_dir\": \"runs\x7f\"}}"),
+            file + ": run.out_dir = \"runs\\x7F\"" + control("007f"));
+  EXPECT_EQ(error_of(dir, "{\"run\": {\"na\x01me\": 1}}"),
+            file + ": key \"na\\u0001me\" at line 1, column 10" + control("0001"));
+  EXPECT_EQ(error_of(dir, "{}", {"run.name=a\tb"}), "--set run.name=a\\x09b: run.name = \"a\\tb\"" + control("0009"));
+  // A line break inside a string is most likely a closing quote left out: the syntax error says where.
+  const std::string message = error_of(dir, "{\"run\": {\"name\": \"ab\n}}");
+  EXPECT_EQ(message.rfind(file + ": not valid JSON: parse error at line ", 0), 0u) << message;
+  EXPECT_NE(message.find("control character U+000A (LF)"), std::string::npos) << message;
 }
 
 TEST(Config, NumbersPastWhatTheCodeHoldsAreRefused) {
@@ -462,7 +589,7 @@ TEST(Config, ChangedSettingsNameEachDifferenceAndTakeAbsentKeysAtTheirDefaults) 
   const nlohmann::json current = to_json(RunConfig{});
   nlohmann::json older = current;  // as a checkpoint written before these keys existed saved it
   older["data"].erase("cutout");
-  older["model"].erase("own_max_pool");
+  older["model"].erase("ltrain_max_pool");
   EXPECT_TRUE(changed_settings(older, current).empty());
   nlohmann::json changed = current;
   changed["data"]["cutout"] = 8;
@@ -655,6 +782,61 @@ TEST(Config, ShippedConfigsAndTheDefaultsValidateAgainstTheSchema) {
   }
   EXPECT_EQ(schema_problems(nlohmann::json::parse(R"({"extends": ["a.json", "b.json"], "optim": {"lr": 1000}})")),
             std::vector<std::string>{});
+}
+
+TEST(Config, SweepSchemaDescribesEverySweepKeyAndTheShippedSweepsFollowIt) {
+  const nlohmann::ordered_json schema = sweep_schema();
+  EXPECT_EQ(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+  EXPECT_EQ(schema["additionalProperties"], false);
+  const ConfigKeys& described = sweep_keys();
+  for (const KeyInfo& key : described.keys) {
+    const auto dot = key.name.find('.');
+    const auto& properties = dot == std::string::npos ? schema["properties"]
+                                                      : schema["properties"][key.name.substr(0, dot)]["properties"];
+    ASSERT_TRUE(properties.contains(key.name.substr(dot + 1))) << key.name;
+    EXPECT_EQ(properties[key.name.substr(dot + 1)], key.schema) << key.name;
+    EXPECT_FALSE(key.description.empty()) << key.name;
+  }
+  for (const SectionInfo& section : described.sections) {
+    EXPECT_EQ(schema["properties"][section.name]["type"], "object") << section.name;
+    EXPECT_EQ(schema["properties"][section.name]["additionalProperties"], false) << section.name;
+  }
+  EXPECT_EQ(schema["properties"]["mode"]["enum"], nlohmann::ordered_json::parse(R"(["bench", "train"])"));
+  EXPECT_EQ(schema["properties"]["bench"]["properties"]["steps"],
+            nlohmann::ordered_json::parse(R"({"type": "integer", "minimum": 1, "maximum": 1000000, "default": 30,
+              "description": "steps timed per round"})"));
+  // grid and zip take every run config key and section, each with a list of that key's values.
+  for (const char* lists : {"grid", "zip"}) {
+    const auto& keys = schema["properties"][lists]["properties"];
+    EXPECT_EQ(keys.size(), config_keys().keys.size() + config_keys().sections.size()) << lists;
+    EXPECT_EQ(keys["optim.lr"]["items"],
+              nlohmann::ordered_json::parse(R"({"type": "number", "exclusiveMinimum": 0.0, "maximum": 1000.0})"));
+    EXPECT_EQ(keys["optim"]["items"]["properties"]["lr"], json_schema()["properties"]["optim"]["properties"]["lr"]);
+  }
+  // A sweep's keys and sections are named apart from a run config's sections: an override names one or the other.
+  for (const SectionInfo& section : config_keys().sections) EXPECT_FALSE(is_sweep_key_or_section(section.name));
+  EXPECT_TRUE(is_sweep_key_or_section("bench"));
+  EXPECT_TRUE(is_sweep_key_or_section("bench.steps"));
+  EXPECT_TRUE(is_sweep_key_or_section("mode"));
+  EXPECT_FALSE(is_sweep_key_or_section("bench.stepss"));
+
+  const auto sweeps = std::filesystem::path(LTRAIN_SOURCE_DIR) / "configs" / "sweeps";
+  int count = 0;
+  for (const auto& file : ltrain::testing::files_below(sweeps, ".json")) {
+    std::vector<std::string> problems;
+    check_against(schema, nlohmann::json::parse(testing::read_file(file)), "", problems);
+    EXPECT_EQ(problems, std::vector<std::string>{}) << file;
+    ++count;
+  }
+  EXPECT_EQ(count, 3);
+  // What the reader refuses, the schema refuses too.
+  for (const char* text : {R"({"bench": {"stepss": 5}})", R"({"grid": {"optim.lrr": [0.1]}})", R"({"mode": "fit"})",
+                           R"({"set": "run.seed=1"})", R"({"batch_search": {"refine": -1}})", R"({"gird": {}})",
+                           R"({"grid": {"optim.lr": 0.1}})", R"({"bench": {"steps": 0}})"}) {
+    std::vector<std::string> problems;
+    check_against(schema, nlohmann::json::parse(text), "", problems);
+    EXPECT_FALSE(problems.empty()) << text;
+  }
 }
 
 TEST(Config, ShippedConfigsLoad) {

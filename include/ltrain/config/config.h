@@ -145,6 +145,9 @@ constexpr int64_t kMaxClasses = 100000;
 constexpr int64_t kMaxEpochs = 100000;
 /// The largest learning rate (optim.lr, schedule.min_lr).
 constexpr double kMaxLearningRate = 1000.0;
+/// The smallest data.std: a quarter of one step of 8-bit pixels in [0, 1]; dividing by less makes
+/// inputs of thousands that no learning rate trains on.
+constexpr double kMinStd = 1e-3;
 
 // ---- The data sets data.source names ----------------------------------------------------------
 
@@ -180,6 +183,13 @@ struct RunSection {
   /// Share of the GPU's memory this process may hold (PyTorch's set_per_process_memory_fraction):
   /// past it, allocations fail as out of memory, as on a card with that much memory; 1: all.
   double gpu_memory_fraction = 1.0;
+  /// Early stopping: end the run at an epoch's end once this test metric has not improved for
+  /// early_stop_patience evaluations (none: run every epoch).
+  BestMetric early_stop_metric = BestMetric::none;
+  /// Evaluations without an improvement before the run stops.
+  int64_t early_stop_patience = 5;
+  /// An improvement is a change past the best value by more than this (accuracy as a fraction).
+  double early_stop_min_delta = 0.0;
 
   template <class V>
   void visit(V& v) {
@@ -197,6 +207,13 @@ struct RunSection {
     v("threads", threads, "CPU threads of LibTorch (0: one per core; at most 4 per core)", at_least(0));
     v("gpu_memory_fraction", gpu_memory_fraction,
       "share of the GPU's memory this process may hold; past it, out of memory", Range{0, 1, true});
+    v("early_stop_metric", early_stop_metric,
+      "stop at an epoch's end when this test metric has not improved for early_stop_patience evaluations "
+      "(none: never)");
+    v("early_stop_patience", early_stop_patience, "evaluations without an improvement before an early stop",
+      at_least(1));
+    v("early_stop_min_delta", early_stop_min_delta,
+      "an improvement beats the best value by more than this (test_acc as a fraction)", at_least(0.0));
   }
 };
 
@@ -217,18 +234,18 @@ struct ModelSection {
   /// Activation checkpointing: split the residual blocks into N segments and recompute all but
   /// the last in the backward pass (checkpoint_sequential(chunks=N)); 0 keeps every activation.
   int64_t checkpoint_segments = 0;
-  /// Run each BatchNorm and the ReLU (and residual add) after it as one cuDNN kernel forward and
-  /// one backward where it can (training, CUDA, fp16/bf16, channels_last); false: three operators.
-  bool fused_batchnorm = true;
-  /// Run each training BatchNorm, with the ReLU and residual add after it, on ltrain's own CUDA
-  /// kernels where they apply (fp16/bf16 channels_last, power-of-two channels up to 2048;
-  /// models/own_batchnorm.h): no memset before each kernel. Not bitwise repeatable, so
-  /// precision.deterministic turns them off. Checked before fused_batchnorm, which covers what
-  /// they do not take; false: fused_batchnorm decides.
-  bool own_batchnorm = true;
-  /// Run the imagenet stem's max pooling with ltrain's own CUDA kernels where they apply (CUDA,
-  /// channels_last; models/max_pool.h): same values, a smaller arg-max; false: ATen's operator.
-  bool own_max_pool = true;
+  /// BatchNorm's backends in training (ops/batch_norm.h, tried in the order ltrain, cudnn, aten).
+  /// ltrain: each BatchNorm with the ReLU and residual add after it on ltrain's own CUDA kernels
+  /// where they apply (fp16/bf16 channels_last, power-of-two channels up to 2048): no memset
+  /// before each kernel. Not bitwise repeatable, so precision.deterministic turns them off.
+  bool ltrain_batch_norm = true;
+  /// cudnn: each BatchNorm and the ReLU (and residual add) after it as one cuDNN kernel forward and
+  /// one backward where ltrain's do not run (CUDA, fp16/bf16, channels_last); both false: ATen's
+  /// three operators.
+  bool cudnn_batch_norm = true;
+  /// The imagenet stem's max pooling on ltrain's own CUDA kernels where they apply (CUDA,
+  /// channels_last; ops/max_pool.h): same values, a smaller arg-max; false: ATen's operator.
+  bool ltrain_max_pool = true;
   /// Start from the weights in this safetensors file (torchvision's names, e.g. `ltrain export`
   /// output or a torchvision state_dict saved from Python); "" starts from a fresh initialization.
   std::string init_from;
@@ -245,11 +262,11 @@ struct ModelSection {
     v("channels_last", channels_last, "NHWC weights and activations (torch.channels_last)");
     v("checkpoint_segments", checkpoint_segments,
       "activation checkpointing: recompute all but the last of N block segments (0: off)", at_least(0));
-    v("fused_batchnorm", fused_batchnorm,
-      "BatchNorm with its ReLU and residual add as one cuDNN kernel (CUDA, fp16/bf16, NHWC)");
-    v("own_batchnorm", own_batchnorm,
+    v("ltrain_batch_norm", ltrain_batch_norm,
       "BatchNorm with its ReLU and residual add on ltrain's own CUDA kernels where they apply");
-    v("own_max_pool", own_max_pool, "the imagenet stem's max pooling on ltrain's own CUDA kernels (NHWC)");
+    v("cudnn_batch_norm", cudnn_batch_norm,
+      "BatchNorm with its ReLU and residual add as one cuDNN kernel where ltrain's do not run (CUDA, fp16/bf16, NHWC)");
+    v("ltrain_max_pool", ltrain_max_pool, "the imagenet stem's max pooling on ltrain's own CUDA kernels (NHWC)");
     v("init_from", init_from, "start from the weights of this safetensors file, torchvision's names ("": fresh)");
   }
 };
@@ -303,7 +320,9 @@ struct DataSection {
   /// and evaluation are at the full side. Fewer pixels make early epochs cheaper (fast.ai's
   /// DAWNBench ImageNet runs, FFCV's ResNet recipes).
   int64_t progressive_start_size = 0;
-  /// Epochs of progressive resizing; training images have their full side from the next one on.
+  /// Epochs of progressive resizing; training images have their full side from the next one on
+  /// (0: off). A recipe shortened or lengthened by run.epochs alone keeps it as the same share of
+  /// the run (config/load).
   int64_t progressive_epochs = 0;
   /// Sides between are rounded down to a multiple of this; each distinct side is one more CUDA
   /// graph capture (and cuDNN autotuning) when the step is graphed.
@@ -335,7 +354,8 @@ struct DataSection {
     v("normalize", normalize, "subtract mean and divide by std per channel");
     v("mean", mean, "per-channel mean (R, G, B) of pixels in [0, 1] (left out with cifar100: CIFAR-100's)",
       between(0, 1));
-    v("std", std, "per-channel standard deviation (R, G, B) (left out with cifar100: CIFAR-100's)", positive());
+    v("std", std, "per-channel standard deviation (R, G, B) (left out with cifar100: CIFAR-100's)",
+      at_least(kMinStd));
     v("synthetic_train_size", synthetic_train_size, "training images of the synthetic source", between(1, kMaxImages));
     v("synthetic_test_size", synthetic_test_size, "test images of the synthetic source", between(1, kMaxImages));
     v("image_size", image_size, "side of the synthetic source's square images, in pixels", between(8, kMaxImageSize));
@@ -343,7 +363,8 @@ struct DataSection {
       "train the first epochs on images scaled down to this side, growing to full size (0: off)",
       between(0, kMaxImageSize));
     v("progressive_epochs", progressive_epochs,
-      "epochs of progressive resizing; images have their full side from the next epoch on", between(0, kMaxEpochs));
+      "epochs of progressive resizing; full side from the next epoch on (0: off; follows run.epochs set alone)",
+      between(0, kMaxEpochs));
     v("progressive_size_step", progressive_size_step,
       "progressive sides are multiples of this (each side is one more graph capture)", between(1, kMaxImageSize));
   }
@@ -539,7 +560,7 @@ struct DistributedSection {
   double timeout_s = 300.0;
   /// BatchNorm statistics over the whole global batch (torch.nn.SyncBatchNorm) instead of each
   /// process's own part of it.
-  bool sync_batchnorm = false;
+  bool sync_batch_norm = false;
   /// Gradients are averaged in buckets of about this size, each sent as soon as the backward
   /// pass has produced all of its gradients.
   double bucket_mb = 25.0;
@@ -553,7 +574,7 @@ struct DistributedSection {
     v("backend", backend, "c10d backend (auto: NCCL on CUDA, Gloo on the CPU)");
     v("timeout_s", timeout_s,
       "seconds a process waits for the others before it stops (exit code 5)", Range{0, 86400, true});
-    v("sync_batchnorm", sync_batchnorm, "BatchNorm statistics over the global batch (SyncBatchNorm)");
+    v("sync_batch_norm", sync_batch_norm, "BatchNorm statistics over the global batch (SyncBatchNorm)");
     v("bucket_mb", bucket_mb,
       "size of the gradient buckets averaged while the backward pass runs, in MB", Range{0, 16384, true});
     v("gradient_dtype", gradient_dtype, "type the gradients travel in: fp32, or bf16/fp16 (half the bytes)");

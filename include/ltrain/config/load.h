@@ -51,8 +51,8 @@ ConfigError config_error(const LoadedConfig& loaded, const std::string& key, con
 std::string read_config_text(const std::filesystem::path& path, const std::string& hint);
 
 /// JSON `text` from `source`, parsed strictly: at most kMaxNesting levels, no key twice in one
-/// object, strings of at most kMaxStringBytes bytes without NUL characters, numbers a double
-/// holds. ConfigError "<source>: ..." naming the line and column or the key path otherwise.
+/// object, strings of at most kMaxStringBytes bytes without control characters (U+0000 to U+001F,
+/// DEL), numbers a double holds. ConfigError "<source>: ..." naming the line and column or the key path otherwise.
 nlohmann::json parse_json(const std::string& text, const std::string& source);
 /// parse_json, keeping the keys in the text's order.
 nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::string& source);
@@ -68,6 +68,13 @@ std::string shown(const std::string& text);
 /// validates.
 LoadedConfig load_file(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
 
+/// load_file of several files merged in order, each with its "extends": a key a later file sets
+/// replaces an earlier file's (objects merge key by key, lists are replaced whole), then the
+/// overrides. `paths` holds at least one file; the last names the config in messages about keys
+/// left at their defaults.
+LoadedConfig load_files(const std::vector<std::filesystem::path>& paths,
+                        const std::vector<std::string>& overrides = {});
+
 /// Builds a config from a JSON document (e.g. one saved in a run directory or a checkpoint).
 /// `source` names the document in error messages.
 LoadedConfig load_json(const nlohmann::json& document, const std::string& source,
@@ -76,6 +83,9 @@ LoadedConfig load_json(const nlohmann::json& document, const std::string& source
 /// The data set a config trains on, as result files name it: {"source": "cifar100", "classes": 100,
 /// "cifar100_labels": "fine"} (the last for CIFAR-100 only).
 nlohmann::json data_summary(const DataSection& data);
+
+/// data.root's default for `source` (data/cifar-10-batches-bin; data/cifar-100-binary for cifar100).
+std::string default_data_root(DataSource source);
 
 /// Every key with its value: {"run": {...}, "model": {...}, ...}.
 nlohmann::json to_json(const RunConfig& config);
@@ -89,7 +99,7 @@ std::vector<std::string> changed_settings(const nlohmann::json& before, const nl
 /// and an aligned table of key, value and where the value came from (to_json has every key).
 std::string format_table(const LoadedConfig& loaded);
 
-/// One config key as --help, the JSON Schema and shell completion describe it (from visit()).
+/// One key as --help, the JSON Schema and shell completion describe it (from visit()).
 struct KeyInfo {
   std::string name;                   ///< "optim.lr"
   std::string description;            ///< one line
@@ -102,19 +112,40 @@ struct SectionInfo {
   std::string name;
   std::string description;
 };
+/// The keys of a kind of file (a run config; a sweep file, sweep_spec.h), in visit() order.
 struct ConfigKeys {
-  std::vector<SectionInfo> sections;  ///< in RunConfig's order
-  std::vector<KeyInfo> keys;          ///< section by section, in visit() order
+  std::vector<SectionInfo> sections;
+  std::vector<KeyInfo> keys;  ///< "section.key", or "key" for one outside the sections (a sweep's "mode")
 };
 
 /// Every section and key of RunConfig, described.
 const ConfigKeys& config_keys();
 
-/// Whether `name` is a key ("optim.lr") or a section ("optim") of RunConfig.
+/// Whether `name` is a key ("optim.lr") or a section ("optim") of RunConfig, or a key's earlier name.
 bool is_key_or_section(const std::string& name);
 
-/// --help's list of keys: each key with its description, (type, default), wrapped under the description.
-std::string describe_keys();
+/// The one of `known` closest to `key`: within two edits, or one that `key` starts with or that
+/// starts with `key` ("optimizer" and "optim"); the first of equals; "" when none is close. For
+/// "did you mean" in messages about keys, commands and options.
+std::string closest_key(const std::string& key, const std::vector<std::string>& known);
+
+/// The key or section of RunConfig closest to `name` ("optim.lr" for "optim.lrr"), keys first;
+/// "" when none is close.
+std::string closest_key_or_section(const std::string& name);
+
+/// A key renamed since it was introduced: files, overrides and saved configs may still use the
+/// earlier name, which is read as the new one with a one-line note.
+struct RenamedKey {
+  const char* earlier;  ///< "model.own_batchnorm"
+  const char* now;      ///< "model.ltrain_batch_norm"
+};
+
+/// Every renamed key.
+const std::vector<RenamedKey>& renamed_keys();
+
+/// --help's list of the keys of `keys` (a run config's, or sweep_keys()): each key with its
+/// description, (type, default), wrapped under the description.
+std::string describe_keys(const ConfigKeys& keys = config_keys());
 
 /// A JSON Schema (draft 2020-12) of a run config file: every section and key with its type,
 /// enumeration, limits, default and description, no other keys (additionalProperties false), and
