@@ -1,17 +1,24 @@
-// The ltrain executable as a user meets it: help texts, exit codes, one-line errors.
+// The ltrain executable as a user meets it: help texts, exit codes, one-line errors; and the
+// library's dispatcher, called as main calls it.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 #include <thread>
 #include <vector>
 
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "ltrain/cli/dispatch.h"
+#include "ltrain/core/errors.h"
 #include "ltrain/io/tensor_file.h"
 #include "support.h"
 
@@ -66,6 +73,10 @@ std::string completed(const std::filesystem::path& script, const std::string& sh
   if (shell == "bash") {
     write_file(driver, "source '" + script.string() + "'\nCOMP_LINE='" + line + "'\nCOMP_POINT=${#COMP_LINE}\n"
                        "_ltrain\necho \"${COMPREPLY[*]}\"\n");
+  } else if (shell == "fish") {
+    // complete -C: the candidates, each "word<TAB>description"; their words on one line.
+    write_file(driver, "source '" + script.string() + "'\n"
+                       "echo (complete -C '" + line + "' | string replace -r '\\t.*' '')\n");
   } else {
     write_file(driver,
                "compdef() { :; }\n"
@@ -84,6 +95,15 @@ std::string completed(const std::filesystem::path& script, const std::string& sh
   return words;
 }
 
+/// `words` (separated by spaces) sorted, separated by one space.
+std::string sorted_words(const std::string& words) {
+  std::istringstream split(words);
+  std::vector<std::string> list;
+  for (std::string word; split >> word;) list.push_back(word);
+  std::sort(list.begin(), list.end());
+  return fmt::format("{}", fmt::join(list, " "));
+}
+
 TEST(Cli, CompletionScriptsOfferCommandsOptionsKeysAndValues) {
   TempDir dir;
   const auto script = dir.path() / "ltrain.bash";
@@ -91,7 +111,7 @@ TEST(Cli, CompletionScriptsOfferCommandsOptionsKeysAndValues) {
   const std::string bash = read_file(script);
   EXPECT_NE(bash.find("\n_ltrain() {\n"), std::string::npos);
   EXPECT_NE(bash.find("\ncomplete -F _ltrain ltrain\n"), std::string::npos);
-  EXPECT_NE(bash.find("_ltrain_commands='train eval export bench doctor sweep reproduce launch config completion'"),
+  EXPECT_NE(bash.find("_ltrain_commands='train lr-find eval export bench doctor sweep reproduce launch config completion'"),
             std::string::npos);
   const auto keys_at = bash.find("\n_ltrain_keys='");
   ASSERT_NE(keys_at, std::string::npos);
@@ -100,7 +120,7 @@ TEST(Cli, CompletionScriptsOfferCommandsOptionsKeysAndValues) {
     EXPECT_NE(keys.find(" " + key.name + " "), std::string::npos) << key.name;
   // What bash offers, read from the options --help lists and the config keys.
   EXPECT_EQ(completed(script, "bash", "ltrain ", dir),
-            "train eval export bench doctor sweep reproduce launch config completion --help --version");
+            "train lr-find eval export bench doctor sweep reproduce launch config completion --help --version");
   EXPECT_EQ(completed(script, "bash", "ltrain train --d", dir), "--dry-run");
   EXPECT_EQ(completed(script, "bash", "ltrain train --set optim.l", dir), "optim.lr=");
   EXPECT_EQ(completed(script, "bash", "ltrain train --config c.json precision.mo", dir), "precision.mode=");
@@ -109,7 +129,7 @@ TEST(Cli, CompletionScriptsOfferCommandsOptionsKeysAndValues) {
   EXPECT_EQ(completed(script, "bash", "ltrain bench ", dir), "step matmul --help");
   EXPECT_EQ(completed(script, "bash", "ltrain bench step --st", dir), "--steps");
   EXPECT_EQ(completed(script, "bash", "ltrain bench step --steps ", dir), "");
-  EXPECT_EQ(completed(script, "bash", "ltrain completion ", dir), "bash zsh");
+  EXPECT_EQ(completed(script, "bash", "ltrain completion ", dir), "bash zsh fish");
   EXPECT_EQ(completed(script, "bash", "ltrain launch -n 2 -- sweep --dry", dir), "--dry-run");
   write_file(dir.path() / "runs.json", "{}");
   EXPECT_EQ(completed(script, "bash", "ltrain train --config " + (dir.path() / "runs.j").string(), dir),
@@ -127,17 +147,42 @@ TEST(Cli, CompletionScriptsOfferCommandsOptionsKeysAndValues) {
   if (std::system("command -v zsh > /dev/null 2>&1") == 0) {
     EXPECT_EQ(std::system(("zsh -n " + zsh_script.string()).c_str()), 0);
     EXPECT_EQ(completed(zsh_script, "zsh", "ltrain train precision.mode=", dir), "fp32 tf32 fp16 bf16");
-    EXPECT_EQ(completed(zsh_script, "zsh", "ltrain completion ", dir), "bash zsh");
+    EXPECT_EQ(completed(zsh_script, "zsh", "ltrain completion ", dir), "bash zsh fish");
     EXPECT_EQ(completed(zsh_script, "zsh", "ltrain train --config ", dir), "files");
     const std::string options = completed(zsh_script, "zsh", "ltrain train --", dir);
     EXPECT_NE(options.find("--dry-run:check the config"), std::string::npos) << options;
   }
 
-  EXPECT_EQ(run_ltrain("completion fish", dir.path() / "out"), 2);
-  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain completion fish: no script for this shell; use bash or zsh"));
+  const auto fish_script = dir.path() / "ltrain.fish";
+  ASSERT_EQ(run_ltrain("completion fish", fish_script), 0) << read_file(fish_script);
+  const std::string fish = read_file(fish_script);
+  const auto fish_keys_at = fish.find("\nset -g __ltrain_keys ");
+  ASSERT_NE(fish_keys_at, std::string::npos);
+  const std::string fish_keys = fish.substr(fish_keys_at, fish.find('\n', fish_keys_at + 1) - fish_keys_at) + " ";
+  for (const config::KeyInfo& key : config::config_keys().keys)
+    EXPECT_NE(fish_keys.find(" " + key.name + " "), std::string::npos) << key.name;
+  EXPECT_NE(fish.find("complete -c ltrain -n '__ltrain_command_is bench step' -l steps -x -d "), std::string::npos);
+  if (std::system("command -v fish > /dev/null 2>&1") == 0) {
+    EXPECT_EQ(std::system(("fish -n " + fish_script.string()).c_str()), 0);
+    // fish sorts what it offers.
+    EXPECT_EQ(sorted_words(completed(fish_script, "fish", "ltrain ", dir)),
+              "bench completion config doctor eval export launch lr-find reproduce sweep train");
+    EXPECT_EQ(completed(fish_script, "fish", "ltrain train --d", dir), "--dry-run");
+    EXPECT_EQ(completed(fish_script, "fish", "ltrain train --set optim.l", dir), "optim.lr=");
+    EXPECT_EQ(completed(fish_script, "fish", "ltrain train precision.mode=b", dir), "precision.mode=bf16");
+    EXPECT_EQ(sorted_words(completed(fish_script, "fish", "ltrain bench ", dir)), "matmul step");
+    EXPECT_EQ(completed(fish_script, "fish", "ltrain bench step --st", dir), "--steps");
+    EXPECT_EQ(sorted_words(completed(fish_script, "fish", "ltrain completion ", dir)), "bash fish zsh");
+    EXPECT_EQ(completed(fish_script, "fish", "ltrain launch -n 2 -- sweep bench.st", dir), "bench.steps=");
+    EXPECT_EQ(completed(fish_script, "fish", "ltrain export optim.l", dir), "");
+  }
+
+  EXPECT_EQ(run_ltrain("completion tcsh", dir.path() / "out"), 2);
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain completion tcsh: no script for this shell; use bash, zsh or "
+                                                "fish"));
   EXPECT_EQ(run_ltrain("completion", dir.path() / "out"), 2);
-  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain completion needs the shell: ltrain completion bash, or ltrain "
-                                                "completion zsh"));
+  EXPECT_TRUE(one_line_with(dir.path() / "out", "ltrain completion needs the shell: ltrain completion bash, zsh or "
+                                                "fish"));
 }
 
 TEST(Cli, UsageErrorsExitTwo) {
@@ -154,6 +199,157 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_TRUE(one_line_with(dir.path() / "out", "unknown command \"ltrain bench fly\"; use one of: step, matmul"));
   EXPECT_EQ(run_ltrain("bench --help", dir.path() / "out"), 0);
   EXPECT_NE(read_file(dir.path() / "out").find("bench matmul"), std::string::npos);
+}
+
+/// cli::dispatch on the words after "ltrain", as main calls it; its exit code.
+int dispatched(std::vector<std::string> words) {
+  words.insert(words.begin(), "ltrain");
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  return cli::dispatch(static_cast<int>(argv.size()), argv.data());
+}
+
+/// The message of the ConfigError that cli::dispatch throws for `words`; "" when it throws none.
+std::string config_error_of(const std::vector<std::string>& words) {
+  try {
+    dispatched(words);
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Dispatch, UnknownCommandsAreConfigErrorsThatSayWhatThereIs) {
+  EXPECT_EQ(config_error_of({"fly"}), "unknown command \"fly\"; run ltrain --help for the list");
+  EXPECT_EQ(config_error_of({"bench"}), "ltrain bench needs one of: step, matmul; see ltrain bench --help");
+  EXPECT_EQ(config_error_of({"bench", "fly"}),
+            "unknown command \"ltrain bench fly\"; use one of: step, matmul (see ltrain bench --help)");
+  // The first word of commands of two words is no command of its own.
+  EXPECT_EQ(config_error_of({"bench", "bench"}),
+            "unknown command \"ltrain bench bench\"; use one of: step, matmul (see ltrain bench --help)");
+}
+
+TEST(Dispatch, HelpListsTheCommandTableAndNoCommandIsAUsageError) {
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(dispatched({"--help"}), 0);
+  const std::string help = ::testing::internal::GetCapturedStdout();
+  for (const char* command : {"train", "eval", "export", "bench step", "bench matmul", "doctor", "sweep", "reproduce",
+                              "launch", "config", "completion"})
+    EXPECT_NE(help.find(fmt::format("\n  {:<13} ", command)), std::string::npos) << command << " in " << help;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(dispatched({}), 2);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), help);
+  // A group's --help: its commands' lines of the list, no more.
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(dispatched({"bench", "--help"}), 0);
+  const std::string bench = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(std::count(bench.begin(), bench.end(), '\n'), 2) << bench;
+  EXPECT_NE(help.find(bench), std::string::npos) << bench;
+}
+
+TEST(Dispatch, LaunchTakesItsOptionsBeforeTheDashesAndTheCommandAfterThem) {
+  EXPECT_EQ(config_error_of({"launch", "--", "train"}), "ltrain launch: -n N (the number of processes) is required");
+  EXPECT_EQ(config_error_of({"launch", "-n", "two", "--", "train"}), "ltrain launch: -n expects a number, got \"two\"");
+  EXPECT_EQ(config_error_of({"launch", "--nproc-per-node", "2x", "--", "train"}),
+            "ltrain launch: -n expects a number, got \"2x\"");
+  EXPECT_EQ(config_error_of({"launch", "-n", "1", "--master-port", "http", "--", "train"}),
+            "ltrain launch: --master-port expects a number, got \"http\"");
+  // A word before the dashes is no command of the processes.
+  EXPECT_EQ(config_error_of({"launch", "-n", "2", "train"}), "unexpected argument \"train\"; see ltrain launch --help");
+  // Options after the dashes are the command's, even with the launcher's names: here --nnodes 2
+  // would have asked for the master's address instead. (Each case fails before a process starts.)
+  EXPECT_EQ(config_error_of({"launch", "-n", "1", "--node-rank", "1", "--", "train", "--nnodes", "2"}),
+            "ltrain launch: --node-rank 1 must be in 0..0 (--nnodes 1)");
+  EXPECT_EQ(config_error_of({"launch", "-n", "1", "--nnodes", "0", "--", "train", "--", "--nnodes", "3"}),
+            "ltrain launch: --nnodes 0: expected 1 to 4096 machines");
+}
+
+TEST(Dispatch, BadOptionsAndArgumentsAreConfigErrors) {
+  // cxxopts' own errors, a ConfigError too (exit code 2), point at the command's --help.
+  EXPECT_EQ(config_error_of({"train", "--bogus"}), "ltrain train: unknown option \"--bogus\"; see ltrain train --help");
+  const std::string missing = config_error_of({"bench", "step", "--steps"});
+  EXPECT_NE(missing.find("steps"), std::string::npos) << missing;
+  EXPECT_EQ(missing.substr(0, 19), "ltrain bench step: ") << missing;
+  EXPECT_EQ(missing.substr(missing.size() - 30), "; see ltrain bench step --help") << missing;
+  EXPECT_EQ(config_error_of({"train"}), "ltrain train needs --config; see ltrain train --help");
+  EXPECT_EQ(config_error_of({"export", "--checkpoint", "a.ltc", "stray"}),
+            "unexpected argument \"stray\"; see ltrain export --help");
+  EXPECT_EQ(config_error_of({"completion", "tcsh"}),
+            "ltrain completion tcsh: no script for this shell; use bash, zsh or fish");
+}
+
+TEST(Dispatch, MistypedCommandsOptionsAndKeysGetTheClosestOne) {
+  EXPECT_EQ(config_error_of({"trian"}), "unknown command \"trian\": did you mean \"train\"? (ltrain --help lists the "
+                                        "commands)");
+  EXPECT_EQ(config_error_of({"bech"}), "unknown command \"bech\": did you mean \"bench\"? (ltrain --help lists the "
+                                       "commands)");
+  // An option named after a config key: the override it stands for, its value included.
+  EXPECT_EQ(config_error_of({"train", "--config", "c.json", "--lr", "0.1"}),
+            "ltrain train: unknown option \"--lr\": did you mean --set optim.lr=0.1? (see ltrain train --help)");
+  EXPECT_EQ(config_error_of({"train", "--config", "c.json", "--batch-size=64"}),
+            "ltrain train: unknown option \"--batch-size\": did you mean --set data.batch_size=64? (see ltrain train "
+            "--help)");
+  EXPECT_EQ(config_error_of({"bench", "step", "--optim.lr", "0.2"}),
+            "ltrain bench step: unknown option \"--optim.lr\": did you mean --set optim.lr=0.2? (see ltrain bench step "
+            "--help)");
+  EXPECT_EQ(config_error_of({"train", "--confg", "c.json"}),
+            "ltrain train: unknown option \"--confg\": did you mean --config? (see ltrain train --help)");
+  // "name" ends several keys (run.name, optim.name, ...): no guess.
+  EXPECT_EQ(config_error_of({"train", "--config", "c.json", "--name", "x"}),
+            "ltrain train: unknown option \"--name\"; see ltrain train --help");
+  EXPECT_EQ(config_error_of({"doctor", "-x"}), "ltrain doctor: unknown option \"-x\"; see ltrain doctor --help");
+}
+
+TEST(Dispatch, LaunchAndEveryCommandTakeDashHForHelp) {
+  for (const std::vector<std::string>& words :
+       std::vector<std::vector<std::string>>{{"launch", "-h"}, {"launch", "-h", "--", "train", "--bogus"},
+                                             {"train", "-h"}, {"bench", "step", "-h"}}) {
+    ::testing::internal::CaptureStdout();
+    EXPECT_EQ(dispatched(words), 0) << words.front();
+    const std::string help = ::testing::internal::GetCapturedStdout();
+    EXPECT_NE(help.find("Usage:\n  ltrain " + words.front()), std::string::npos) << help;
+  }
+}
+
+TEST(Dispatch, SeveralConfigFilesMergeInOrder) {
+  TempDir dir;
+  write_file(dir.path() / "base.json", R"({"optim": {"lr": 0.2, "momentum": 0.8}, "data": {"batch_size": 8}})");
+  write_file(dir.path() / "lr.json", R"({"optim": {"lr": 0.3}})");
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(dispatched({"train", "--print-config", "--config", (dir.path() / "base.json").string(), "--config",
+                        (dir.path() / "lr.json").string(), "optim.momentum=0.7"}),
+            0);
+  const auto printed = nlohmann::json::parse(::testing::internal::GetCapturedStdout());
+  EXPECT_EQ(printed["optim"]["lr"], 0.3);          // the later file's
+  EXPECT_EQ(printed["data"]["batch_size"], 8);     // the earlier file's, which the later leaves alone
+  EXPECT_EQ(printed["optim"]["momentum"], 0.7);    // overrides after every file
+}
+
+TEST(Dispatch, ExportRefusesToReplaceAFileWithoutForce) {
+  TempDir dir;
+  const auto out = dir.path() / "weights.safetensors";
+  write_file(out, "keep me");
+  const std::vector<std::string> words{"export", "--checkpoint", (dir.path() / "none.ltc").string(), "--out",
+                                       out.string()};
+  try {
+    dispatched(words);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& error) {
+    EXPECT_EQ(error.code(), ExitCode::output_exists);
+    EXPECT_EQ(static_cast<int>(error.code()), 6);
+    EXPECT_EQ(std::string(error.what()), "ltrain export --out " + out.string() +
+                                             ": the file exists; add --force to replace it, or give another --out");
+  }
+  EXPECT_EQ(read_file(out), "keep me");
+  // With --force it goes on to the checkpoint (missing here: a data error).
+  std::vector<std::string> forced = words;
+  forced.push_back("--force");
+  try {
+    dispatched(forced);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& error) {
+    EXPECT_EQ(error.code(), ExitCode::data) << error.what();
+  }
 }
 
 TEST(Cli, ConfigErrorIsOneLineAndExitsTwo) {
@@ -358,8 +554,13 @@ TEST(Cli, BareKeyValueArgumentsOverrideInOrderWithSet) {
   EXPECT_TRUE(one_line_with(log, "ltrain train: unexpected argument \"configs/quickstart.json\"; arguments besides "
                                  "options are config overrides KEY=VALUE, e.g. optim.lr=0.05 (see ltrain train --help)"));
   EXPECT_EQ(run_ltrain(print + " optim.lrr=0.1", log), 2);
-  EXPECT_TRUE(one_line_with(log, "ltrain train: argument \"optim.lrr=0.1\": \"optim.lrr\" is not a config key; ltrain "
+  EXPECT_TRUE(one_line_with(log, "ltrain train: argument \"optim.lrr=0.1\": \"optim.lrr\" is not a config key: did you "
+                                 "mean \"optim.lr\"?"));
+  EXPECT_EQ(run_ltrain(print + " zzz.qqq=0.1", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain train: argument \"zzz.qqq=0.1\": \"zzz.qqq\" is not a config key; ltrain "
                                  "train --help lists them"));
+  EXPECT_EQ(run_ltrain(print + " --set optim.lrr=0.1", log), 2);
+  EXPECT_TRUE(one_line_with(log, "--set optim.lrr=0.1: unknown key \"optim.lrr\": did you mean \"optim.lr\"?"));
   EXPECT_EQ(run_ltrain(print + " =0.1", log), 2);
   EXPECT_TRUE(one_line_with(log, "ltrain train: unexpected argument \"=0.1\""));
   // A value the key cannot take is the config reader's error, as with --set.
@@ -375,6 +576,67 @@ TEST(Cli, BareKeyValueArgumentsOverrideInOrderWithSet) {
   EXPECT_EQ(nlohmann::json::parse(bench.substr(bench.find('{')))["batch_size"], 4);
   EXPECT_EQ(run_ltrain("export --checkpoint c.ltc --out x.safetensors optim.lr=0.1", log), 2);
   EXPECT_TRUE(one_line_with(log, "unexpected argument \"optim.lr=0.1\"; see ltrain export --help"));
+}
+
+TEST(Cli, TrainJsonLogsOneObjectPerLineWithStepLossAndLr) {
+  TempDir dir;
+  const auto log = dir.path() / "out";
+  ASSERT_EQ(run_ltrain("train --json --config " + tiny_config(dir) + " run.max_steps=3 run.log_every_steps=1", log), 0)
+      << read_file(log);
+  std::istringstream lines(read_file(log));
+  int progress = 0;
+  for (std::string line; std::getline(lines, line);) {
+    nlohmann::json object;
+    ASSERT_NO_THROW(object = nlohmann::json::parse(line)) << line;
+    EXPECT_TRUE(object["time"].is_string() && object["level"].is_string() && object["message"].is_string()) << line;
+    if (object["message"].get<std::string>().rfind("checkpoint ", 0) == 0) {
+      EXPECT_FALSE(object.contains("event")) << line;
+    }
+    if (object.value("event", "") != "progress") continue;
+    ++progress;
+    EXPECT_EQ(object["step"], progress) << line;
+    EXPECT_TRUE(object["loss"].is_number() && object["lr"].is_number() && object["epoch"].is_number()) << line;
+  }
+  EXPECT_EQ(progress, 3);
+}
+
+TEST(Cli, NoColorTurnsTheLogsColoursOff) {
+  // On a terminal that takes colours the level is coloured; NO_COLOR (any value but "") turns that off.
+  const char* term = std::getenv("TERM");
+  const std::string saved_term = term ? term : "";
+  const auto first_line = [&saved_term](bool no_color) {
+    ::setenv("TERM", "xterm", 1);
+    if (no_color) ::setenv("NO_COLOR", "1", 1);
+    testing::LtrainProcess ltrain({"trian"}, testing::LtrainProcess::Output::terminal);
+    ::unsetenv("NO_COLOR");
+    if (saved_term.empty()) ::unsetenv("TERM");
+    else ::setenv("TERM", saved_term.c_str(), 1);
+    EXPECT_EQ(ltrain.wait(30), 2);
+    return ltrain.output();
+  };
+  const std::string coloured = first_line(false), plain = first_line(true);
+  EXPECT_NE(coloured.find("\033["), std::string::npos) << coloured;
+  EXPECT_EQ(plain.find("\033"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("error unknown command \"trian\": did you mean \"train\"?"), std::string::npos) << plain;
+}
+
+TEST(Cli, LrFindPrintsLossAgainstLrAndWritesItAsCsv) {
+  TempDir dir;
+  const auto log = dir.path() / "out";
+  const auto csv = dir.path() / "lr.csv";
+  ASSERT_EQ(run_ltrain("lr-find --config " + tiny_config(dir) + " --steps 5 --start-lr 1e-4 --end-lr 1 --out " +
+                           csv.string(),
+                       log),
+            0)
+      << read_file(log);
+  const std::string out = read_file(log);
+  EXPECT_NE(out.find("\n    1      0.0001  "), std::string::npos) << out;
+  EXPECT_NE(out.find("\nsuggested lr: "), std::string::npos) << out;
+  const std::string rows = read_file(csv);
+  EXPECT_EQ(rows.substr(0, 28), "step,lr,loss,smoothed_loss\n1") << rows;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));  // writes no run
+  EXPECT_EQ(run_ltrain("lr-find --config " + tiny_config(dir) + " --steps 2", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain lr-find --steps 2: expected 3 or more"));
 }
 
 TEST(Cli, TrainDryRunChecksEverythingAStartChecksAndWritesNothing) {
@@ -407,6 +669,98 @@ TEST(Cli, TrainDryRunChecksEverythingAStartChecksAndWritesNothing) {
   EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " checkpoint.resume=/nonexistent.ltc", log), 2);
   EXPECT_TRUE(one_line_with(log, "checkpoint.resume = \"/nonexistent.ltc\": no such checkpoint file"));
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+}
+
+// Every setting the device cannot run is refused in one run, by --dry-run as by a run, with the
+// same exit code; the guides' recipes on the CPU among them.
+TEST(Cli, DryRunRefusesEverySettingTheDeviceCannotRunAtOnce) {
+  TempDir dir;
+  const std::string config = tiny_config(dir);
+  const auto log = dir.path() / "out";
+  const std::string settings = " precision.mode=fp16 precision.tf32=true cuda_graph.train=true cuda_graph.eval=true";
+  for (const std::string command : {"train --dry-run --config ", "train --config "}) {
+    EXPECT_EQ(run_ltrain(command + config + settings, log), 2) << command;
+    const std::string out = read_file(log);
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 4) << out;
+    for (const char* line :
+         {"--set precision.mode=fp16: precision.mode = \"fp16\": fp16 autocast needs a CUDA device",
+          "--set precision.tf32=true: precision.tf32 = true: TF32 is a feature of NVIDIA GPUs",
+          "--set cuda_graph.train=true: cuda_graph.train = true: CUDA graphs need a CUDA device",
+          "--set cuda_graph.eval=true: cuda_graph.eval = true: CUDA graphs need a CUDA device"})
+      EXPECT_NE(out.find(line), std::string::npos) << line << " not in: " << out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+  const auto articles = std::filesystem::path(LTRAIN_SOURCE_DIR) / "configs" / "articles";
+  for (const char* name : {"4090-guide.json", "4090d-guide.json", "5090-guide.json"}) {
+    EXPECT_EQ(run_ltrain("train --dry-run --config " + (articles / name).string() + " run.device=cpu", log), 2) << name;
+    const std::string out = read_file(log);
+    EXPECT_NE(out.find("precision.mode = \"fp16\": fp16 autocast needs a CUDA device"), std::string::npos) << out;
+    EXPECT_NE(out.find("cuda_graph.train = true: CUDA graphs need a CUDA device"), std::string::npos) << out;
+  }
+}
+
+// A shipped recipe shortened by run.epochs alone passes the config's checks: what is left is what
+// the CPU cannot run, all of it in one run.
+TEST(Cli, ARecipeShortenedByRunEpochsAloneNeedsNothingElse) {
+  TempDir dir;
+  const auto log = dir.path() / "out";
+  const std::string recipe = LTRAIN_SOURCE_DIR "/configs/accuracy/resnet50-cifar.json";
+  EXPECT_EQ(run_ltrain("train --print-config --config " + recipe + " run.epochs=3", log), 0) << read_file(log);
+  const std::string out = read_file(log);
+  EXPECT_EQ(nlohmann::json::parse(out.substr(out.find('{')))["data"]["progressive_epochs"], 2) << out;
+  EXPECT_NE(out.find("data.progressive_epochs 24 of 40 epochs follows --set run.epochs=3: 2 of 3"), std::string::npos)
+      << out;
+  EXPECT_EQ(run_ltrain("train --dry-run --config " + recipe + " run.epochs=3 run.device=cpu", log), 2);
+  const std::string refused = read_file(log);
+  EXPECT_NE(refused.find("cuda_graph.train = true"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("cuda_graph.eval = true"), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("data.progressive_epochs = "), std::string::npos) << refused;  // no error about it
+}
+
+// Input that used to fail late, or under another name, fails at start with one line naming it.
+TEST(Cli, BadInputsGetOneLineAndTheirExitCode) {
+  TempDir dir;
+  const std::string config = tiny_config(dir);
+  const auto log = dir.path() / "out";
+  EXPECT_EQ(run_ltrain("train --config " + config + " --set run.out_dir=", log), 2);
+  EXPECT_TRUE(one_line_with(log, "--set run.out_dir=: run.out_dir = \"\": expected the folder that holds the run"));
+  EXPECT_EQ(run_ltrain("train --config " + config + " --set 'run.name= '", log), 2);
+  EXPECT_TRUE(one_line_with(log, "run.name = \" \": expected a folder name"));
+  EXPECT_EQ(run_ltrain("train --config " + config + " --set 'data.std=[5e-324,5e-324,5e-324]'", log), 2);
+  EXPECT_TRUE(one_line_with(log, "data.std = [5e-324,5e-324,5e-324]: expected a list of numbers >= 0.001"));
+  EXPECT_EQ(run_ltrain("train --config " + config + " --set schedule.min_lr=0.5", log), 2);
+  EXPECT_TRUE(one_line_with(log, "schedule.min_lr = 0.5: expected at most optim.lr (0.1)"));
+  EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " --set model.init_from=/proc/self/mem", log), 2);
+  EXPECT_TRUE(one_line_with(log, "model.init_from = \"/proc/self/mem\": cannot be read (Input/output error)"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+}
+
+// data.root left at its default is found from another working directory in the ltrain folder the
+// build came from; where that lacks it too, the error names both places.
+TEST(Cli, TheDefaultDataRootIsLookedForBesideLtrainToo) {
+  TempDir dir;
+  write_file(dir.path() / "c.json", R"({"run": {"device": "cpu", "epochs": 1},
+    "model": {"arch": "resnet18", "stem": "cifar", "width": 4}})");
+  const std::string command = "cd '" + dir.path().string() + "' && " LTRAIN_EXECUTABLE
+                              " train --dry-run --config c.json > out 2>&1";
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  const std::string out = read_file(dir.path() / "out");
+  const std::filesystem::path beside = std::filesystem::path(LTRAIN_SOURCE_DIR) / "data" / "cifar-10-batches-bin";
+  if (std::filesystem::exists(beside / "data_batch_1.bin")) {
+    EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+    EXPECT_NE(out.find("reading " + beside.string()), std::string::npos) << out;
+  } else {
+    EXPECT_EQ(WEXITSTATUS(status), 3) << out;
+    EXPECT_NE(out.find("data/cifar-10-batches-bin/data_batch_1.bin (" +
+                       (dir.path() / "data" / "cifar-10-batches-bin" / "data_batch_1.bin").string() + "): no such file"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("was looked for in " + (dir.path() / "data" / "cifar-10-batches-bin").string() + " and " +
+                       beside.string()),
+              std::string::npos)
+        << out;
+  }
 }
 
 TEST(Cli, CheckpointsAndOutputsThatAreNotRegularFilesAreRefused) {
@@ -455,6 +809,23 @@ TEST(Cli, LaunchRefusesPortsAndProcessCountsOutOfRange) {
   EXPECT_TRUE(one_line_with(log, "ltrain launch: --nnodes 0: expected 1 to 4096 machines"));
 }
 
+TEST(Cli, LaunchPassesEverythingAfterTheDashesOnUntouched) {
+  TempDir dir;
+  const auto log = dir.path() / "out";
+  // An option first, and a second "--" (train's: what follows is bare overrides).
+  ASSERT_EQ(run_ltrain_within(60, "launch -n 1 -- --version", log), 0) << read_file(log);
+  EXPECT_NE(read_file(log).find("ltrain " LTRAIN_VERSION " (commit "), std::string::npos) << read_file(log);
+  ASSERT_EQ(run_ltrain_within(60, "launch -n 1 -- train --print-config --config " + tiny_config(dir) +
+                                      " --set optim.lr=0.25 -- data.batch_size=4",
+                              log),
+            0)
+      << read_file(log);
+  const std::string out = read_file(log);
+  const auto printed = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(printed["optim"]["lr"], 0.25);
+  EXPECT_EQ(printed["data"]["batch_size"], 4);
+}
+
 TEST(Cli, BadCheckpointExitsThree) {
   TempDir dir;
   write_file(dir.path() / "junk.ltc", "junk");
@@ -492,6 +863,47 @@ TEST(Cli, TrainEvalExportOnSyntheticData) {
   EXPECT_EQ(tensors.back().first, "fc.bias");
   EXPECT_EQ(metadata.at("model.arch"), "resnet18");
   EXPECT_EQ(metadata.at("format"), "pt");
+}
+
+// A trained run's export, read by the safetensors package into torchvision's own model
+// (scripts/pytorch/export_accuracy.py: load_state_dict with strict=True), scores the real test
+// images as `ltrain eval` scores the checkpoint, to float32's precision: the same weights, BatchNorm
+// statistics and normalization on both sides. The run keeps a weight average, which both evaluate.
+TEST(Cli, ExportScoresInTorchvisionAsLtrainEvalDoes) {
+  LTRAIN_REQUIRE_CIFAR_MINI(root);
+  LTRAIN_REQUIRE_PYTHON(python, "torch, torchvision, safetensors");
+  TempDir dir;
+  write_file(dir.path() / "c.json", R"({
+    "run": {"out_dir": ")" + (dir.path() / "runs").string() + R"(", "name": "export", "epochs": 1, "device": "cpu",
+            "seed": 3, "max_steps": 12},
+    "model": {"arch": "resnet18", "stem": "imagenet"},
+    "data": {"root": ")" + root.string() + R"(", "batch_size": 50},
+    "optim": {"lr": 0.05, "ema_decay": 0.8}})");
+  const std::string train = "train --config " + (dir.path() / "c.json").string();
+  ASSERT_EQ(run_ltrain(train, dir.path() / "train.out"), 0) << read_file(dir.path() / "train.out");
+  const auto checkpoint = dir.path() / "runs" / "export" / "checkpoints" / "step-00000012.ltc";
+  ASSERT_EQ(run_ltrain("eval --json --checkpoint " + checkpoint.string(), dir.path() / "eval.out"), 0)
+      << read_file(dir.path() / "eval.out");
+  const std::string eval_out = read_file(dir.path() / "eval.out");
+  const auto ltrain_result = nlohmann::json::parse(eval_out.substr(eval_out.find('{')));
+  const auto weights = dir.path() / "w.safetensors";
+  ASSERT_EQ(run_ltrain("export --checkpoint " + checkpoint.string() + " --out " + weights.string(), dir.path() / "x.out"),
+            0)
+      << read_file(dir.path() / "x.out");
+
+  const auto scored = dir.path() / "torchvision.out";
+  const std::string command = python + " " LTRAIN_SOURCE_DIR "/scripts/pytorch/export_accuracy.py --json --device cpu " +
+                              weights.string() + " --data " + root.string() + " > " + scored.string() + " 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << read_file(scored);
+  const auto torchvision_result = nlohmann::json::parse(read_file(scored));
+  ASSERT_EQ(torchvision_result["images"], 1000);
+  ASSERT_EQ(ltrain_result["images"], 1000);
+  // The loss tells apart any two models that differ; two libraries' float32 sums differ by far less
+  // than 1e-4 of it, and may flip a near tie or two among the predictions.
+  const double loss = ltrain_result["loss"].get<double>();
+  EXPECT_NEAR(torchvision_result["loss"].get<double>(), loss, 1e-4 * loss) << eval_out << read_file(scored);
+  EXPECT_NEAR(torchvision_result["correct"].get<int64_t>(), ltrain_result["correct"].get<int64_t>(), 2)
+      << eval_out << read_file(scored);
 }
 
 TEST(Cli, Cifar100RunTrainsEvaluatesAndExportsWithItsClasses) {
@@ -558,10 +970,9 @@ TEST(Cli, Cifar100RunTrainsEvaluatesAndExportsWithItsClasses) {
   EXPECT_EQ(metadata.at("data.cifar100_labels"), "fine");
   EXPECT_EQ(metadata.at("model.num_classes"), "100");
   EXPECT_EQ(metadata.at("data.mean"), "[0.5071,0.4865,0.4409]");
-  const auto python = testing::python_with_module("numpy");
-  if (!python) GTEST_SKIP() << "no python3 with numpy: export_accuracy.py's reading not checked";
+  LTRAIN_REQUIRE_PYTHON(python, "numpy");
   const auto read = dir.path() / "read.out";
-  ASSERT_EQ(std::system((*python + " " LTRAIN_SOURCE_DIR "/scripts/pytorch/export_accuracy.py --dry-run " +
+  ASSERT_EQ(std::system((python + " " LTRAIN_SOURCE_DIR "/scripts/pytorch/export_accuracy.py --dry-run " +
                          weights.string() + " --data " + data.string() + " > " + read.string() + " 2>&1")
                             .c_str()),
             0)

@@ -2,7 +2,8 @@
 // multi-process runs through `ltrain launch` and through torchrun's variables set by hand: the
 // same weights as one process with the same global batch, exact resume, a killed rank, configs
 // that differ between ranks, bad launcher input, torchrun's agent store, two nodes on one
-// machine. The launcher's exit-code rule and torchrun's variables in one process.
+// machine. The launcher's checks of its options, its exit-code rule and torchrun's variables in
+// one process.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -17,6 +18,7 @@
 
 #include <sstream>
 
+#include "ltrain/core/errors.h"
 #include "ltrain/dist/grad_reducer.h"
 #include "ltrain/dist/group.h"
 #include "ltrain/dist/launch.h"
@@ -42,7 +44,7 @@ fs::path write_config(const TempDir& dir) {
     "optim": {"name": "sgd", "lr": 0.02, "momentum": 0.9},
     "schedule": {"name": "constant"},
     "precision": {"deterministic": true},
-    "distributed": {"sync_batchnorm": true, "timeout_s": 20}})");
+    "distributed": {"sync_batch_norm": true, "timeout_s": 20}})");
   return dir.path() / "run.json";
 }
 
@@ -582,6 +584,58 @@ TEST(Distributed, ANodeThatCannotReachTheMasterStopsWithOneLineAndExitCode5) {
                            " within distributed.timeout_s (2 s)"),
             std::string::npos)
       << log;
+}
+
+/// The message of the ConfigError check_launch_options throws for `options`; "" when it throws none.
+std::string launch_error_of(const LaunchOptions& options) {
+  try {
+    check_launch_options(options);
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(LaunchOptions, EachOptionIsCheckedAgainstItsRangeAndTheOthers) {
+  LaunchOptions two_nodes;
+  two_nodes.processes = 2;
+  two_nodes.nodes = 2;
+  two_nodes.node_rank = 1;
+  two_nodes.master_addr = "10.0.0.1";
+  two_nodes.master_port = 29500;
+  two_nodes.command = {"train", "--config", "C.json"};
+  EXPECT_EQ(launch_error_of(two_nodes), "");
+  // Each value out of its range, named as ltrain launch spells the option.
+  auto with = [&](auto change) {
+    LaunchOptions options = two_nodes;
+    change(options);
+    return launch_error_of(options);
+  };
+  EXPECT_EQ(with([](LaunchOptions& o) { o.processes = 0; }),
+            "ltrain launch: -n 0: expected 1 to 256 processes (one per GPU on a GPU host)");
+  EXPECT_EQ(with([](LaunchOptions& o) { o.processes = 257; }),
+            "ltrain launch: -n 257: expected 1 to 256 processes (one per GPU on a GPU host)");
+  EXPECT_EQ(with([](LaunchOptions& o) { o.nodes = 4097; }), "ltrain launch: --nnodes 4097: expected 1 to 4096 machines");
+  EXPECT_EQ(with([](LaunchOptions& o) { o.node_rank = 2; }), "ltrain launch: --node-rank 2 must be in 0..1 (--nnodes 2)");
+  EXPECT_EQ(with([](LaunchOptions& o) { o.node_rank = -1; }),
+            "ltrain launch: --node-rank -1 must be in 0..1 (--nnodes 2)");
+  EXPECT_EQ(with([](LaunchOptions& o) { o.master_port = 65536; }),
+            "ltrain launch: --master-port 65536: a TCP port is between 1 and 65535; leave the option out for a free one");
+  EXPECT_EQ(with([](LaunchOptions& o) { o.master_port = 0; }),
+            "ltrain launch: --master-port 0: a TCP port is between 1 and 65535; leave the option out for a free one");
+  EXPECT_EQ(with([](LaunchOptions& o) { o.master_addr = ""; }),
+            "ltrain launch: --master-addr needs the address of node 0's machine");
+  // Several nodes meet at an address and port all of them are given.
+  const std::string meet = "ltrain launch --nnodes 2: give every node the same --master-addr (the address of node 0's "
+                           "machine) and --master-port (a free TCP port there)";
+  EXPECT_EQ(with([](LaunchOptions& o) { o.master_addr.reset(); }), meet);
+  EXPECT_EQ(with([](LaunchOptions& o) { o.master_port.reset(); }), meet);
+  EXPECT_EQ(with([](LaunchOptions& o) { o.nodes = 1, o.node_rank = 0, o.master_addr.reset(), o.master_port.reset(); }),
+            "");
+  EXPECT_EQ(with([](LaunchOptions& o) { o.processes = 256, o.nodes = 257; }),
+            "ltrain launch: 257 nodes of 256 processes are more than 65536 processes");
+  EXPECT_EQ(with([](LaunchOptions& o) { o.command.clear(); }),
+            "ltrain launch: no command after --; for example: ltrain launch -n 2 -- train --config C.json");
 }
 
 TEST(LaunchResult, OneRuleForTheLaunchersExitCode) {

@@ -1,11 +1,15 @@
 #include "ltrain/cli/completion.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "commands.h"
 #include "ltrain/config/load.h"
+#include "ltrain/config/sweep_spec.h"
+#include "ltrain/core/errors.h"
 
 namespace ltrain::cli {
 namespace {
@@ -63,23 +67,53 @@ std::string option_value_cases(const std::vector<CommandSpec>& commands, ValueKi
   return fmt::format("    {}) {} ;;\n", fmt::join(patterns, "|"), action);
 }
 
-/// Case branches `KEY) echo 'VALUES' ;;` for the keys with a fixed set of values (both shells).
+/// Case branches `KEY) echo 'VALUES' ;;` for the config and sweep keys with a fixed set of values
+/// (both shells; no sweep key has a config key's name).
 std::string key_value_cases() {
   std::string out;
-  for (const config::KeyInfo& key : config::config_keys().keys)
-    if (!key.choices.empty()) out += fmt::format("    {}) echo '{}' ;;\n", key.name, fmt::join(key.choices, " "));
+  for (const config::ConfigKeys* table : {&config::config_keys(), &config::sweep_keys()})
+    for (const config::KeyInfo& key : table->keys)
+      if (!key.choices.empty()) out += fmt::format("    {}) echo '{}' ;;\n", key.name, fmt::join(key.choices, " "));
   return out;
 }
 
-std::vector<std::string> key_names() {
+std::vector<std::string> key_names(const config::ConfigKeys& table) {
   std::vector<std::string> names;
-  for (const config::KeyInfo& key : config::config_keys().keys) names.push_back(key.name);
+  for (const config::KeyInfo& key : table.keys) names.push_back(key.name);
   return names;
+}
+
+/// zsh's _describe specs "key:description" of the keys of `table`, one a line.
+std::string key_specs(const config::ConfigKeys& table) {
+  std::string out;
+  for (const config::KeyInfo& key : table.keys) out += "  " + described(key.name, key.description) + "\n";
+  return out;
+}
+
+/// fish's `case` branches that name a command of two words by its first two ("bench step").
+std::string two_word_fish_cases(const std::vector<CommandSpec>& commands) {
+  std::string out;
+  for (const std::string& word : top_words(commands))
+    if (std::any_of(commands.begin(), commands.end(),
+                    [&word](const CommandSpec& command) { return command.name.rfind(word + " ", 0) == 0; }))
+      out += fmt::format("        case {}\n            if set -q words[3]\n                echo \"{} $words[3]\"\n"
+                         "            else\n                echo {}\n            end\n",
+                         word, word, word);
+  return out;
+}
+
+/// The case pattern `"sweep"|...` of the commands whose overrides may name sweep keys ("" for none).
+std::string sweep_key_commands(const std::vector<CommandSpec>& commands) {
+  std::vector<std::string> names;
+  for (const CommandSpec& command : commands)
+    if (command.sweep_keys) names.push_back("\"" + command.name + "\"");
+  return fmt::format("{}", fmt::join(names, "|"));
 }
 
 }  // namespace
 
 std::string bash_completion(const std::vector<CommandSpec>& commands, const std::string& version) {
+  const std::string sweep_commands = sweep_key_commands(commands);
   std::string options_cases, argument_cases, two_word;
   for (const CommandSpec& command : commands) {
     options_cases += fmt::format("    \"{}\") echo {} ;;\n", command.name,
@@ -102,12 +136,13 @@ std::string bash_completion(const std::vector<CommandSpec>& commands, const std:
           word, single_quoted(fmt::format("{} --help", fmt::join(second, " "))), word);
   }
   return fmt::format(
-      R"SCRIPT(# bash completion for ltrain {version}: its commands, their options and the config keys, as made
-# by `ltrain completion bash`. Load it with: source <(ltrain completion bash)
-# or save it as ~/.local/share/bash-completion/completions/ltrain.
+      R"SCRIPT(# bash completion for ltrain {version}: its commands, their options, the config keys and the
+# sweep file's keys, as made by `ltrain completion bash`. Load it with:
+# source <(ltrain completion bash), or save it as ~/.local/share/bash-completion/completions/ltrain.
 
 _ltrain_commands={commands}
 _ltrain_keys={keys}
+_ltrain_sweep_keys={sweep_keys}
 
 # The options of a command ("bench step" for a command of two words).
 _ltrain_options() {{
@@ -115,13 +150,20 @@ _ltrain_options() {{
 {options_cases}  esac
 }}
 
-# The values of a config key that has a fixed set of them.
+# The values of a config or sweep key that has a fixed set of them.
 _ltrain_key_values() {{
   case "$1" in
 {key_cases}  esac
 }}
 
-# A config override in $cur: a key (completed with its "="), or KEY=VALUE (the key's values).
+# The keys $command's overrides may name: config keys, and for ltrain sweep the sweep file's too.
+_ltrain_override_keys() {{
+  case "$command" in
+{sweep_key_case}    *) echo "$_ltrain_keys" ;;
+  esac
+}}
+
+# An override in $cur: a key (completed with its "="), or KEY=VALUE (the key's values).
 _ltrain_override() {{
   if [[ $cur == *=* ]]; then
     local key=${{cur%%=*}} value=${{cur#*=}}
@@ -129,7 +171,7 @@ _ltrain_override() {{
     # Where "=" breaks words (bash's default) the word being replaced is the value alone.
     if [[ $COMP_WORDBREAKS == *=* ]]; then COMPREPLY=("${{values[@]}}"); else COMPREPLY=("${{values[@]/#/$key=}}"); fi
   else
-    COMPREPLY=($(compgen -W "$_ltrain_keys" -S = -- "$cur"))
+    COMPREPLY=($(compgen -W "$(_ltrain_override_keys)" -S = -- "$cur"))
     compopt -o nospace 2>/dev/null
   fi
 }}
@@ -168,7 +210,11 @@ complete -F _ltrain ltrain
 )SCRIPT",
       fmt::arg("version", version),
       fmt::arg("commands", single_quoted(fmt::format("{}", fmt::join(top_words(commands), " ")))),
-      fmt::arg("keys", single_quoted(fmt::format("{}", fmt::join(key_names(), " ")))),
+      fmt::arg("keys", single_quoted(fmt::format("{}", fmt::join(key_names(config::config_keys()), " ")))),
+      fmt::arg("sweep_keys", single_quoted(fmt::format("{}", fmt::join(key_names(config::sweep_keys()), " ")))),
+      fmt::arg("sweep_key_case", sweep_commands.empty() ? ""
+                                                        : fmt::format("    {}) echo \"$_ltrain_keys $_ltrain_sweep_keys\" ;;\n",
+                                                                      sweep_commands)),
       fmt::arg("options_cases", options_cases), fmt::arg("key_cases", key_value_cases()),
       fmt::arg("two_word", two_word),
       fmt::arg("file_cases", option_value_cases(commands, ValueKind::file,
@@ -183,7 +229,8 @@ complete -F _ltrain ltrain
 }
 
 std::string zsh_completion(const std::vector<CommandSpec>& commands, const std::string& version) {
-  std::string top, options_cases, argument_cases, two_word, key_specs;
+  const std::string sweep_commands = sweep_key_commands(commands);
+  std::string top, options_cases, argument_cases, two_word;
   for (const std::string& word : top_words(commands)) {
     std::vector<std::string> descriptions, second;
     for (const CommandSpec& command : commands) {
@@ -215,30 +262,33 @@ std::string zsh_completion(const std::vector<CommandSpec>& commands, const std::
     if (!command.arguments.empty())
       argument_cases += fmt::format("    \"{}\") compadd -- {} ;;\n", command.name, fmt::join(command.arguments, " "));
   }
-  for (const config::KeyInfo& key : config::config_keys().keys)
-    key_specs += "  " + described(key.name, key.description) + "\n";
   return fmt::format(
       R"SCRIPT(#compdef ltrain
-# zsh completion for ltrain {version}: its commands, their options and the config keys, as made by
-# `ltrain completion zsh`. Save it as _ltrain in a folder of $fpath, or load it with:
-# source <(ltrain completion zsh)
+# zsh completion for ltrain {version}: its commands, their options, the config keys and the sweep
+# file's keys, as made by `ltrain completion zsh`. Save it as _ltrain in a folder of $fpath, or load
+# it with: source <(ltrain completion zsh)
 
 _ltrain_key_specs=(
 {key_specs})
+_ltrain_sweep_key_specs=(
+{sweep_key_specs})
 
-# The values of a config key that has a fixed set of them.
+# The values of a config or sweep key that has a fixed set of them.
 _ltrain_key_values() {{
   case "$1" in
 {key_cases}  esac
 }}
 
-# A config override: a key (completed with its "="), or KEY=VALUE (the key's values).
+# An override: a key (completed with its "="), or KEY=VALUE (the key's values). The keys are
+# config keys, and for ltrain sweep the sweep file's too.
 _ltrain_override() {{
   if compset -P '*='; then
     local -a values; values=(${{=$(_ltrain_key_values "${{IPREFIX%=}}")}})
     compadd -a values
   else
     _describe -t config-keys 'config key' _ltrain_key_specs -S '=' -q
+    case "$command" in
+{sweep_key_case}    esac
   fi
 }}
 
@@ -280,7 +330,13 @@ else
   compdef _ltrain ltrain
 fi
 )SCRIPT",
-      fmt::arg("version", version), fmt::arg("key_specs", key_specs),
+      fmt::arg("version", version), fmt::arg("key_specs", key_specs(config::config_keys())),
+      fmt::arg("sweep_key_specs", key_specs(config::sweep_keys())),
+      fmt::arg("sweep_key_case",
+               sweep_commands.empty()
+                   ? ""
+                   : fmt::format("      {}) _describe -t sweep-keys 'sweep key' _ltrain_sweep_key_specs -S '=' -q ;;\n",
+                                 sweep_commands)),
       fmt::arg("key_cases", key_value_cases()), fmt::arg("top", top),
       fmt::arg("two_word", two_word), fmt::arg("options_cases", options_cases),
       fmt::arg("file_cases", option_value_cases(commands, ValueKind::file, "_files; return")),
@@ -288,6 +344,196 @@ fi
       fmt::arg("override_cases", option_value_cases(commands, ValueKind::override_, "_ltrain_override; return")),
       fmt::arg("other_cases", option_value_cases(commands, ValueKind::other, "return")),
       fmt::arg("argument_cases", argument_cases));
+}
+
+namespace {
+
+/// `text` inside fish's single quotes, where a backslash escapes a quote and a backslash.
+std::string fish_quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\\' || c == '\'') out += '\\';
+    out += c;
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+std::string fish_completion(const std::vector<CommandSpec>& commands, const std::string& version) {
+  std::string lines;
+  for (const std::string& word : top_words(commands)) {
+    std::vector<std::string> descriptions;
+    for (const CommandSpec& command : commands) {
+      if (command.name == word) descriptions.push_back(command.description);
+      if (command.name.rfind(word + " ", 0) == 0) {
+        descriptions.push_back(command.name.substr(word.size() + 1) + ": " + command.description);
+        lines += fmt::format("complete -c ltrain -f -n '__ltrain_command_is {}' -a {} -d {}\n", word,
+                             fish_quoted(command.name.substr(word.size() + 1)), fish_quoted(command.description));
+      }
+    }
+    lines += fmt::format("complete -c ltrain -f -n __ltrain_needs_command -a {} -d {}\n", fish_quoted(word),
+                         fish_quoted(fmt::format("{}", fmt::join(descriptions, "; "))));
+  }
+  for (const CommandSpec& command : commands) {
+    const std::string condition = fish_quoted("__ltrain_command_is " + command.name);
+    for (const Flag& flag : command.flags) {
+      std::string names;
+      for (const std::string& name : flag.names)
+        names += name.rfind("--", 0) == 0 ? " -l " + name.substr(2) : " -s " + name.substr(1);
+      std::string value;
+      switch (value_kind(flag.value)) {
+        case ValueKind::none: value = " -f"; break;
+        case ValueKind::file: value = " -r -F"; break;
+        case ValueKind::folder: value = " -x -a '(__fish_complete_directories)'"; break;
+        case ValueKind::override_: value = " -x -a '(__ltrain_overrides)'"; break;
+        case ValueKind::other: value = " -x"; break;
+      }
+      lines += fmt::format("complete -c ltrain -n {}{}{} -d {}\n", condition, names, value,
+                           fish_quoted(flag.description));
+    }
+    if (command.overrides) lines += fmt::format("complete -c ltrain -f -n {} -a '(__ltrain_overrides)'\n", condition);
+    if (!command.arguments.empty())
+      lines += fmt::format("complete -c ltrain -f -n {} -a {}\n", condition,
+                           fish_quoted(fmt::format("{}", fmt::join(command.arguments, " "))));
+  }
+  std::string key_cases;
+  for (const config::ConfigKeys* table : {&config::config_keys(), &config::sweep_keys()})
+    for (const config::KeyInfo& key : table->keys)
+      if (!key.choices.empty())
+        key_cases += fmt::format("        case {}\n            printf '%s\\n' {}\n", fish_quoted(key.name),
+                                 fmt::join(key.choices, " "));
+  std::vector<std::string> sweep_commands;
+  for (const CommandSpec& command : commands)
+    if (command.sweep_keys) sweep_commands.push_back(fish_quoted(command.name));
+  return fmt::format(
+      R"SCRIPT(# fish completion for ltrain {version}: its commands, their options, the config keys and the
+# sweep file's keys, as made by `ltrain completion fish`. Load it with:
+# ltrain completion fish | source, or save it as ~/.config/fish/completions/ltrain.fish.
+
+set -g __ltrain_keys {keys}
+set -g __ltrain_sweep_keys {sweep_keys}
+
+# The command on the line ("train", "bench step"; "bench" before its second word), "" before one.
+# After ltrain launch ... --, the command the processes run.
+function __ltrain_command
+    set -l words (commandline -opc)
+    set -l dashes (contains -i -- -- $words)
+    if test "$words[2]" = launch; and test -n "$dashes"
+        set words ltrain $words[(math $dashes + 1)..-1]
+    end
+    test (count $words) -ge 2; or return
+    switch "$words[2]"
+{two_word}        case '*'
+            echo $words[2]
+    end
+end
+
+function __ltrain_needs_command
+    set -l command (__ltrain_command)
+    test -z "$command"
+end
+
+function __ltrain_command_is
+    set -l command (__ltrain_command)
+    test "$command" = "$argv"
+end
+
+# The values of a config or sweep key that has a fixed set of them.
+function __ltrain_key_values
+    switch $argv[1]
+{key_cases}    end
+end
+
+# An override in the current word: a key with its "=", or KEY=VALUE (the key's values). The keys
+# are config keys, and for ltrain sweep the sweep file's too.
+function __ltrain_overrides
+    set -l token (commandline -ct)
+    if string match -q -- '*=*' $token
+        set -l key (string split -m 1 = -- $token)[1]
+        for value in (__ltrain_key_values $key)
+            echo "$key=$value"
+        end
+        return
+    end
+    set -l keys $__ltrain_keys
+    set -l command (__ltrain_command)
+    switch "$command"
+{sweep_case}    end
+    printf '%s=\n' $keys
+end
+
+complete -c ltrain -f
+complete -c ltrain -f -n __ltrain_needs_command -l help -d 'list the commands'
+complete -c ltrain -f -n __ltrain_needs_command -l version -d 'the version and the LibTorch it was built against'
+{lines})SCRIPT",
+      fmt::arg("version", version),
+      fmt::arg("keys", fmt::join(key_names(config::config_keys()), " ")),
+      fmt::arg("sweep_keys", fmt::join(key_names(config::sweep_keys()), " ")),
+      fmt::arg("two_word", two_word_fish_cases(commands)), fmt::arg("key_cases", key_cases),
+      fmt::arg("sweep_case",
+               sweep_commands.empty()
+                   ? ""
+                   : fmt::format("        case {}\n            set keys $keys $__ltrain_sweep_keys\n",
+                                 fmt::join(sweep_commands, " "))),
+      fmt::arg("lines", lines));
+}
+
+cxxopts::Options completion_options() {
+  cxxopts::Options options = command_options(
+      "ltrain completion",
+      "Print a shell completion script for ltrain's commands, options and config keys (bash, zsh or fish). bash: "
+      "source <(ltrain completion bash), or save it as ~/.local/share/bash-completion/completions/ltrain; zsh: save "
+      "it as _ltrain in a folder of $fpath, or source <(ltrain completion zsh); fish: ltrain completion fish | "
+      "source, or save it as ~/.config/fish/completions/ltrain.fish.");
+  options.add_options(kHiddenGroup)("shell", "", cxxopts::value<std::string>());
+  options.parse_positional({"shell"});
+  options.positional_help("bash|zsh|fish");
+  return options;
+}
+
+namespace {
+
+/// The commands with their options as shell completion sees them.
+std::vector<CommandSpec> completion_specs() {
+  std::vector<CommandSpec> specs;
+  for (const Command& command : commands()) {
+    CommandSpec spec{command.name, command.summary, {}, false, command.arguments};
+    const cxxopts::Options options = command.options();
+    for (const std::string& group : options.groups()) {
+      for (const cxxopts::HelpOptionDetails& option : options.group_help(group).options) {
+        if (group == kHiddenGroup) {
+          spec.sweep_keys = spec.sweep_keys || option.l.front() == kBareSweepOverrides;
+          spec.overrides = spec.overrides || option.l.front() == kBareOverrides || spec.sweep_keys;
+          continue;
+        }
+        Flag flag{{}, option.desc, option.is_boolean ? "" : option.arg_help};
+        if (!option.s.empty()) flag.names.push_back("-" + option.s);
+        for (const std::string& name : option.l) flag.names.push_back("--" + name);
+        spec.flags.push_back(flag);
+      }
+    }
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+}  // namespace
+
+int run_completion(int argc, char** argv) {
+  cxxopts::Options options = completion_options();
+  const auto args = parse(options, argc, argv);
+  if (!args) return 0;
+  const std::string shell = args->count("shell") ? (*args)["shell"].as<std::string>() : "";
+  if (shell == "bash") std::cout << bash_completion(completion_specs(), LTRAIN_VERSION);
+  else if (shell == "zsh") std::cout << zsh_completion(completion_specs(), LTRAIN_VERSION);
+  else if (shell == "fish") std::cout << fish_completion(completion_specs(), LTRAIN_VERSION);
+  else if (shell.empty())
+    throw ConfigError("ltrain completion needs the shell: ltrain completion bash, zsh or fish");
+  else
+    throw ConfigError(
+        fmt::format("ltrain completion {}: no script for this shell; use bash, zsh or fish", config::shown(shell)));
+  return 0;
 }
 
 }  // namespace ltrain::cli

@@ -9,20 +9,33 @@
 // and --master-port: node R's N processes are global ranks R*N .. R*N+N-1, and global rank 0
 // (on node 0) serves the rendezvous.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace ltrain::dist {
 
+/// The most processes on one node, nodes, and processes in all.
+constexpr int64_t kMaxProcessesPerNode = 256;
+constexpr int64_t kMaxNodes = 4096;
+constexpr int64_t kMaxWorldSize = 1 << 16;
+
+/// `ltrain launch`'s options (-n, --nnodes, --node-rank, --master-addr, --master-port, then the
+/// command after --); check_launch_options holds their limits.
 struct LaunchOptions {
-  int64_t processes = 1;             ///< on this node
-  int64_t nodes = 1;                 ///< machines, one launcher each
-  int64_t node_rank = 0;             ///< this machine's place among them, 0 .. nodes - 1
-  std::string master_addr;           ///< the machine of node 0; empty: 127.0.0.1 (one node only)
-  int64_t master_port = 0;           ///< 0: a free port chosen here (one node only)
-  std::vector<std::string> command;  ///< ltrain's arguments for each process: {"train", "--config", ...}
-  double grace_seconds = 10.0;       ///< after SIGTERM, how long the others get before SIGKILL
+  int64_t processes = 1;                   ///< on this node, 1 .. kMaxProcessesPerNode
+  int64_t nodes = 1;                       ///< machines, one launcher each, 1 .. kMaxNodes
+  int64_t node_rank = 0;                   ///< this machine's place among them, 0 .. nodes - 1
+  std::optional<std::string> master_addr;  ///< the machine of node 0; left out: 127.0.0.1 (one node only)
+  std::optional<int64_t> master_port;      ///< 1 .. 65535; left out: a free port chosen here (one node only)
+  std::vector<std::string> command;        ///< ltrain's arguments for each process: {"train", "--config", ...}
+  double grace_seconds = 10.0;             ///< after SIGTERM, how long the others get before SIGKILL
 };
+
+/// ConfigError, naming the option as `ltrain launch` spells it, for the first value out of its
+/// range (above), an empty --master-addr, several nodes without the master's address and port,
+/// more than kMaxWorldSize processes in all, or no command.
+void check_launch_options(const LaunchOptions& options);
 
 /// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's choice).
 int64_t free_port();
@@ -52,7 +65,7 @@ struct LaunchResult {
 LaunchResult launch_result(const std::vector<ProcessEnd>& ends, bool interrupted);
 
 /// Runs this node's processes to the end; returns launch_result's exit code, after logging its
-/// line. ConfigError for bad options.
+/// line. ConfigError for bad options (check_launch_options).
 int launch(const LaunchOptions& options);
 
 }  // namespace ltrain::dist
