@@ -4,6 +4,7 @@
 #   scripts/get-cifar10.sh                      # -> data/cifar-10-batches-bin/
 #   scripts/get-cifar10.sh --from ~/Downloads/cifar-10-binary.tar.gz
 #   scripts/get-cifar10.sh --from parts/cifar-10-binary.tar.xz.part*
+#   scripts/get-cifar10.sh --from ~/data/cifar-10-batches-py   # torchvision's download, converted
 #   scripts/get-cifar10.sh --mini               # -> data/cifar10-mini/
 #
 # Sources, first that applies: --from PATH...; the shared copy beside the repo
@@ -17,6 +18,7 @@ set -euo pipefail
 readonly URL="https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 readonly URL_MD5="c32a1d4ab5d03f1284b67883e8d87530"
 readonly FULL_NAME="cifar-10-batches-bin"
+readonly PYTHON_NAME="cifar-10-batches-py"  # torchvision's Python release, converted when given
 readonly MINI_NAME="cifar10-mini"
 # SHA-256 of the official cifar-10-batches-bin files.
 readonly FULL_SUMS="\
@@ -48,7 +50,9 @@ official SHA-256 sums. Does nothing if they are already there and intact.
   --from PATH...  local source(s): the official .tar.gz, a .tar.xz, split parts
                   (cifar-10-binary.tar.xz.part0 part1 ...; joined in natural name order), or a
                   directory holding the extracted files, a cifar-10-batches-bin/ folder, an
-                  archive or the parts
+                  archive or the parts, or torchvision's Python release ($PYTHON_NAME/, what
+                  torchvision.datasets.CIFAR10(download=True) leaves), converted to the binary
+                  files (needs a Python with numpy) and checked as they are
   --mini          copy the small subset ($MINI_NAME, from --from DIR or
                   \$LTRAIN_SHARED_DATA/$MINI_NAME) to DIR/$MINI_NAME, checked with its SHA256SUMS
   --help          this text
@@ -108,12 +112,14 @@ resolve_dir_source() {
   local parts=() archives=()
   if [[ -f "$dir/data_batch_1.bin" ]]; then SOURCES=("$dir"); return; fi
   if [[ -f "$dir/$FULL_NAME/data_batch_1.bin" ]]; then SOURCES=("$dir/$FULL_NAME"); return; fi
+  if [[ -f "$dir/data_batch_1" && -f "$dir/test_batch" ]]; then SOURCES=("python:$dir"); return; fi
+  if [[ -f "$dir/$PYTHON_NAME/data_batch_1" ]]; then SOURCES=("python:$dir/$PYTHON_NAME"); return; fi
   for f in "$dir"/*.part[0-9]*; do [[ -f "$f" ]] && parts+=("$f"); done
   if (( ${#parts[@]} )); then SOURCES=("${parts[@]}"); return; fi
   for f in "$dir"/*.tar.gz "$dir"/*.tgz "$dir"/*.tar.xz; do [[ -f "$f" ]] && archives+=("$f"); done
   if (( ${#archives[@]} == 1 )); then SOURCES=("${archives[0]}"); return; fi
   if (( ${#archives[@]} > 1 )); then die 2 "--from $dir: several archives there, name one: ${archives[*]}"; fi
-  die 3 "no CIFAR-10 files in $dir (expected data_batch_1.bin..., $FULL_NAME/, *.tar.gz, *.tar.xz or *.partN)"
+  die 3 "no CIFAR-10 files in $dir (expected data_batch_1.bin..., $FULL_NAME/, $PYTHON_NAME/, *.tar.gz, *.tar.xz or *.partN)"
 }
 
 offline_message() {
@@ -172,7 +178,10 @@ get_full() {
   fi
 
   local what="${SOURCES[*]}" name s
-  if (( ${#SOURCES[@]} == 1 )) && [[ -d "${SOURCES[0]}" ]]; then
+  if [[ "${SOURCES[0]}" == python:* ]]; then
+    what="${SOURCES[0]#python:}"
+    convert_python_release cifar10 "$what" "$stage"
+  elif (( ${#SOURCES[@]} == 1 )) && [[ -d "${SOURCES[0]}" ]]; then
     info "copying the extracted files from ${SOURCES[0]}"
     while read -r _ name; do
       if [[ -f "${SOURCES[0]}/$name" ]]; then cp "${SOURCES[0]}/$name" "$stage/"; fi
@@ -185,9 +194,14 @@ get_full() {
       || die 3 "the archive is damaged, unpacking failed ($(head -n1 "$TMP_DIR/unpack.err")): $what; fetch it again"
   fi
 
-  # The archive holds cifar-10-batches-bin/; a directory copy lands flat in the stage.
+  # The archive holds cifar-10-batches-bin/ (torchvision's, cifar-10-batches-py/); a directory copy
+  # lands flat in the stage.
   local got="$stage"
   if [[ -d "$stage/$FULL_NAME" ]]; then got="$stage/$FULL_NAME"; fi
+  if [[ -d "$stage/$PYTHON_NAME" ]]; then
+    convert_python_release cifar10 "$stage/$PYTHON_NAME" "$TMP_DIR/converted"
+    got="$TMP_DIR/converted"
+  fi
   if ! report="$(check_sums "$got" "$FULL_SUMS")"; then
     die 3 "$(first_problem "$report") in $what (all problems: $(paste -sd, <<<"$report")); fetch a good copy"
   fi

@@ -4,6 +4,7 @@
 #   scripts/get-cifar100.sh                      # -> data/cifar-100-binary/
 #   scripts/get-cifar100.sh --from ~/Downloads/cifar-100-binary.tar.gz
 #   scripts/get-cifar100.sh --from DIR           # a folder with the archive, cifar-100-binary/ or its files
+#   scripts/get-cifar100.sh --from ~/data/cifar-100-python   # torchvision's download, converted
 #
 # Sources, first that applies: --from PATH; the shared copy beside the repo
 # ($LTRAIN_SHARED_DATA/cifar-100, default ../shared/data/cifar-100); the official download.
@@ -29,6 +30,7 @@ readonly ARCHIVE_BYTES=168513733
 readonly ARCHIVE_SHA256="58a81ae192c23a4be8b1804d68e518ed807d710a4eb253b1f2a199162a40d8ec"
 readonly ARCHIVE_MD5="03b5dce01913d631647c71ecec9e9cb8"
 readonly NAME="cifar-100-binary"
+readonly PYTHON_NAME="cifar-100-python"  # torchvision's Python release, converted when given
 # name, size in bytes, MD5 ("-": only there and not empty).
 readonly FILES="\
 train.bin 153700000 6172c7755cfe09b2fe270c85cebc1b15
@@ -52,7 +54,9 @@ script's head for how). Does nothing if they are already there and intact.
 
   --dest DIR   data folder (default: $REPO_ROOT/data)
   --from PATH  local source: the official $ARCHIVE, or a directory holding it, a
-               $NAME/ folder or the extracted files (train.bin, test.bin, ...)
+               $NAME/ folder or the extracted files (train.bin, test.bin, ...), or
+               torchvision's Python release ($PYTHON_NAME/), converted to the binary files
+               (needs a Python with numpy) and checked as they are
   --help       this text
 
 Without --from: uses \$LTRAIN_SHARED_DATA/cifar-100 (default $REPO_ROOT/../shared/data) if it
@@ -85,14 +89,16 @@ archive_problem() {
   if [[ "$md5" != "$ARCHIVE_MD5" ]]; then echo "MD5 $md5, published $ARCHIVE_MD5"; return 1; fi
 }
 
-# source_of PATH: what PATH stands for, as "archive FILE" or "files DIR".
+# source_of PATH: what PATH stands for, as "archive FILE", "files DIR" or "python DIR".
 source_of() {
   local path="$1"
   if [[ -f "$path" ]]; then echo "archive $path"
   elif [[ -f "$path/train.bin" ]]; then echo "files $path"
   elif [[ -f "$path/$NAME/train.bin" ]]; then echo "files $path/$NAME"
   elif [[ -f "$path/$ARCHIVE" ]]; then echo "archive $path/$ARCHIVE"
-  else die 3 "no CIFAR-100 files in $path (expected $ARCHIVE, $NAME/ or train.bin, test.bin, ...)"
+  elif [[ -f "$path/train" && -f "$path/test" && -f "$path/meta" ]]; then echo "python $path"
+  elif [[ -f "$path/$PYTHON_NAME/train" ]]; then echo "python $path/$PYTHON_NAME"
+  else die 3 "no CIFAR-100 files in $path (expected $ARCHIVE, $NAME/, $PYTHON_NAME/ or train.bin, test.bin, ...)"
   fi
 }
 
@@ -145,6 +151,8 @@ main() {
     gzip -dc "$path" 2>"$TMP_DIR/unpack.err" | tar -x --no-same-owner -C "$stage" -f - 2>>"$TMP_DIR/unpack.err" \
       || die 3 "unpacking $path failed ($(head -n1 "$TMP_DIR/unpack.err")); fetch it again"
     got="$stage/$NAME"
+  elif [[ "$kind" == python ]]; then
+    convert_python_release cifar100 "$path" "$stage"
   else
     info "copying the extracted files from $path"
     local name

@@ -18,7 +18,7 @@
 
 #include "ltrain/core/errors.h"
 #include "ltrain/core/sha256.h"
-#include "ltrain/data/cifar10.h"
+#include "ltrain/data/cifar.h"
 #include "ltrain/data/loader.h"
 #include "support.h"
 
@@ -192,6 +192,42 @@ TEST(CifarReader, TruncatedFileNamesTheFileAndTheRecordSize) {
                 "CIFAR-10 binary; fetch it again with scripts/get-cifar10.sh");
 }
 
+// A file larger than the release's is refused from its size, before it is read into memory (a
+// sparse 30 GB file takes no disk and would take 30 GB of memory).
+TEST(CifarReader, AFileLargerThanTheReleasesIsRefusedBeforeReading) {
+  TempDir dir;
+  const auto file = dir.path() / "data_batch_1.bin";
+  write_file(file, make_records({1}));
+  for (const std::uintmax_t bytes : {std::uintmax_t{10001} * 3073, std::uintmax_t{30} << 30}) {
+    fs::resize_file(file, bytes);
+    EXPECT_EQ(data_error_of([&] { ltrain::data::read_cifar10_file(file); }),
+              file.string() + ": " + std::to_string(bytes) +
+                  " bytes, more than CIFAR-10's data_batch_1.bin (30730000 bytes, 10000 records of 3073 bytes): not a "
+                  "CIFAR-10 binary file of the expected size; fetch it again with scripts/get-cifar10.sh");
+  }
+}
+
+// A relative data.root that the working directory lacks is looked for in the other places given
+// (ltrain's own folder, for the default); where none has it, the error names each place.
+TEST(CifarReader, ARelativeRootIsLookedForInTheOtherPlacesGiven) {
+  LTRAIN_REQUIRE_CIFAR_MINI(mini);
+  TempDir dir;
+  DataSection data;
+  data.root = "data-" + dir.path().filename().string() + "/cifar-10-batches-bin";  // not in the working directory
+  fs::create_directories((dir.path() / "with" / data.root).parent_path());
+  fs::create_directory_symlink(mini, dir.path() / "with" / data.root);
+  EXPECT_EQ(ltrain::data::load_sets(data, 0, {dir.path() / "without", dir.path() / "with"}).train.size(), 5000);
+  const std::string message = data_error_of([&] { ltrain::data::load_sets(data, 0, {dir.path() / "without"}); });
+  const std::string in_working_directory = (fs::current_path() / data.root).string();
+  EXPECT_NE(message.find(data.root + "/data_batch_1.bin (" + in_working_directory + "/data_batch_1.bin): no such file"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("; data.root \"" + data.root + "\" was looked for in " + in_working_directory + " and " +
+                         (dir.path() / "without" / data.root).string()),
+            std::string::npos)
+      << message;
+}
+
 TEST(CifarReader, EmptyFileIsAnError) {
   TempDir dir;
   const auto file = dir.path() / "test_batch.bin";
@@ -223,6 +259,36 @@ TEST(CifarReader, MissingFileSaysHowToGetTheData) {
   EXPECT_NE(message.find((dir.path() / "nowhere" / "data_batch_1.bin").string() + ": no such file"), std::string::npos)
       << message;
   EXPECT_NE(message.find("scripts/get-cifar10.sh"), std::string::npos) << message;
+}
+
+// torchvision's Python release where the binary files are missing: data.root pointing at it, at
+// the folder that holds it, or beside it (data/cifar-10-batches-bin missing, data/cifar-10-batches-py
+// there) gets the one command that converts it.
+TEST(CifarReader, TorchvisionsPythonReleaseGetsTheCommandThatConvertsIt) {
+  TempDir dir;
+  const fs::path python_release = dir.path() / "data" / "cifar-10-batches-py";
+  write_file(python_release / "data_batch_1", "a pickle");
+  const std::string advice = "holds torchvision's Python release of CIFAR-10, which ltrain does not read: convert it "
+                             "once with bash scripts/get-cifar10.sh --from " +
+                             python_release.string() +
+                             " (the binary files then lie in data/cifar-10-batches-bin, data.root's default)";
+  for (const fs::path& root : {python_release, dir.path() / "data", dir.path() / "data" / "cifar-10-batches-bin"}) {
+    const std::string message = data_error_of([&] { ltrain::data::read_cifar10(root); });
+    EXPECT_EQ(message, (root / "data_batch_1.bin").string() + ": no such file; " + python_release.string() + " " +
+                           advice);
+  }
+  // CIFAR-100's, cifar-100-python, the same way.
+  const fs::path cifar100 = dir.path() / "c100" / "cifar-100-python";
+  write_file(cifar100 / "train", "a pickle");
+  DataSection data;
+  data.source = ltrain::config::DataSource::cifar100;
+  data.root = (dir.path() / "c100" / "cifar-100-binary").string();
+  const std::string message = data_error_of([&] { ltrain::data::load_sets(data, 0); });
+  EXPECT_NE(message.find(cifar100.string() + " holds torchvision's Python release of CIFAR-100, which ltrain does "
+                                             "not read: convert it once with bash scripts/get-cifar100.sh --from " +
+                         cifar100.string()),
+            std::string::npos)
+      << message;
 }
 
 TEST(CifarReader, MissingLaterFileIsNamed) {
@@ -899,6 +965,15 @@ TEST(LoaderTrain, BatchLargerThanTheSetIsAConfigError) {
 }
 
 // ---- progressive resizing --------------------------------------------------------------------------------
+
+TEST(ProgressiveResize, ZeroEpochsIsOff) {
+  DataSection data;
+  data.progressive_start_size = 16;
+  data.progressive_epochs = 0;
+  const ProgressiveResize off = ProgressiveResize::from(data);
+  EXPECT_EQ(off.start_size, 0);
+  for (int64_t epoch = 0; epoch < 3; ++epoch) EXPECT_EQ(off.side(32, epoch), 32);
+}
 
 TEST(ProgressiveResize, SidesGrowLinearlyInStepsToTheFullSide) {
   const ProgressiveResize sixteen{/*start_size=*/16, /*epochs=*/8, /*size_step=*/4};

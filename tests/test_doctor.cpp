@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 
 #include "ltrain/bench/matmul_bench.h"
@@ -119,15 +120,25 @@ TEST(MatmulBench, TimesEachPrecisionOrSaysWhyNot) {
   EXPECT_EQ(results[1].error, "TF32 is a feature of NVIDIA GPUs");
 
   TempDir dir;
+  const auto started = std::chrono::steady_clock::now();
   ASSERT_EQ(run_ltrain("bench matmul --device cpu --size 64 --warmup 1 --iters 2 --precision fp32,tf32 --json",
                        dir.path() / "out"),
             0)
       << read_file(dir.path() / "out");
+  const double process_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   std::stringstream lines(read_file(dir.path() / "out"));
   std::vector<nlohmann::json> rows;
   for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
   ASSERT_EQ(rows.size(), 2u);
-  EXPECT_GT(rows[0]["tflops"].get<double>(), 0.0);
+  // The size and count asked for; the timed products within the process's lifetime as this test saw
+  // it; the rate the 4090 guide's formula gives for them (2 n^3 per product).
+  EXPECT_EQ(rows[0]["n"], 64);
+  EXPECT_EQ(rows[0]["products"], 2);
+  const double ms = rows[0]["ms_per_product"].get<double>();
+  EXPECT_GT(ms, 0.0);
+  EXPECT_LT(2 * ms, process_ms);
+  const double tflops = 2.0 * 64 * 64 * 64 / (ms * 1e-3) / 1e12;
+  EXPECT_NEAR(rows[0]["tflops"].get<double>(), tflops, 1e-9 * tflops);
   EXPECT_EQ(rows[1]["error"], "TF32 is a feature of NVIDIA GPUs");
   EXPECT_EQ(run_ltrain("bench matmul --device cpu --precision fp8", dir.path() / "out"), 2);
   EXPECT_NE(read_file(dir.path() / "out").find("unknown precision \"fp8\""), std::string::npos);

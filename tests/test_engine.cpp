@@ -13,7 +13,8 @@
 #include "ltrain/engine/saved_model.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/trainer.h"
-#include "ltrain/engine/weight_average.h"
+#include "ltrain/engine/ema.h"
+#include "ltrain/engine/lr_finder.h"
 #include "ltrain/io/tensor_file.h"
 #include "support.h"
 
@@ -64,12 +65,17 @@ TEST(Trainer, ShortRunOnCifarMiniLearns) {
                 .config.model.width,
             8);
   EXPECT_NE(read_file(result.run_dir / "train.log").find(" settings differ from the defaults:"), std::string::npos);
-  // summary.json: the result, with the device's peak memory (unknown, -1, on the CPU).
+  // summary.json: the result, with the device's peak memory (unknown, null, on the CPU), and this
+  // process's share of the run (all of it, in a run that did not resume).
   const nlohmann::json summary = nlohmann::json::parse(read_file(result.run_dir / "summary.json"));
   EXPECT_EQ(summary["steps"], 150);
   EXPECT_DOUBLE_EQ(summary["final_test_accuracy"].get<double>(), result.final_test_accuracy);
-  EXPECT_EQ(summary["peak_memory_bytes"], -1);
-  EXPECT_EQ(summary["peak_reserved_bytes"], -1);
+  EXPECT_TRUE(summary["peak_memory_bytes"].is_null());
+  EXPECT_TRUE(summary["peak_reserved_bytes"].is_null());
+  EXPECT_EQ(summary["this_process"]["resumed_at_step"], 0);
+  EXPECT_EQ(summary["this_process"]["steps"], 150);
+  EXPECT_DOUBLE_EQ(summary["this_process"]["train_seconds"].get<double>(), summary["train_seconds"].get<double>());
+  EXPECT_DOUBLE_EQ(summary["this_process"]["wall_seconds"].get<double>(), summary["wall_seconds"].get<double>());
   // The set-up before the first step is timed apart from the run; the two fit in the call.
   EXPECT_DOUBLE_EQ(summary["startup_seconds"].get<double>(), result.startup_seconds);
   EXPECT_GT(result.startup_seconds, 0.0);
@@ -128,11 +134,11 @@ TEST(Evaluator, FlipAverageScoresTheMeanLogitsOfEachImageAndItsMirror) {
   EXPECT_GT(std::abs(evaluate(model, loader, single_pass).loss - flipped.loss), 1e-6);
 }
 
-TEST(WeightAverage, FollowsTheEmaRuleAndIsSwappedInForEvaluation) {
+TEST(Ema, FollowsTheEmaRuleAndIsSwappedInForEvaluation) {
   const auto loaded = testing::config_from(
       {"run.device=cpu", "model.arch=resnet18", "model.stem=cifar", "model.width=8"}, {});
   models::ResNet model = build_model(loaded, torch::kCPU);
-  WeightAverage average(*model, 0.9);
+  Ema average(*model, 0.9);
   const NamedTensors state = state_dict(*model);
   const torch::Tensor& weight = find_tensor(state, "conv1.weight")->detach();
   const torch::Tensor& running_mean = find_tensor(state, "bn1.running_mean")->detach();
@@ -145,21 +151,21 @@ TEST(WeightAverage, FollowsTheEmaRuleAndIsSwappedInForEvaluation) {
     counter.add_(5);
   }
   average.update();  // 0.9 * before + 0.1 * (before + 1) = before + 0.1
-  const NamedTensors averaged = average.averaged_state_dict();
+  const NamedTensors averaged = average.weights();
   EXPECT_TRUE(torch::allclose(*find_tensor(averaged, "conv1.weight"), weight_before + 0.1, 1e-6, 1e-6));
   EXPECT_TRUE(torch::allclose(*find_tensor(averaged, "bn1.running_mean"), mean_before + 0.1, 1e-6, 1e-6));
   EXPECT_EQ(find_tensor(averaged, "bn1.num_batches_tracked")->item<int64_t>(), 5);  // the model's own
   {
-    const WeightAverage::Applied applied(average);
+    const Ema::Applied applied(average);
     EXPECT_TRUE(torch::allclose(weight, weight_before + 0.1, 1e-6, 1e-6));
     EXPECT_TRUE(torch::allclose(running_mean, mean_before + 0.1, 1e-6, 1e-6));
   }
   EXPECT_TRUE(torch::allclose(weight, weight_before + 1.0, 1e-6, 1e-6));  // the model's own values back
 
   // load: the averaged values of a checkpoint, or a DataError naming what is missing.
-  WeightAverage fresh(*model, 0.9);
+  Ema fresh(*model, 0.9);
   fresh.load(averaged, "x.ltc");
-  EXPECT_TRUE(torch::equal(*find_tensor(fresh.averaged_state_dict(), "conv1.weight"),
+  EXPECT_TRUE(torch::equal(*find_tensor(fresh.weights(), "conv1.weight"),
                            *find_tensor(averaged, "conv1.weight")));
   NamedTensors incomplete = averaged;
   incomplete.erase(incomplete.begin());
@@ -173,9 +179,9 @@ TEST(Trainer, WithEmaTheCheckpointsAveragedWeightsAreWhatTheRunEvaluated) {
       {"data.source=synthetic", "data.synthetic_train_size=256", "data.synthetic_test_size=64", "data.batch_size=64",
        "run.epochs=2", "optim.ema_decay=0.8"}));
   const Checkpoint checkpoint = read_checkpoint(result.run_dir / "checkpoints" / checkpoint_file_name(8));
-  ASSERT_FALSE(checkpoint.averaged_weights.empty());
-  EXPECT_EQ(&evaluation_weights(checkpoint), &checkpoint.averaged_weights);
-  EXPECT_FALSE(torch::equal(*find_tensor(checkpoint.averaged_weights, "conv1.weight"),
+  ASSERT_FALSE(checkpoint.ema_weights.empty());
+  EXPECT_EQ(&evaluation_weights(checkpoint), &checkpoint.ema_weights);
+  EXPECT_FALSE(torch::equal(*find_tensor(checkpoint.ema_weights, "conv1.weight"),
                             *find_tensor(checkpoint.model, "conv1.weight")));
   const auto loaded = config::load_json(checkpoint.meta.config, "checkpoint");
   models::ResNet model = build_model(loaded, torch::kCPU);
@@ -276,6 +282,92 @@ TEST(Trainer, TrainLogHoldsEachLineAsItIsLogged) {
   // What `tail -f` shows during the run: the start-up lines and step 1's line, before step 2 ends.
   EXPECT_NE(seen_at_step_two.find(" settings differ from the defaults:"), std::string::npos) << seen_at_step_two;
   EXPECT_NE(seen_at_step_two.find("step 1/4 | loss "), std::string::npos) << seen_at_step_two;
+}
+
+TEST(Trainer, FirstProgressLineComesAfterTheFirstStepNotAtTheFirstLogInterval) {
+  TempDir dir;
+  const auto log = dir.path() / "log" / "train.log";
+  std::string seen_at_step_two;
+  TrainHooks hooks;
+  hooks.after_step = [&](int64_t step) {
+    if (step == 2) seen_at_step_two = read_file(log);
+  };
+  const TrainResult result = train(
+      synthetic_run({"run.out_dir=" + dir.path().string(), "run.name=log", "run.epochs=1", "run.log_every_steps=3"}),
+      hooks);
+  EXPECT_NE(seen_at_step_two.find("step 1/4 | loss "), std::string::npos) << seen_at_step_two;
+  // The early line reads the sums without taking them: the metrics keep their log intervals.
+  std::vector<int64_t> step_rows;
+  for (const auto& row : read_jsonl(result.run_dir / "metrics.jsonl"))
+    if (row["kind"] == "step") step_rows.push_back(row["step"].get<int64_t>());
+  EXPECT_EQ(step_rows, (std::vector<int64_t>{3, 4}));
+}
+
+TEST(Trainer, StartUpLinesNameTheSeed) {
+  TempDir dir;
+  const TrainResult result = train(synthetic_run(
+      {"run.out_dir=" + dir.path().string(), "run.name=seed", "run.max_steps=1", "run.seed=1234"}));
+  const std::string log = read_file(result.run_dir / "train.log");
+  EXPECT_NE(log.find(" CPU threads | seed 1234\n"), std::string::npos) << log;
+  EXPECT_EQ(nlohmann::json::parse(read_file(result.run_dir / "config.json"))["run"]["seed"], 1234);
+}
+
+TEST(Trainer, EarlyStopEndsTheRunAtAnEpochEndWithACheckpointAndSaysWhy) {
+  TempDir dir;
+  // No change of the test loss beats a min_delta of 100: the first evaluation is the best, the
+  // next two are without improvement, and patience 2 stops the run after epoch 3 of 10.
+  const TrainResult result = train(synthetic_run(
+      {"run.out_dir=" + dir.path().string(), "run.name=early", "run.epochs=10", "run.early_stop_metric=test_loss",
+       "run.early_stop_patience=2", "run.early_stop_min_delta=100", "checkpoint.every_epochs=0"}));
+  EXPECT_TRUE(result.stopped_early);
+  EXPECT_EQ(result.epochs, 3);
+  EXPECT_EQ(result.steps, 3 * 4);
+  // Checkpointed as at a normal end, though checkpoint.every_epochs asks for none before it.
+  EXPECT_TRUE(std::filesystem::exists(result.run_dir / "checkpoints" / checkpoint_file_name(12)));
+  const std::string log = read_file(result.run_dir / "train.log");
+  EXPECT_NE(log.find("early stop after epoch 3 of 10: test_loss has not improved by more than 100 in 2 evaluations "
+                     "(best "),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(", epoch 1)\n"), std::string::npos) << log;
+  EXPECT_EQ(nlohmann::json::parse(read_file(result.run_dir / "summary.json"))["stopped_early"], true);
+  // Resumed from there, the run stays stopped.
+  const TrainResult resumed = train(synthetic_run(
+      {"run.out_dir=" + dir.path().string(), "run.name=early", "run.epochs=10", "run.early_stop_metric=test_loss",
+       "run.early_stop_patience=2", "run.early_stop_min_delta=100", "checkpoint.resume=auto"}));
+  EXPECT_EQ(resumed.steps, 12);
+  EXPECT_TRUE(resumed.stopped_early);
+}
+
+TEST(LrFind, RampsTheLrExponentiallyAndSuggestsOneInTheRange) {
+  LrFindOptions options;
+  options.steps = 12;
+  options.start_lr = 1e-4;
+  options.end_lr = 1.0;
+  const LrFindResult result = find_lr(synthetic_run({"optim.momentum=0"}), options);
+  ASSERT_GE(result.points.size(), 3u);
+  EXPECT_DOUBLE_EQ(result.points[0].lr, 1e-4);
+  for (size_t i = 1; i < result.points.size(); ++i) {
+    EXPECT_EQ(result.points[i].step, static_cast<int64_t>(i) + 1);
+    EXPECT_NEAR(result.points[i].lr / result.points[i - 1].lr, std::pow(1e4, 1.0 / 11.0), 1e-9);
+    EXPECT_TRUE(std::isfinite(result.points[i].loss));
+  }
+  if (!result.diverged) {
+    EXPECT_NEAR(result.points.back().lr, 1.0, 1e-12);
+  }
+  EXPECT_GE(result.suggested_lr, 1e-5);
+  EXPECT_LE(result.suggested_lr, 1.0);
+  options.end_lr = options.start_lr;
+  EXPECT_THROW(find_lr(synthetic_run(), options), ConfigError);
+}
+
+TEST(LrSuggestion, SteepestFallOfTheSmoothedLossBeforeItsLowest) {
+  // Falls slowly, then fast between 1e-3 and 1e-2, lowest at 1e-1, then rises.
+  const std::vector<LrFindPoint> points{{1, 1e-5, 0, 2.30}, {2, 1e-4, 0, 2.28}, {3, 1e-3, 0, 2.20},
+                                        {4, 1e-2, 0, 1.50}, {5, 1e-1, 0, 1.20}, {6, 1.0, 0, 3.00}};
+  EXPECT_DOUBLE_EQ(suggest_lr(points), 1e-2);
+  // Lowest at once: a tenth of its lr.
+  EXPECT_DOUBLE_EQ(suggest_lr({{1, 1e-3, 0, 1.0}, {2, 1e-2, 0, 2.0}, {3, 1e-1, 0, 5.0}}), 1e-4);
 }
 
 TEST(Trainer, PlanRunReportsWhatARunWouldBuildAndWritesNothing) {

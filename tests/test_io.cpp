@@ -128,7 +128,12 @@ TEST(TensorFile, ArchiveDetectsTruncationBitFlipsAndForeignFiles) {
   write_file(dir.path() / "newer.ltc", newer);
   EXPECT_NE(read_error(dir.path() / "newer.ltc").find("format version 99 is not supported"), std::string::npos);
 
-  EXPECT_EQ(read_error(dir.path() / "missing.ltc"), (dir.path() / "missing.ltc").string() + ": no such checkpoint file");
+  EXPECT_EQ(read_error(dir.path() / "missing.ltc"),
+            (dir.path() / "missing.ltc").string() + ": no such file (expected a checkpoint file)");
+  // A system file that says it is a regular file but has nothing to read.
+  EXPECT_EQ(read_error("/proc/self/mem"),
+            "/proc/self/mem: cannot be read (Input/output error): not a file with contents of its own (expected a "
+            "checkpoint file)");
 }
 
 TEST(TensorFile, FailedWriteKeepsThePreviousFile) {

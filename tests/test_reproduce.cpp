@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
 #include "ltrain/bench/reproduce.h"
 #include "support.h"
 
@@ -40,6 +45,19 @@ TEST(ReproduceVerdict, HoldsOnlyWhenEveryRoundMeetsTheClaimAndFailsOnlyWhenNoneD
   EXPECT_EQ(verdict(ratio_spread({10}, {15}), 1.5, Comparison::at_least), "holds");
 }
 
+TEST(ReproduceVerdict, ADifferenceSmallerThanTheRoundsSpreadIsNoise) {
+  // A: 100 and 120 img/s (a 20% range around 110); B: 104 and 106.
+  const double noise = rounds_noise({100, 120}, {104, 106});
+  EXPECT_NEAR(noise, 20.0 / 110.0, 1e-12);
+  EXPECT_TRUE(within_noise(0.95, 1.0, noise));
+  EXPECT_TRUE(within_noise(1.15, 1.0, noise));
+  EXPECT_FALSE(within_noise(0.30, 1.0, noise));  // 70% faster: more than the rounds vary
+  EXPECT_TRUE(within_noise(2.2, 2.0, noise));    // relative to the claimed ratio
+  // One round a side measures no spread: no difference is noise then.
+  EXPECT_EQ(rounds_noise({100}, {30}), 0.0);
+  EXPECT_FALSE(within_noise(1.01, 1.0, 0.0));
+}
+
 TEST(ReproduceCards, PublishedFiguresByTheDriversName) {
   const PublishedCard* d = published_card("NVIDIA GeForce RTX 4090 D");
   ASSERT_NE(d, nullptr);
@@ -58,7 +76,7 @@ TEST(ReproduceCards, PublishedFiguresByTheDriversName) {
 
 TEST(Reproduce, ReducedRunOnTheCpuWritesEveryClaimWithItsGuide) {
   TempDir dir;
-  testing::write_file(dir.path() / "base.json", R"({"run": {"device": "cpu"},
+  testing::write_file(dir.path() / "base.json", R"({"run": {"device": "cpu", "threads": 1},
     "model": {"arch": "resnet18", "stem": "cifar", "width": 4},
     "data": {"source": "synthetic", "synthetic_train_size": 128, "synthetic_test_size": 32, "batch_size": 16}})");
   ReproduceOptions options;
@@ -104,6 +122,14 @@ TEST(Reproduce, ReducedRunOnTheCpuWritesEveryClaimWithItsGuide) {
   EXPECT_LE(channels_last.ratio.low, channels_last.ratio.median);
   EXPECT_LE(channels_last.ratio.median, channels_last.ratio.high);
   EXPECT_EQ(row("matmul TFLOPS test (n = 64, 2 timed products), fp32", "RTX 4090 guide").verdict, "measured");
+  // Where LibTorch has no fp16 product on the CPU, the row says so in ltrain's words.
+  const std::string fp16_matmul = row("matmul TFLOPS test (n = 64, 2 timed products), fp16", "RTX 4090 guide").verdict;
+  if (fp16_matmul != "measured") {
+    EXPECT_NE(fp16_matmul.find("has no fp16 kernel for this operation on the CPU; fp16 is measured on a CUDA device"),
+              std::string::npos)
+        << fp16_matmul;
+  }
+  for (const ClaimRow& r : report.rows) EXPECT_EQ(r.verdict.find("not implemented for"), std::string::npos) << r.verdict;
   EXPECT_EQ(row("matmul TFLOPS test (n = 64, 2 timed products), tf32", "RTX 4090 guide").verdict,
             "not measurable here: TF32 is a feature of NVIDIA GPUs");
   EXPECT_EQ(row("grow the batch", "RTX 4090D guide").verdict, "not measurable here: the search measures GPU memory");
@@ -130,6 +156,8 @@ TEST(Reproduce, ReducedRunOnTheCpuWritesEveryClaimWithItsGuide) {
       << text;
   const nlohmann::json saved = nlohmann::json::parse(read_file(dir.path() / "report" / "results.json"));
   EXPECT_EQ(saved["claims"].size(), report.rows.size());
+  EXPECT_EQ(saved["finished"], true);
+  EXPECT_EQ(text.find("Unfinished"), std::string::npos);
   EXPECT_EQ(saved["provenance"]["config_files"], nlohmann::json{(dir.path() / "base.json").string()});
   EXPECT_EQ(saved["provenance"]["config_sha256"].get<std::string>().size(), 64u);
   EXPECT_EQ(saved["image_sizes"], (nlohmann::json{32, 40}));
@@ -141,12 +169,75 @@ TEST(Reproduce, ReducedRunOnTheCpuWritesEveryClaimWithItsGuide) {
   EXPECT_EQ(saved["measurements"]["matmul"].size(), 4u);
 
   // The report's plot.
-  if (const auto python = testing::python_with_matplotlib()) {
-    ASSERT_EQ(testing::run_plot_script(*python, "plot_report.py", (dir.path() / "report").string(), dir.path() / "plot"),
-              0)
-        << read_file(dir.path() / "plot");
-    EXPECT_EQ(read_file(dir.path() / "report" / "claims.png").substr(1, 3), "PNG");
+  LTRAIN_REQUIRE_PYTHON(python, "matplotlib");
+  ASSERT_EQ(testing::run_plot_script(python, "plot_report.py", (dir.path() / "report").string(), dir.path() / "plot"), 0)
+      << read_file(dir.path() / "plot");
+  EXPECT_EQ(read_file(dir.path() / "report" / "claims.png").substr(1, 3), "PNG");
+}
+
+/// results.json of a report folder, or null while it is missing or being replaced.
+nlohmann::json saved_results(const fs::path& dir) {
+  try {
+    return nlohmann::json::parse(read_file(dir / "results.json"));
+  } catch (const std::exception&) {
+    return nullptr;
   }
+}
+
+TEST(Reproduce, AnInterruptedRunKeepsItsMeasurementsAndTheNextContinuesThem) {
+  TempDir dir;
+  testing::write_file(dir.path() / "base.json", R"({"run": {"device": "cpu", "threads": 1},
+    "model": {"arch": "resnet18", "stem": "cifar", "width": 4},
+    "data": {"source": "synthetic", "synthetic_train_size": 64, "synthetic_test_size": 16, "batch_size": 16}})");
+  const fs::path report = dir.path() / "report";
+  const std::vector<std::string> args{"reproduce",     "--config", (dir.path() / "base.json").string(),
+                                      "--out",         report.string(), "--warmup", "1", "--steps", "1",
+                                      "--rounds",      "2", "--matmul-size", "32", "--matmul-iters", "1"};
+  {
+    testing::LtrainProcess process(args);
+    // Stopped once it has measured a few rounds.
+    for (int i = 0; i < 1200; ++i) {
+      const nlohmann::json saved = saved_results(report);
+      if (saved.is_object() && saved["measurements"]["steps"].dump().find("\"rounds\"") != std::string::npos &&
+          saved["measurements"]["steps"]["32"].size() >= 2)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ::kill(process.pid(), SIGINT);
+    ASSERT_EQ(process.wait(60), 130) << process.output();
+  }
+  const nlohmann::json cut_short = saved_results(report);
+  ASSERT_TRUE(cut_short.is_object());
+  EXPECT_EQ(cut_short["finished"], false);
+  EXPECT_EQ(read_file(report / "REPORT.md").find("# The guides' claims, measured\n\n**Unfinished**"), 0u);
+  const size_t measured = cut_short["measurements"]["steps"]["32"].size();
+  EXPECT_GE(measured, 2u);
+
+  // Other settings would replace it: refused, the report kept.
+  std::vector<std::string> other = args;
+  other[8] = "2";  // --steps 2
+  std::string words;
+  for (const std::string& word : other) words += " '" + word + "'";
+  EXPECT_EQ(testing::run_ltrain(words.substr(1), dir.path() / "log"), 2);
+  EXPECT_NE(read_file(dir.path() / "log").find(report.string() + " holds an unfinished report of other settings (steps 1 "
+                                                                 "before, 2 now); rerun with those settings to continue "
+                                                                 "it, add --fresh to replace it, or choose another --out"),
+            std::string::npos)
+      << read_file(dir.path() / "log");
+  EXPECT_EQ(saved_results(report)["finished"], false);
+
+  // The same command continues it, saying what it reused, and finishes it.
+  words.clear();
+  for (const std::string& word : args) words += " '" + word + "'";
+  ASSERT_EQ(testing::run_ltrain(words.substr(1), dir.path() / "log"), 0) << read_file(dir.path() / "log");
+  EXPECT_NE(read_file(dir.path() / "log").find(report.string() + ": continuing the unfinished report of these "
+                                                                 "settings; reused "),
+            std::string::npos)
+      << read_file(dir.path() / "log");
+  const nlohmann::json finished = saved_results(report);
+  EXPECT_EQ(finished["finished"], true);
+  EXPECT_GE(finished["reused"].size(), measured);
+  EXPECT_NE(finished["reused"][0].get<std::string>().find(" at 32x32 ("), std::string::npos) << finished["reused"];
 }
 
 TEST(Reproduce, CommandLineErrorsExitWithTwo) {

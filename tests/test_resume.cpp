@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <thread>
@@ -68,10 +69,10 @@ void expect_same_end(const fs::path& a, const fs::path& b, int64_t last_step) {
   ASSERT_EQ(ca.optimizer.size(), cb.optimizer.size());
   for (size_t i = 0; i < ca.optimizer.size(); ++i)
     EXPECT_TRUE(torch::equal(ca.optimizer[i].second, cb.optimizer[i].second)) << ca.optimizer[i].first;
-  ASSERT_EQ(ca.averaged_weights.size(), cb.averaged_weights.size());
-  for (size_t i = 0; i < ca.averaged_weights.size(); ++i)
-    EXPECT_TRUE(torch::equal(ca.averaged_weights[i].second, cb.averaged_weights[i].second))
-        << ca.averaged_weights[i].first;
+  ASSERT_EQ(ca.ema_weights.size(), cb.ema_weights.size());
+  for (size_t i = 0; i < ca.ema_weights.size(); ++i)
+    EXPECT_TRUE(torch::equal(ca.ema_weights[i].second, cb.ema_weights[i].second))
+        << ca.ema_weights[i].first;
   EXPECT_EQ(metrics_rows(a), metrics_rows(b));
   const nlohmann::json sa = nlohmann::json::parse(read_file(a / "summary.json"));
   const nlohmann::json sb = nlohmann::json::parse(read_file(b / "summary.json"));
@@ -157,7 +158,7 @@ TEST(Resume, InterruptedMidEpochThenResumedMatchesAnUninterruptedRun) {
     EXPECT_EQ(resumed.steps, 24);
     expect_same_end(whole.run_dir, split_dir, 24);
     const bool averaged = std::find(variant.begin(), variant.end(), "optim.ema_decay=0.9") != variant.end();
-    EXPECT_EQ(read_checkpoint(split_dir / "checkpoints" / checkpoint_file_name(24)).averaged_weights.empty(), !averaged);
+    EXPECT_EQ(read_checkpoint(split_dir / "checkpoints" / checkpoint_file_name(24)).ema_weights.empty(), !averaged);
     EXPECT_NE(read_file(split_dir / "train.log").find("resuming from"), std::string::npos);
     if (variant.size() == 3 && variant[0] == "data.progressive_start_size=16") {
       const std::string log = read_file(whole.run_dir / "train.log");
@@ -168,6 +169,48 @@ TEST(Resume, InterruptedMidEpochThenResumedMatchesAnUninterruptedRun) {
     fs::rename(whole.run_dir, dir.path() / ("whole-done-" + std::to_string(variant.size())));
     fs::rename(split_dir, dir.path() / ("split-done-" + std::to_string(variant.size())));
   }
+}
+
+// Continuing a run from its checkpoint under another checkpoint cadence or log interval continues
+// it in its own folder with no warning that the result will differ: those settings change where
+// and how often a run writes, not what it computes. Another run.name is another run: it starts in
+// a folder of that name from the checkpoint's state and leaves the first run's folder as it was.
+// A setting that does change the result is named in a warning.
+TEST(Resume, BookkeepingSettingsChangeNothingWorthAWarning) {
+  TempDir dir;
+  train_until_signal(resumable_run(dir.path(), "first"), 4);
+  const fs::path checkpoint = dir.path() / "first" / "checkpoints" / checkpoint_file_name(4);
+  ASSERT_TRUE(fs::exists(checkpoint));
+  const std::string first_metrics = read_file(dir.path() / "first" / "metrics.csv");
+  const TrainResult renamed = train(resumable_run(
+      dir.path(), "second",
+      {"checkpoint.resume=" + checkpoint.string(), "checkpoint.every_steps=5", "run.log_every_steps=3"}));
+  EXPECT_EQ(renamed.run_dir, dir.path() / "second");
+  EXPECT_EQ(renamed.resumed_at_step, 4);
+  EXPECT_EQ(read_file(dir.path() / "first" / "metrics.csv"), first_metrics);
+  EXPECT_FALSE(fs::exists(dir.path() / "first" / "checkpoints" / checkpoint_file_name(5)));
+  std::string log = read_file(renamed.run_dir / "train.log");
+  EXPECT_NE(log.find("run.name \"second\" is not the checkpoint's run (\"first\"): a new run in " +
+                     renamed.run_dir.string() + " from its state at step 4"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("settings changed since the checkpoint"), std::string::npos) << log;
+
+  const TrainResult same = train(resumable_run(
+      dir.path(), "first", {"checkpoint.resume=" + checkpoint.string(), "checkpoint.every_steps=5", "run.log_every_steps=3"}));
+  EXPECT_EQ(same.run_dir, dir.path() / "first");
+  log = read_file(same.run_dir / "train.log");
+  EXPECT_EQ(log.find("settings changed since the checkpoint"), std::string::npos) << log;
+  EXPECT_EQ(log.find("is not the checkpoint's run"), std::string::npos) << log;
+
+  testing::remove_tree(dir.path() / "first");
+  train_until_signal(resumable_run(dir.path(), "first"), 4);
+  train(resumable_run(dir.path(), "first", {"checkpoint.resume=auto", "optim.lr=0.01"}));
+  log = read_file(dir.path() / "first" / "train.log");
+  EXPECT_NE(log.find("settings changed since the checkpoint (the run will not repeat an uninterrupted one exactly): "
+                     "optim.lr (0.05 -> 0.01)"),
+            std::string::npos)
+      << log;
 }
 
 TEST(Resume, InterruptedOnTheLastStepOfAnEpochThenResumed) {
@@ -194,12 +237,14 @@ TEST(Resume, FromAnEpochBoundaryCheckpointByPath) {
   EXPECT_EQ(read_checkpoint(boundary).meta.epoch, 2);
   EXPECT_EQ(read_checkpoint(boundary).meta.epoch_steps_done, 0);
   fs::remove(copy / "checkpoints" / checkpoint_file_name(24));
-  // The weights come from the checkpoint: a model.init_from file that is gone does not matter.
+  // Under the checkpoint's own run.name it continues the folder the checkpoint lies in, not
+  // run.out_dir/run.name. The weights come from the checkpoint: a model.init_from file that is
+  // gone does not matter.
   const TrainResult resumed = train(resumable_run(
-      dir.path(), "ignored",
+      dir.path() / "elsewhere", "whole",
       {"checkpoint.resume=" + boundary.string(), "model.init_from=" + (dir.path() / "gone.safetensors").string()}));
   EXPECT_EQ(resumed.run_dir, copy);
-  EXPECT_FALSE(fs::exists(dir.path() / "ignored"));
+  EXPECT_FALSE(fs::exists(dir.path() / "elsewhere" / "whole"));
   expect_same_end(whole.run_dir, copy, 24);
 }
 
@@ -334,6 +379,18 @@ TEST(Resume, SigtermToATrainingProcessLeavesAResumableCheckpoint) {
       << read_file(log);
   const nlohmann::json summary = nlohmann::json::parse(read_file(dir.path() / "run" / "summary.json"));
   EXPECT_EQ(summary["steps"], 2 * 32);
+  // The times are the whole run's, the first process's up to its checkpoint included; this
+  // process's share is apart, and each is at most its whole.
+  const nlohmann::json& here = summary["this_process"];
+  EXPECT_EQ(here["resumed_at_step"], found->checkpoint.meta.step);
+  EXPECT_EQ(here["steps"], 2 * 32 - found->checkpoint.meta.step);
+  EXPECT_GT(here["train_seconds"].get<double>(), 0.0);
+  EXPECT_LT(here["train_seconds"].get<double>(), summary["train_seconds"].get<double>());
+  EXPECT_LT(here["wall_seconds"].get<double>(), summary["wall_seconds"].get<double>());
+  EXPECT_LE(summary["train_seconds"].get<double>(), summary["wall_seconds"].get<double>());
+  EXPECT_NE(read_file(log).find("; this process from step " + std::to_string(found->checkpoint.meta.step) + ": "),
+            std::string::npos)
+      << read_file(log);
 }
 
 TEST(Signals, DuringSetUpTheRunStopsBeforeAnythingIsWritten) {
@@ -388,6 +445,21 @@ TEST(Signals, SigtermAtAnyMomentEndsWithOneLineAndExitCode130) {
     EXPECT_EQ(run.wait(120), 130) << "delay " << delay << " s:\n" << run.output();
     EXPECT_EQ(count_of(run.output(), "stopped by signal 15"), 1u) << "delay " << delay << " s:\n" << run.output();
   }
+}
+
+// A signal while the shared libraries' initializers run (LibTorch's take a few hundred
+// milliseconds before main) still gets the stop line and exit code 130: a preloaded library sends
+// SIGTERM from its initializer.
+TEST(Signals, SigtermBeforeMainEndsWithOneLineAndExitCode130) {
+  TempDir dir;
+  const fs::path preload = fs::path(LTRAIN_EXECUTABLE).parent_path() / "tests" / "libltrain_raise_sigterm_early.so";
+  ASSERT_TRUE(fs::exists(preload)) << preload;
+  const std::string command = "LD_PRELOAD=" + preload.string() + " " LTRAIN_EXECUTABLE " --version > " +
+                              (dir.path() / "out").string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  EXPECT_EQ(read_file(dir.path() / "out"), "\nltrain: stopped by signal 15\n");
 }
 
 TEST(Signals, TwoSigtermsMillisecondsApartStillCheckpoint) {
@@ -509,6 +581,15 @@ TEST(InitFrom, StartsFromSafetensorsAndNamesWhatDoesNotFit) {
   EXPECT_THROW(build_model(resumable_run(dir.path(), "run", {"model.init_from=" + (dir.path() / "no").string()}),
                            torch::kCPU),
                ConfigError);
+  // A system file that passes for a regular file and cannot be read: said so, as a config error.
+  try {
+    build_model(resumable_run(dir.path(), "run", {"model.init_from=/proc/self/mem"}), torch::kCPU);
+    FAIL() << "/proc/self/mem was taken for weights";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "--set model.init_from=/proc/self/mem: model.init_from = \"/proc/self/mem\": cannot be read (Input/output "
+              "error): not a file with contents of its own (expected a .safetensors file of the model's weights)");
+  }
   try {
     build_model(resumable_run(dir.path(), "run", {"model.init_from=" + weights.string(), "model.num_classes=5"}),
                 torch::kCPU);

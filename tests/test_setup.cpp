@@ -30,6 +30,21 @@ class FakeTools {
                            (dir_.path() / "torch-prefix").string() + "'");
   }
   void no_python_torch() { program("python3", "exit 1"); }
+  /// The project's environment (scripts/python-env.sh) in venv/, not activated: its python3 answers
+  /// as python_torch's does. check() names it in LTRAIN_VENV.
+  void venv_torch(const std::string& version, const std::string& cuda, int abi) {
+    program("../venv/bin/python3", "echo '" + version + " " + cuda + " " + std::to_string(abi) + " " +
+                                       (dir_.path() / "torch-prefix").string() + "'");
+  }
+  fs::path venv_python() const { return dir_.path() / "venv" / "bin" / "python3"; }
+  /// nvidia-smi -L as a machine with `gpus` lists them; none: it fails, as it does without a driver.
+  void nvidia_smi(int gpus) {
+    std::string body =
+        gpus == 0 ? "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'; exit 9" : "";
+    for (int gpu = 0; gpu < gpus; ++gpu)
+      body += "echo 'GPU " + std::to_string(gpu) + ": NVIDIA H200 (UUID: GPU-0000000" + std::to_string(gpu) + ")'\n";
+    program("nvidia-smi", body);
+  }
   /// nvcc --version's last lines for release `release` (e.g. "12.4").
   void nvcc(const std::string& release) {
     program("nvcc", "echo 'Cuda compilation tools, release " + release + ", V" + release + ".0'");
@@ -39,8 +54,9 @@ class FakeTools {
   /// Runs `bash scripts/setup.sh --check` with these tools first on the PATH and `environment`
   /// ("NAME=value ..."); returns the exit code, output in `log`.
   int check(const fs::path& log, const std::string& environment = "") const {
-    const std::string command = "cd " LTRAIN_SOURCE_DIR " && env -u LIBTORCH -u CMAKE_PREFIX_PATH PATH=" +
-                                (dir_.path() / "bin").string() + ":/usr/bin:/bin " + environment +
+    const std::string command = "cd " LTRAIN_SOURCE_DIR " && env -u LIBTORCH -u CMAKE_PREFIX_PATH LTRAIN_VENV=" +
+                                (dir_.path() / "venv").string() + " PATH=" + (dir_.path() / "bin").string() +
+                                ":/usr/bin:/bin " + environment +
                                 " bash scripts/setup.sh --check > '" + log.string() + "' 2>&1";
     const int status = std::system(command.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -48,7 +64,8 @@ class FakeTools {
 
  private:
   void program(const std::string& name, const std::string& body) {
-    const fs::path file = dir_.path() / "bin" / name;
+    const fs::path file = (dir_.path() / "bin" / name).lexically_normal();
+    fs::create_directories(file.parent_path());
     write_file(file, "#!/bin/sh\n" + body + "\n");
     fs::permissions(file, fs::perms::owner_all);
   }
@@ -74,6 +91,30 @@ TEST(Setup, BuildsForCudaAgainstAPythonTorchWithAMatchingNvcc) {
   const fs::path log = tools.root() / "log";
   EXPECT_EQ(tools.check(log), 0) << read_file(log);
   EXPECT_NE(read_file(log).find("CUDA LibTorch 2.11.0 (CUDA 13.0) from"), std::string::npos) << read_file(log);
+  EXPECT_NE(read_file(log).find("would make the CUDA build"), std::string::npos) << read_file(log);
+}
+
+TEST(Setup, TheProjectsEnvironmentServesTheCudaBuildUnactivatedWhereAGpuIs) {
+  FakeTools tools;
+  tools.no_python_torch();
+  tools.nvcc("13.0");
+  tools.venv_torch("2.11.0", "13.0", 1);
+  const fs::path log = tools.root() / "log";
+  // No GPU: the environment serves the Python-side tests; the CPU build, as README's first command makes it.
+  tools.nvidia_smi(0);
+  EXPECT_EQ(tools.check(log), 0) << read_file(log);
+  EXPECT_NE(read_file(log).find("would make the CPU build against Debian's libtorch-dev"), std::string::npos)
+      << read_file(log);
+  // A GPU: the same command builds for CUDA against the environment's torch.
+  tools.nvidia_smi(1);
+  EXPECT_EQ(tools.check(log), 0) << read_file(log);
+  EXPECT_NE(read_file(log).find("would make the CUDA build against " + tools.venv_python().string() + "'s torch"),
+            std::string::npos)
+      << read_file(log);
+  // Activated (its python3 first on the PATH), it serves the CUDA build without a GPU as well.
+  tools.nvidia_smi(0);
+  tools.python_torch("2.11.0", "13.0", 1);
+  EXPECT_EQ(tools.check(log), 0) << read_file(log);
   EXPECT_NE(read_file(log).find("would make the CUDA build"), std::string::npos) << read_file(log);
 }
 
@@ -138,6 +179,56 @@ std::vector<std::string> entries_of(const fs::path& folder) {
   for (const auto& entry : fs::directory_iterator(folder)) names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+/// Runs `bash scripts/gpu/make-bundle.sh --wheels-only --dest DEST ARGS` with pip kept to `index`, a
+/// folder of wheels (no network); its exit code, output in `log`.
+int make_bundle_wheels(const fs::path& dest, const fs::path& index, const std::string& args, const fs::path& log) {
+  const std::string command = "cd " LTRAIN_SOURCE_DIR " && PIP_NO_INDEX=1 PIP_FIND_LINKS='" + index.string() +
+                              "' bash scripts/gpu/make-bundle.sh --wheels-only --dest '" + dest.string() + "' " + args +
+                              " > '" + log.string() + "' 2>&1";
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// A minimal wheel of `name` `version` for `tag` (python-abi-platform) in `folder`.
+void write_wheel(const fs::path& folder, const std::string& name, const std::string& version, const std::string& tag) {
+  const std::string info = name + "-" + version + ".dist-info";
+  const fs::path wheel = folder / (name + "-" + version + "-" + tag + ".whl");
+  fs::create_directories(folder);
+  const std::string script = "import zipfile; z = zipfile.ZipFile('" + wheel.string() + "', 'w'); "
+                             "z.writestr('" + name + "/__init__.py', ''); "
+                             "z.writestr('" + info + "/METADATA', 'Metadata-Version: 2.1\\nName: " + name +
+                             "\\nVersion: " + version + "\\n'); "
+                             "z.writestr('" + info + "/WHEEL', 'Wheel-Version: 1.0\\nRoot-Is-Purelib: false\\nTag: " +
+                             tag + "\\n'); "
+                             "z.writestr('" + info + "/RECORD', ''); z.close()";
+  ASSERT_EQ(std::system(("python3 -c \"" + script + "\"").c_str()), 0);
+}
+
+// The wheels an offline GPU host lacks travel in the bundle at the versions scripts/requirements.txt
+// pins, for the host's Python: a name it does not pin is refused before anything is downloaded.
+TEST(Setup, MakeBundleCarriesPinnedWheelsForTheHostsPython) {
+  TempDir dir;
+  const fs::path index = dir.path() / "index";
+  // safetensors as requirements.txt pins it, for CPython 3.12, and a version it does not pin.
+  write_wheel(index, "safetensors", "0.8.0", "cp312-cp312-manylinux_2_17_x86_64");
+  write_wheel(index, "safetensors", "0.7.0", "cp312-cp312-manylinux_2_17_x86_64");
+  const fs::path log = dir.path() / "log";
+  ASSERT_EQ(make_bundle_wheels(dir.path() / "carry", index, "--wheel safetensors", log), 0) << read_file(log);
+  EXPECT_EQ(entries_of(dir.path() / "carry" / "wheels"),
+            std::vector<std::string>{"safetensors-0.8.0-cp312-cp312-manylinux_2_17_x86_64.whl"});
+  EXPECT_FALSE(fs::exists(dir.path() / "carry" / "debs"));
+  // Another host Python: no wheel of it in the index, so pip finds none and the script says so.
+  EXPECT_EQ(make_bundle_wheels(dir.path() / "other", index, "--wheel safetensors --python-version 3.13", log), 1)
+      << read_file(log);
+  EXPECT_NE(read_file(log).find("pip download of safetensors==0.8.0 failed"), std::string::npos) << read_file(log);
+  EXPECT_EQ(make_bundle_wheels(dir.path() / "unpinned", index, "--wheel safetensors --wheel left-pad", log), 2)
+      << read_file(log);
+  EXPECT_NE(read_file(log).find("left-pad is not pinned in scripts/requirements.txt: pin it there first"),
+            std::string::npos)
+      << read_file(log);
+  EXPECT_FALSE(fs::exists(dir.path() / "unpinned"));
 }
 
 /// A cifar-100-binary/ folder as the archive holds it, with made-up content.

@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -12,6 +14,7 @@
 
 #include "ltrain/bench/sweep.h"
 #include "ltrain/config/load.h"
+#include "ltrain/config/sweep_spec.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/sha256.h"
 #include "support.h"
@@ -22,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::read_file;
 using testing::run_ltrain;
+using testing::run_ltrain_within;
 using testing::TempDir;
 using testing::write_file;
 
@@ -33,6 +37,15 @@ fs::path write_sweep(const TempDir& dir, const std::string& sweep_body) {
     "data": {"source": "synthetic", "synthetic_train_size": 128, "synthetic_test_size": 32, "batch_size": 32}})");
   write_file(dir.path() / "sweep.json", R"({"base": "base.json", )" + sweep_body + "}");
   return dir.path() / "sweep.json";
+}
+
+/// The message of the one line ltrain wrote to `log` for a user error, without its time and level.
+std::string error_line(const fs::path& log) {
+  const std::string out = read_file(log);
+  const auto level = out.find("] error ");
+  if (level == std::string::npos || std::count(out.begin(), out.end(), '\n') != 1 || out.back() != '\n')
+    return "(not one error line) " + out;
+  return out.substr(level + 8, out.size() - level - 9);
 }
 
 TEST(Sweep, BenchGridWithAFailingPointBecomesRows) {
@@ -51,16 +64,24 @@ TEST(Sweep, BenchGridWithAFailingPointBecomesRows) {
       continue;
     }
     EXPECT_TRUE(result.points[i].error.empty()) << result.points[i].error;
-    EXPECT_GT(result.points[i].values.at("img_per_s"), 0.0);
+    // img/s is the batch over the median round's step time, and that round lies within the rounds' range.
+    const std::map<std::string, double>& values = result.points[i].values;
+    const double batch = result.points[i].settings[1].second.get<double>();
+    EXPECT_NEAR(values.at("img_per_s") * values.at("ms_per_step") / 1e3, batch, 1e-6 * batch);
+    EXPECT_LE(values.at("img_per_s_low"), values.at("img_per_s"));
+    EXPECT_LE(values.at("img_per_s"), values.at("img_per_s_high"));
+    EXPECT_GT(values.at("img_per_s_low"), 0.0);
   }
 
   const std::string table = write_sweep_results(result, dir.path() / "out");
   EXPECT_EQ(table.substr(0, table.find('\n')),
-            "| precision.mode | data.batch_size | img_per_s | ms_per_step | peak_gib | reserved_gib | memory_fraction | error |");
+            "| precision.mode | data.batch_size | img_per_s | img_per_s_low | img_per_s_high | ms_per_step | peak_gib | "
+            "reserved_gib | memory_fraction | error |");
   const std::string csv = read_file(dir.path() / "out" / "results.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "precision.mode,data.batch_size,img_per_s,ms_per_step,peak_gib,reserved_gib,memory_fraction,error");
+            "precision.mode,data.batch_size,img_per_s,img_per_s_low,img_per_s_high,ms_per_step,peak_gib,reserved_gib,"
+            "memory_fraction,error");
   EXPECT_EQ(csv.substr(csv.find('\n') + 1, 8), "fp32,16,");
   const nlohmann::json saved = nlohmann::json::parse(read_file(dir.path() / "out" / "results.json"));
   ASSERT_EQ(saved["rows"].size(), 6u);
@@ -76,9 +97,8 @@ TEST(Sweep, BenchGridWithAFailingPointBecomesRows) {
   EXPECT_TRUE(provenance["started_at"].is_string());
 
   // The plot script reads those files.
-  const auto python = testing::python_with_matplotlib();
-  if (!python) GTEST_SKIP() << "no python3 with matplotlib (scripts/setup.sh installs python3-matplotlib)";
-  ASSERT_EQ(testing::run_plot_script(*python, "plot_sweep.py", (dir.path() / "out").string(), dir.path() / "plot.log"), 0)
+  LTRAIN_REQUIRE_PYTHON(python, "matplotlib");
+  ASSERT_EQ(testing::run_plot_script(python, "plot_sweep.py", (dir.path() / "out").string(), dir.path() / "plot.log"), 0)
       << read_file(dir.path() / "plot.log");
   const std::string png = read_file(dir.path() / "out" / "results.png");
   ASSERT_GT(png.size(), 8u);
@@ -111,16 +131,15 @@ TEST(Sweep, TrainModeRunsEachPointToTheEndAndItsCurvesPlot) {
     EXPECT_EQ(accuracy * 32, std::round(accuracy * 32)) << accuracy;
   }
   // A run directory's curves, the two runs over one another.
-  const auto python = testing::python_with_matplotlib();
-  if (!python) GTEST_SKIP() << "no python3 with matplotlib (scripts/setup.sh installs python3-matplotlib)";
+  LTRAIN_REQUIRE_PYTHON(python, "matplotlib");
   const fs::path runs = dir.path() / "out" / "runs";
-  ASSERT_EQ(testing::run_plot_script(*python, "plot_run.py",
+  ASSERT_EQ(testing::run_plot_script(python, "plot_run.py",
                                      (runs / "point-000").string() + " " + (runs / "point-001").string(),
                                      dir.path() / "plot.log"),
             0)
       << read_file(dir.path() / "plot.log");
   EXPECT_EQ(read_file(runs / "point-000" / "curves.png").substr(1, 3), "PNG");
-  EXPECT_EQ(testing::run_plot_script(*python, "plot_run.py", (dir.path() / "nothing").string(), dir.path() / "plot.log"),
+  EXPECT_EQ(testing::run_plot_script(python, "plot_run.py", (dir.path() / "nothing").string(), dir.path() / "plot.log"),
             3);
 }
 
@@ -185,15 +204,104 @@ TEST(Sweep, BadDescriptionsAndTheCpuBatchSearch) {
   ASSERT_EQ(search.points.size(), 1u);
   EXPECT_EQ(search.points[0].error, "batch_search needs a CUDA device (peak memory is measured there)");
 
-  // Through the command line: a bad file is exit code 2; a sweep with failed points exits 0.
+  // Through the command line: a bad file is exit code 2; a sweep with failed points exits 7.
   write_sweep(dir, R"("grid": {"data.batch_size": [16, 4096]}, "bench": {"warmup": 0, "steps": 1})");
   EXPECT_EQ(run_ltrain("sweep --config " + (dir.path() / "sweep.json").string() + " --out " +
                            (dir.path() / "cli").string(),
                        dir.path() / "log"),
-            0)
+            7)
       << read_file(dir.path() / "log");
   EXPECT_NE(read_file(dir.path() / "log").find("2 point(s), 1 failed"), std::string::npos) << read_file(dir.path() / "log");
   EXPECT_EQ(run_ltrain("sweep --config " + (dir.path() / "missing.json").string(), dir.path() / "log"), 2);
+}
+
+TEST(Sweep, ARerunReusesTheFinishedPointsAndFreshMeasuresThemAgain) {
+  TempDir dir;
+  const fs::path file = write_sweep(dir, R"("bench": {"warmup": 0, "steps": 1, "rounds": 2},
+      "grid": {"data.batch_size": [8, 16, 4096]})");
+  const fs::path out = dir.path() / "out";
+  const SweepResult first = run_sweep(file, out);
+  ASSERT_EQ(first.points.size(), 3u);
+  for (const SweepPoint& point : first.points) EXPECT_FALSE(point.reused);
+  // The same sweep again: the finished points are the earlier rows, the failed one runs again.
+  const SweepResult second = run_sweep(file, out);
+  ASSERT_EQ(second.points.size(), 3u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(second.points[i].reused) << i;
+    EXPECT_EQ(second.points[i].values, first.points[i].values) << i;
+  }
+  EXPECT_FALSE(second.points[2].reused);
+  EXPECT_FALSE(second.points[2].error.empty());
+  // Other timed steps are another measurement; so is another point config.
+  EXPECT_FALSE(run_sweep(file, out, {"bench.steps=2"}).points[0].reused);
+  EXPECT_FALSE(run_sweep(file, out, {"model.width=8"}).points[0].reused);
+  // --fresh measures every point again; the command line says how many were reused.
+  const auto log = dir.path() / "log";
+  EXPECT_EQ(run_ltrain("sweep --config " + file.string() + " --out " + out.string() + " model.width=8", log), 7);
+  EXPECT_NE(read_file(log).find("3 point(s), 1 failed, 2 reused from the earlier run (--fresh measures them again)"),
+            std::string::npos)
+      << read_file(log);
+  EXPECT_NE(read_file(log).find("sweep point 0: data.batch_size=8 | img_per_s "), std::string::npos) << read_file(log);
+  EXPECT_EQ(run_ltrain("sweep --fresh --config " + file.string() + " --out " + out.string() + " model.width=8", log), 7);
+  EXPECT_NE(read_file(log).find("3 point(s), 1 failed; results in"), std::string::npos) << read_file(log);
+  const nlohmann::json saved = nlohmann::json::parse(read_file(out / "results.json"));
+  EXPECT_FALSE(saved["rows"][0].contains("reused"));
+  EXPECT_EQ(saved["rows"][0]["point_key"].get<std::string>().size(), 64u);
+}
+
+TEST(Sweep, TrainPointsHonourRunOutDirFromTheCommandLine) {
+  TempDir dir;
+  const fs::path file = write_sweep(dir, R"("mode": "train", "grid": {"optim.lr": [0.05]})");
+  const fs::path runs = dir.path() / "my-runs";
+  const SweepResult result = run_sweep(file, dir.path() / "out", {"run.out_dir=" + runs.string()});
+  ASSERT_EQ(result.points.size(), 1u);
+  EXPECT_TRUE(result.points[0].error.empty()) << result.points[0].error;
+  EXPECT_TRUE(fs::exists(runs / "point-000" / "summary.json"));
+  EXPECT_FALSE(fs::exists(dir.path() / "out" / "runs"));
+}
+
+TEST(Sweep, BaseAndGridRunAGridWithoutASweepFile) {
+  TempDir dir;
+  write_sweep(dir, R"("grid": {})");  // base.json
+  const std::string base = (dir.path() / "base.json").string();
+  const fs::path out = dir.path() / "out";
+  const auto log = dir.path() / "log";
+  // The keys in the order given, the first varying slowest.
+  const std::string grid = " --grid precision.mode=fp32,bf16 --grid data.batch_size=8,16";
+  ASSERT_EQ(run_ltrain("sweep --dry-run --base " + base + grid, log), 0) << read_file(log);
+  EXPECT_EQ(read_file(log), "--base " + base + " --grid: mode bench, 4 point(s)\n"
+                            "  point 0: precision.mode=\"fp32\" data.batch_size=8\n"
+                            "  point 1: precision.mode=\"fp32\" data.batch_size=16\n"
+                            "  point 2: precision.mode=\"bf16\" data.batch_size=8\n"
+                            "  point 3: precision.mode=\"bf16\" data.batch_size=16\n"
+                            "every point is a valid config on this machine; nothing was run\n");
+  ASSERT_EQ(run_ltrain("sweep --base " + base + grid + " --out " + out.string() + " bench.warmup=0 bench.steps=1 "
+                       "bench.rounds=1",
+                       log),
+            0)
+      << read_file(log);
+  const nlohmann::json saved = nlohmann::json::parse(read_file(out / "results.json"));
+  EXPECT_EQ(saved["keys"], (nlohmann::json{"precision.mode", "data.batch_size"}));
+  ASSERT_EQ(saved["rows"].size(), 4u);
+  EXPECT_EQ(saved["rows"][1]["precision.mode"], "fp32");
+  EXPECT_EQ(saved["rows"][1]["data.batch_size"], 16);
+  // The sweep it ran is a file in the results folder, to run again.
+  const nlohmann::json sweep = nlohmann::json::parse(read_file(out / "sweep.json"));
+  EXPECT_EQ(sweep["grid"]["data.batch_size"], (nlohmann::json{8, 16}));
+  EXPECT_EQ(sweep["base"], fs::absolute(base).string());
+
+  // What is refused, with exit code 2 and one line.
+  EXPECT_EQ(run_ltrain("sweep --base " + base + " --grid data.batch_size", log), 2);
+  EXPECT_EQ(error_line(log), "ltrain sweep: --grid \"data.batch_size\": expected KEY=V1,V2,..., e.g. --grid "
+                             "data.batch_size=256,512");
+  EXPECT_EQ(run_ltrain("sweep --base " + base + " --grid optim.lrr=0.1,0.2", log), 2);
+  EXPECT_EQ(error_line(log), "ltrain sweep: --grid \"optim.lrr=0.1,0.2\": \"optim.lrr\" is not a config key; ltrain "
+                             "train --help lists them");
+  EXPECT_EQ(run_ltrain("sweep --grid data.batch_size=8,16", log), 2);
+  EXPECT_NE(error_line(log).find("--base and --grid go together"), std::string::npos) << read_file(log);
+  EXPECT_EQ(run_ltrain("sweep --dry-run --base " + base + " --grid optim.momentum=0.9,2", log), 2);
+  EXPECT_EQ(error_line(log), "ltrain sweep --grid: point 1 (optim.momentum=2) is not a valid config: --set "
+                             "optim.momentum=2: optim.momentum = 2: expected a number between 0 and 1");
 }
 
 TEST(Sweep, FilesFoldersAndGridsThatCannotWorkAreRefusedAtStart) {
@@ -236,9 +344,11 @@ TEST(Sweep, FilesFoldersAndGridsThatCannotWorkAreRefusedAtStart) {
     run_sweep(write_sweep(dir, R"("grid": {)" + keys + "}"), dir.path() / "out");
     FAIL() << "a grid of 40^8 points was accepted";
   } catch (const ConfigError& error) {
-    EXPECT_EQ(std::string(error.what()), (dir.path() / "sweep.json").string() +
-                                             ": grid: 6.554e+12 points (the product of its lists' lengths) are more "
-                                             "than 10000; shorten the lists or split the sweep");
+    EXPECT_EQ(std::string(error.what()),
+              (dir.path() / "sweep.json").string() +
+                  ": grid = {\"optim.lr\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,2...: "
+                  "6.554e+12 points (the product of its lists' lengths) are more than 10000; shorten the lists or "
+                  "split the sweep");
   }
 }
 
@@ -273,10 +383,11 @@ TEST(Sweep, ZipTakesValuesTogetherAndTheGridCrossesThem) {
 
   EXPECT_EQ(plan_error(write_sweep(dir, R"("zip": {"data.batch_size": [8, 16, 32], "optim.lr": [0.1, 0.2]})")),
             (dir.path() / "sweep.json").string() +
-                ": zip: lists of different lengths (data.batch_size: 3, optim.lr: 2); zip takes the i-th value of "
-                "every list together, so give them equal lengths");
+                ": zip.optim.lr = [0.1,0.2]: expected 3 values, as many as zip.data.batch_size has: zip takes the i-th "
+                "value of every list together");
   EXPECT_EQ(plan_error(write_sweep(dir, R"("grid": {"optim.lr": [0.1]}, "zip": {"optim.lr": [0.1, 0.2]})")),
-            (dir.path() / "sweep.json").string() + ": \"optim.lr\" is in both grid and zip; keep it in one");
+            (dir.path() / "sweep.json").string() +
+                ": zip.optim.lr = [0.1,0.2]: optim.lr is in grid too; keep it in one of them");
   EXPECT_EQ(plan_error(write_sweep(dir, R"("zip": {"optim.lr": []})")),
             (dir.path() / "sweep.json").string() + ": zip.optim.lr = []: expected a non-empty list of values");
 }
@@ -329,15 +440,14 @@ TEST(Sweep, ScaleLrWithRefusesAPointThatSetsTheLrAndKeysTheSweepDoesNotVary) {
             std::string::npos);
   EXPECT_EQ(plan_error(write_sweep(dir, R"("grid": {"precision.mode": ["fp32"]},
       "scale_lr_with": {"key": "data.batch_size", "reference": 8})")),
-            file + ": scale_lr_with.key \"data.batch_size\": not a key of the grid or zip (or data.batch_size with "
-                   "batch_search); the LR scales with a value the sweep varies");
+            file + ": scale_lr_with.key = \"data.batch_size\": not a key of the grid or zip (or data.batch_size "
+                   "with batch_search); the LR scales with a value the sweep varies");
   EXPECT_EQ(plan_error(write_sweep(dir, R"("grid": {"data.batch_size": [8]},
       "scale_lr_with": {"key": "data.batch_size", "reference": 0})")),
-            file + ": scale_lr_with.reference: expected a number > 0, the value at which optim.lr is the base "
-                   "config's (e.g. 256 for data.batch_size)");
+            file + ": scale_lr_with.reference = 0: expected a number > 0 and <= 1000000000");
   EXPECT_EQ(plan_error(write_sweep(dir, R"("grid": {"data.batch_size": [8]},
       "scale_lr_with": {"key": "data.batch_size", "reference": 8, "rule": "sqrt"})")),
-            file + ": scale_lr_with: unknown key \"rule\"; it has key and reference");
+            file + ": unknown key \"scale_lr_with.rule\"; the keys of scale_lr_with are: key, reference");
   EXPECT_EQ(plan_error(write_sweep(dir, R"("grid": {"run.name": ["a"]},
       "scale_lr_with": {"key": "run.name", "reference": 8})")),
             file + ": point 0 (run.name=\"a\"): scale_lr_with needs run.name to be a number > 0");
@@ -363,16 +473,142 @@ TEST(Sweep, DryRunListsThePointsAndNamesTheFirstThatIsNoConfig) {
                                 "  every point: run.seed=3 model.width=8\n"
                                 "  point 0: data.batch_size=8 optim.lr=0.1\n"
                                 "  point 1: data.batch_size=16 optim.lr=0.2\n"
-                                "every point is a valid config; nothing was run\n");
+                                "every point is a valid config on this machine; nothing was run\n");
   EXPECT_FALSE(fs::exists(dir.path() / "out"));
   write_sweep(dir, R"("grid": {"data.batch_size": [8, 16], "optim.momentum": [0.9, 2]})");
   EXPECT_EQ(run_ltrain("sweep --dry-run --config " + file.string(), log), 2);
   const std::string out = read_file(log);
-  EXPECT_NE(out.find(file.string() + ": point 1 (data.batch_size=8 optim.momentum=2) is not a valid config: --set "
-                                     "optim.momentum=2: optim.momentum = 2: expected a number between 0 and 1"),
+  EXPECT_NE(out.find(file.string() + ": point 1 (data.batch_size=8 optim.momentum=2) is not a valid config: "
+                                     "--set optim.momentum=2: optim.momentum = 2: expected a number between 0 and 1"),
             std::string::npos)
       << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  // A point this machine cannot run is refused as its run would be: fp16 on the CPU.
+  write_sweep(dir, R"("grid": {"precision.mode": ["fp32", "fp16"]})");
+  EXPECT_EQ(run_ltrain("sweep --dry-run --config " + file.string(), log), 2);
+  EXPECT_EQ(error_line(log), file.string() + ": point 1 (precision.mode=\"fp16\") cannot run on this machine: --set "
+                                             "precision.mode=\"fp16\": precision.mode = \"fp16\": fp16 autocast needs a "
+                                             "CUDA device; on the CPU use \"bf16\" (CPU autocast) or \"fp32\"");
+}
+
+TEST(Sweep, MisspeltKeysControlCharactersAndUnknownGridKeysAreRefusedAtStartWithExitCode2) {
+  TempDir dir;
+  const std::string file = (dir.path() / "sweep.json").string();
+  const auto log = dir.path() / "log";
+  const auto sweep = [&](const std::string& body, const std::string& arguments = "") {
+    write_sweep(dir, body);
+    return run_ltrain_within(60, "sweep --config " + file + " --out " + (dir.path() / "out").string() + arguments, log);
+  };
+  const std::string just_grid = R"("grid": {"data.batch_size": [8]})";
+  const std::string grid = just_grid + ", ";
+  // A key misspelt inside a section, as in a run config: the closest key.
+  EXPECT_EQ(sweep(grid + R"("bench": {"stepss": 5})"), 2);
+  EXPECT_EQ(error_line(log), file + ": unknown key \"bench.stepss\": did you mean \"bench.steps\"?");
+  // A control character in a string, written raw or escaped.
+  const std::string control = ": a control character (\\u0001) cannot be part of a setting; remove it";
+  EXPECT_EQ(sweep(grid + "\"set\": [\"run.name=a\x01" "b\"]"), 2);
+  EXPECT_EQ(error_line(log), file + ": set[0] = \"run.name=a\\u0001b\"" + control);
+  EXPECT_EQ(sweep(grid + R"("set": ["run.name=a\u0001b"])"), 2);
+  EXPECT_EQ(error_line(log), file + ": set[0] = \"run.name=a\\u0001b\"" + control);
+  // A grid or zip key is a run config key: the closest, or what they take.
+  EXPECT_EQ(sweep(R"("grid": {"optim.lrr": [0.1, 0.2]})"), 2);
+  EXPECT_EQ(error_line(log), file + ": unknown key \"grid.optim.lrr\": did you mean \"grid.optim.lr\"?");
+  EXPECT_EQ(sweep(R"("zip": {"colour.depth": [8]})"), 2);
+  EXPECT_EQ(error_line(log), file + ": unknown key \"zip.colour.depth\": zip takes run config keys (section.key) or "
+                                    "sections; ltrain train --help lists them");
+  // Types and limits, in run configs' words.
+  EXPECT_EQ(sweep(grid + R"("bench": {"steps": 0})"), 2);
+  EXPECT_EQ(error_line(log), file + ": bench.steps = 0: expected an integer between 1 and 1000000");
+  EXPECT_EQ(sweep(grid + R"("mode": "fit")"), 2);
+  EXPECT_EQ(error_line(log), file + ": mode = \"fit\": expected one of bench, train");
+  EXPECT_EQ(sweep(R"("batch_search": {"start": 512, "max": 256})"), 2);
+  EXPECT_EQ(error_line(log), file + ": batch_search.max = 256: expected at least batch_search.start (512)");
+  // "set" holds run config overrides: each is checked as one.
+  EXPECT_EQ(sweep(grid + R"("set": ["run.seed=1", "optim.lrr=0.1"])"), 2);
+  EXPECT_EQ(error_line(log), file + ": set[1]: unknown key \"optim.lrr\": did you mean \"optim.lr\"?");
+  EXPECT_EQ(sweep(grid + R"("set": ["optim.lr=fast"])"), 2);
+  EXPECT_EQ(error_line(log), file + ": set[0]: optim.lr = \"fast\": expected a number > 0 and <= 1000");
+  // The command line's overrides: of a sweep key, or of every point's run config.
+  EXPECT_EQ(sweep(just_grid, " bench.steps=0"), 2);
+  EXPECT_EQ(error_line(log), "--set bench.steps=0: bench.steps = 0: expected an integer between 1 and 1000000");
+  EXPECT_EQ(sweep(just_grid, " --set optim.lrr=0.1"), 2);
+  EXPECT_EQ(error_line(log), "--set optim.lrr=0.1: unknown key \"optim.lrr\": did you mean \"optim.lr\"?");
+  EXPECT_EQ(sweep(just_grid, " bench.stepss=5"), 2);
+  EXPECT_EQ(error_line(log), "ltrain sweep: argument \"bench.stepss=5\": \"bench.stepss\" is not a config key or sweep "
+                             "key; ltrain sweep --help lists them");
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));  // refused before anything ran
+}
+
+TEST(Sweep, OverridesOfSweepKeysChangeTheFileAndTheOthersEveryPoint) {
+  TempDir dir;
+  const fs::path file = write_sweep(dir, R"("grid": {"data.batch_size": [8, 16]})");
+  const SweepPlan plan = plan_sweep(file, {"mode=train", "model.width=8", R"(bench={"steps":2})", "zip={\"run.seed\":[1,2]}"});
+  EXPECT_EQ(plan.mode, "train");
+  EXPECT_EQ(plan.overrides, (std::vector<std::string>{"model.width=8"}));
+  EXPECT_EQ(plan.points.size(), 4u);
+  EXPECT_EQ(plan.points[1], (std::vector<std::string>{"data.batch_size=8", "run.seed=2"}));
+  // A key of the top level is replaced, not merged: the grid is the override's alone.
+  EXPECT_EQ(plan_sweep(file, {R"(grid={"optim.lr":[0.1]})"}).points,
+            (std::vector<std::vector<std::string>>{{"optim.lr=0.1"}}));
+  EXPECT_EQ(plan_error(file, {R"(grid={"optim.lrr":[0.1]})"}),
+            R"(--set grid={"optim.lrr":[0.1]}: unknown key "grid.optim.lrr": did you mean "grid.optim.lr"?)");
+}
+
+TEST(Sweep, SchemaAndHelpDescribeEverySweepKey) {
+  TempDir dir;
+  const auto out = dir.path() / "out";
+  ASSERT_EQ(run_ltrain("sweep --schema", out), 0) << read_file(out);
+  const auto schema = nlohmann::ordered_json::parse(read_file(out));
+  EXPECT_EQ(schema, config::sweep_schema());
+  EXPECT_EQ(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+  for (const config::KeyInfo& key : config::sweep_keys().keys) {
+    const auto dot = key.name.find('.');
+    const auto& described = dot == std::string::npos
+                                ? schema["properties"][key.name]
+                                : schema["properties"][key.name.substr(0, dot)]["properties"][key.name.substr(dot + 1)];
+    EXPECT_EQ(described["description"], key.description) << key.name;
+  }
+  ASSERT_EQ(run_ltrain("sweep --help", out), 0);
+  const std::string help = read_file(out);
+  for (const config::KeyInfo& key : config::sweep_keys().keys)
+    EXPECT_NE(help.find("\n  " + key.name + " "), std::string::npos) << key.name << "\n" << help;
+}
+
+TEST(Sweep, CompletionOffersTheSweepKeysToLtrainSweep) {
+  TempDir dir;
+  const auto script = dir.path() / "ltrain.bash";
+  ASSERT_EQ(run_ltrain("completion bash", script), 0) << read_file(script);
+  const std::string bash = read_file(script);
+  const auto keys_at = bash.find("\n_ltrain_sweep_keys='");
+  ASSERT_NE(keys_at, std::string::npos);
+  const std::string keys = " " + bash.substr(keys_at + 21, bash.find('\'', keys_at + 21) - keys_at - 21) + " ";
+  for (const config::KeyInfo& key : config::sweep_keys().keys)
+    EXPECT_NE(keys.find(" " + key.name + " "), std::string::npos) << key.name;
+  // What bash offers for a command line (the cursor at its end).
+  const auto offered = [&](const std::string& line) {
+    write_file(dir.path() / "driver.bash", "source '" + script.string() + "'\nCOMP_LINE='" + line +
+                                               "'\nCOMP_POINT=${#COMP_LINE}\n_ltrain\necho \"${COMPREPLY[*]}\"\n");
+    const auto words = dir.path() / "words";
+    EXPECT_EQ(std::system(("bash " + (dir.path() / "driver.bash").string() + " > " + words.string() + " 2>&1").c_str()),
+              0);
+    std::string text = read_file(words);
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+  };
+  EXPECT_EQ(offered("ltrain sweep --config s.json bench.st"), "bench.steps=");
+  EXPECT_EQ(offered("ltrain sweep --set batch_search.m"), "batch_search.memory_fraction= batch_search.max=");
+  EXPECT_EQ(offered("ltrain sweep mode="), "bench train");
+  EXPECT_EQ(offered("ltrain sweep optim.l"), "optim.lr=");      // every point's run config keys too
+  EXPECT_EQ(offered("ltrain train --set bench.st"), "");        // train takes run config keys only
+
+  const auto zsh_script = dir.path() / "_ltrain";
+  ASSERT_EQ(run_ltrain("completion zsh", zsh_script), 0) << read_file(zsh_script);
+  const std::string zsh = read_file(zsh_script);
+  for (const config::KeyInfo& key : config::sweep_keys().keys)
+    EXPECT_NE(zsh.find("'" + key.name + ":"), std::string::npos) << key.name;
+  if (std::system("command -v zsh > /dev/null 2>&1") == 0) {
+    EXPECT_EQ(std::system(("zsh -n " + zsh_script.string()).c_str()), 0);
+  }
 }
 
 TEST(Sweep, TheBatchLrScalingExampleScalesTheRecipesLr) {

@@ -497,12 +497,11 @@ TEST(TensorBoard, AResumedRunDropsTheEventsAfterItsCheckpointAndATornEnd) {
 }
 
 TEST(TensorBoard, TensorBoardsOwnLoaderReadsTheFiles) {
-  const auto python = testing::python_with_module("tensorboard.backend.event_processing.event_accumulator");
-  if (!python) GTEST_SKIP() << "Python's tensorboard package does not import here (pip install tensorboard)";
+  LTRAIN_REQUIRE_PYTHON(python, "tensorboard.backend.event_processing.event_accumulator");
   TempDir dir;
   const engine::TrainResult result = engine::train(tiny_run(dir.path()));
   const fs::path out = dir.path() / "loaded.json";
-  const std::string command = *python + " " LTRAIN_SOURCE_DIR "/tests/tensorboard_loader.py '" +
+  const std::string command = python + " " LTRAIN_SOURCE_DIR "/tests/tensorboard_loader.py '" +
                               result.run_dir.string() + "' > '" + out.string() + "' 2> '" +
                               (dir.path() / "loader.log").string() + "'";
   ASSERT_EQ(std::system(command.c_str()), 0) << read_file(dir.path() / "loader.log");

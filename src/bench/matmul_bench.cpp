@@ -1,5 +1,7 @@
 #include "ltrain/bench/matmul_bench.h"
 
+#include "ltrain/bench/step_bench.h"
+
 #include "ltrain/core/gpu.h"
 #include "ltrain/core/torch_compat.h"
 
@@ -39,7 +41,7 @@ MatmulResult run_one(const torch::Device& device, config::PrecisionMode precisio
     result.tflops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) *
                     static_cast<double>(products) / (ms * 1e-3) / 1e12;
   } catch (const c10::Error& error) {
-    result.error = compat::failure_summary(error);
+    result.error = failure_text(error, device);
   }
   compat::set_tf32(false, false);
   return result;

@@ -4,10 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
+#include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "ltrain/bench/matmul_bench.h"
@@ -16,8 +19,9 @@
 #include "ltrain/config/load.h"
 #include "ltrain/core/environment.h"
 #include "ltrain/core/errors.h"
+#include "ltrain/core/files.h"
 #include "ltrain/core/torch_compat.h"
-#include "ltrain/data/cifar10.h"
+#include "ltrain/data/cifar.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/io/provenance.h"
 #include "ltrain/io/run_files.h"
@@ -57,6 +61,23 @@ std::string verdict(const RatioSpread& spread, double claimed, Comparison compar
   if (no_round_meets) return "does not hold";
   return fmt::format("undecided: the claimed {:.2f}x lies within the rounds' {:.2f}-{:.2f}x", claimed, spread.low,
                      spread.high);
+}
+
+double rounds_noise(const std::vector<double>& a, const std::vector<double>& b) {
+  double noise = 0.0;
+  for (const std::vector<double>* side : {&a, &b}) {
+    if (side->size() < 2) continue;
+    std::vector<double> sorted = *side;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    const double middle = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    if (middle > 0.0) noise = std::max(noise, (sorted.back() - sorted.front()) / middle);
+  }
+  return noise;
+}
+
+bool within_noise(double ratio, double reference, double noise) {
+  return std::abs(ratio / reference - 1.0) < noise;
 }
 
 const PublishedCard* published_card(const std::string& gpu_name) {
@@ -131,7 +152,18 @@ struct Variant {
 /// run once and kept. A variant that fails is not tried again.
 class Measurements {
  public:
-  Measurements(const ReproduceOptions& options, const config::LoadedConfig& base) : options_(options), base_(base) {}
+  /// `earlier`: the "steps" measurements of an unfinished report continued (null: none), reused.
+  Measurements(const ReproduceOptions& options, const config::LoadedConfig& base, const torch::Device& device,
+               const nlohmann::json& earlier)
+      : options_(options), base_(base), device_(device) {
+    if (earlier.is_object()) reuse(earlier);
+  }
+
+  /// Called after each measurement (a round or a failure), when json() holds it.
+  void after_each(std::function<void()> saved) { after_each_ = std::move(saved); }
+
+  /// The measurements taken from the earlier report: "fp32 at 32x32 (2 rounds)".
+  const std::vector<std::string>& reused() const { return reused_; }
 
   /// Round `round` of `variant` at `image_size`, or nullopt with `error()` saying why.
   const std::optional<StepBenchResult>& step(const Variant& variant, int64_t image_size, int64_t round) {
@@ -152,14 +184,18 @@ class Measurements {
       spdlog::info("measured {} at {}x{}, round {}: {:.0f} img/s, {:.2f} ms/step", variant.name, image_size,
                    image_size, round + 1, result.images_per_second, result.ms_per_step);
       rounds.emplace_back(result);
+      if (after_each_) after_each_();
       return rounds.back();
+    } catch (const Interrupted&) {
+      throw;
     } catch (const UserError& error) {
       errors_[key] = compat::first_line(error.what());
     } catch (const c10::Error& error) {
-      errors_[key] = compat::failure_summary(error);
+      errors_[key] = failure_text(error, device_);
     }
     saved = {{"settings", variant.settings}, {"error", errors_[key]}};
     spdlog::info("measured {} at {}x{}: failed: {}", variant.name, image_size, image_size, errors_[key]);
+    if (after_each_) after_each_();
     return failed_;
   }
 
@@ -183,8 +219,27 @@ class Measurements {
             fmt::format("data.synthetic_test_size={}", std::min<int64_t>(images, data.eval_batch_size))};
   }
 
+  /// Takes the rounds and failures of an earlier report's "steps" as measured here.
+  void reuse(const nlohmann::json& earlier) {
+    for (const auto& [size, variants] : earlier.items())
+      for (const auto& [name, saved] : variants.items()) {
+        const std::string key = fmt::format("{} at {}", name, size);
+        if (saved.contains("error")) {
+          errors_[key] = saved.at("error").get<std::string>();
+          reused_.push_back(fmt::format("{} at {}x{} (failed)", name, size, size));
+        } else {
+          for (const nlohmann::json& round : saved.at("rounds")) results_[key].emplace_back(step_result_from_json(round));
+          reused_.push_back(fmt::format("{} at {}x{} ({} round(s))", name, size, size, results_[key].size()));
+        }
+      }
+    json_ = earlier;
+  }
+
   const ReproduceOptions& options_;
   const config::LoadedConfig& base_;
+  const torch::Device device_;
+  std::function<void()> after_each_;
+  std::vector<std::string> reused_;
   std::map<std::string, std::deque<std::optional<StepBenchResult>>> results_;  // a deque: results stay where they are
   std::map<std::string, std::string> errors_;
   std::optional<StepBenchResult> failed_;
@@ -236,6 +291,20 @@ std::vector<double> values(const std::vector<const StepBenchResult*>& results, F
 double images_per_second(const StepBenchResult& r) { return r.images_per_second; }
 double peak_memory(const StepBenchResult& r) { return static_cast<double>(r.peak_memory_bytes); }
 
+/// "within noise (+4%, the rounds vary by 12%)": a difference smaller than the rounds' spread.
+std::string noise_text(double ratio, double noise) {
+  return fmt::format("within noise ({:+.0f}%, the rounds vary by {})", 100.0 * (ratio - 1.0), percent(noise));
+}
+
+/// B's time per image against A's, as a finding only where it exceeds the rounds' noise.
+std::string time_paid_text(const RatioSpread& time_ratio, double noise) {
+  if (time_ratio.rounds < 2)
+    return fmt::format("time per image {:+.0f}% (one round: its noise is not measured)",
+                       100.0 * (time_ratio.median - 1.0));
+  if (within_noise(time_ratio.median, 1.0, noise)) return "time per image " + noise_text(time_ratio.median, noise);
+  return fmt::format("time per image {:+.0f}%", 100.0 * (time_ratio.median - 1.0));
+}
+
 /// A throughput claim: B's images/s is at least `claimed` times A's (a NaN `claimed`: measured
 /// only, no claim to hold it against).
 ClaimRow speed_claim(Measurements& m, const ReproduceOptions& options, ClaimRow row, const Variant& a,
@@ -248,7 +317,16 @@ ClaimRow speed_claim(Measurements& m, const ReproduceOptions& options, ClaimRow 
   row.claimed = claimed;
   row.measured = fmt::format("{}: {}, {}: {}", b.name, with_range(b_rates, "{:.0f}", " img/s"), a.name,
                              with_range(a_rates, "{:.0f}", " img/s"));
-  row.verdict = std::isnan(claimed) ? "measured" : verdict(row.ratio, claimed, Comparison::at_least);
+  const double noise = rounds_noise(a_rates, b_rates);
+  if (std::isnan(claimed)) {
+    row.verdict = "measured";
+    if (within_noise(row.ratio.median, 1.0, noise)) row.measured += "; " + noise_text(row.ratio.median, noise);
+    return row;
+  }
+  row.verdict = verdict(row.ratio, claimed, Comparison::at_least);
+  if (row.verdict.rfind("undecided", 0) != 0 && within_noise(row.ratio.median, claimed, noise))
+    row.verdict = fmt::format("undecided: {:.2f}x against the claimed {:.2f}x is within the rounds' noise ({})",
+                              row.ratio.median, claimed, percent(noise));
   return row;
 }
 
@@ -257,9 +335,10 @@ ClaimRow memory_claim(Measurements& m, const ReproduceOptions& options, ClaimRow
                       const Variant& b, double claimed_saving) {
   const Rounds rounds = measure_rounds(m, options, row.image_size, a, b);
   if (!rounds.why_not.empty()) return not_measurable(row, rounds.why_not);
-  const RatioSpread time_ratio =
-      ratio_spread(values(rounds.b, images_per_second), values(rounds.a, images_per_second));
-  const std::string time_paid = fmt::format("time per image {:+.0f}%", 100.0 * (time_ratio.median - 1.0));
+  const std::vector<double> a_rates = values(rounds.a, images_per_second);
+  const std::vector<double> b_rates = values(rounds.b, images_per_second);
+  const RatioSpread time_ratio = ratio_spread(b_rates, a_rates);
+  const std::string time_paid = time_paid_text(time_ratio, rounds_noise(a_rates, b_rates));
   if (rounds.a.front()->peak_memory_bytes < 0) {
     row.measured = fmt::format("{} ({} vs {})", time_paid, b.name, a.name);
     return not_measurable(row, "peak memory is measured on CUDA devices");
@@ -384,7 +463,7 @@ ClaimRow batch_search(const ReproduceOptions& options, const config::LoadedConfi
       {"base", fs::absolute(options.base_config).string()},
       {"set", options.overrides},
       {"mode", "bench"},
-      {"bench", {{"warmup", warmup}, {"steps", std::min<int64_t>(options.steps, 12)}}},
+      {"bench", {{"warmup", warmup}, {"steps", std::min<int64_t>(options.steps, 12)}, {"rounds", 1}}},
       {"batch_search", {{"start", 256}, {"factor", 2}, {"memory_fraction", kFraction}, {"max", kLargestBatch}}}};
   sweep["set"].push_back("precision.mode=fp16");
   sweep["set"].push_back("cuda_graph.train=true");
@@ -393,7 +472,8 @@ ClaimRow batch_search(const ReproduceOptions& options, const config::LoadedConfi
   const fs::path sweep_dir = out_dir / "batch-search";
   fs::create_directories(sweep_dir);
   io::write_text_file(sweep_dir / "sweep.json", sweep.dump(2) + "\n");
-  const SweepResult result = run_sweep(sweep_dir / "sweep.json", sweep_dir);  // writes its results files
+  // Writes its results files as it goes; a rerun reuses the batches measured.
+  const SweepResult result = run_sweep(sweep_dir / "sweep.json", sweep_dir, {}, options.fresh);
   // The largest batch under 90%, and the smallest past it (or out of memory), over every point.
   const SweepPoint* best = nullptr;
   const SweepPoint* past = nullptr;
@@ -454,6 +534,41 @@ void hardware_claims(const std::optional<env::Gpu>& gpu, const std::string& devi
                                 "it needs an RTX 4090D and an RTX 3090 side by side"));
 }
 
+/// The "steps" measurements of the unfinished report in `out_dir` made with `settings`, null where
+/// there is none (no report, a finished one, one that cannot be read back: then a warning).
+/// ConfigError for an unfinished report of other settings: it is kept unless asked otherwise.
+nlohmann::json earlier_steps(const fs::path& out_dir, const nlohmann::json& settings) {
+  const fs::path file = out_dir / "results.json";
+  if (!files::not_a_regular_file(file).empty()) return nullptr;
+  nlohmann::json earlier;
+  try {
+    const files::TextRead read = files::read_regular_file(file, 256u << 20);
+    if (!read.problem.empty()) throw std::runtime_error(read.problem);
+    earlier = nlohmann::json::parse(read.text);
+    if (earlier.value("finished", true)) return nullptr;
+    if (earlier.at("settings") == settings) {
+      const nlohmann::json steps = earlier.at("measurements").value("steps", nlohmann::json::object());
+      for (const auto& [size, variants] : steps.items())
+        for (const auto& [name, saved] : variants.items())
+          if (!saved.contains("error"))
+            for (const nlohmann::json& round : saved.at("rounds")) step_result_from_json(round);  // readable
+      return steps;
+    }
+  } catch (const std::exception& error) {
+    spdlog::warn("{}: cannot read the unfinished report back ({}); measuring everything again", file.string(),
+                 compat::first_line(error.what()));
+    return nullptr;
+  }
+  std::vector<std::string> differences;
+  for (const auto& [key, value] : settings.items()) {
+    const nlohmann::json before = earlier.at("settings").value(key, nlohmann::json());
+    if (before != value) differences.push_back(fmt::format("{} {} before, {} now", key, before.dump(), value.dump()));
+  }
+  throw ConfigError(fmt::format("{} holds an unfinished report of other settings ({}); rerun with those settings to "
+                                "continue it, add --fresh to replace it, or choose another --out",
+                                out_dir.string(), fmt::join(differences, "; ")));
+}
+
 /// " with `--set a=1 --set b=2`", or "" without overrides.
 std::string set_flags(const std::vector<std::string>& overrides) {
   std::string flags;
@@ -499,8 +614,31 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
   if (sizes.empty()) sizes.push_back(base.config.data.image_size);
   report.image_sizes = sizes;
   report.setup = setup_text(options, base, device, sizes);
+  report.settings = {{"config_sha256", report.provenance.at("config_sha256")},
+                     {"config_files", base.files},
+                     {"overrides", options.overrides},
+                     {"warmup", options.warmup},
+                     {"steps", options.steps},
+                     {"rounds", options.rounds},
+                     {"image_sizes", sizes},
+                     {"matmul_size", options.matmul_size},
+                     {"matmul_products", options.matmul_products},
+                     {"batch_search", options.batch_search},
+                     {"device", report.device}};
 
-  Measurements m(options, base);
+  Measurements m(options, base, device, options.fresh ? nlohmann::json() : earlier_steps(out_dir, report.settings));
+  report.reused = m.reused();
+  if (!report.reused.empty())
+    spdlog::info("{}: continuing the unfinished report of these settings; reused {} measurement(s): {} (--fresh "
+                 "measures everything again)",
+                 out_dir.string(), report.reused.size(), fmt::join(report.reused, ", "));
+  // The report so far, after every measurement: a run cut short keeps what it measured.
+  const auto save_progress = [&] {
+    report.measurements["steps"] = m.json();
+    write_report(report, out_dir);
+  };
+  m.after_each(save_progress);
+  save_progress();
   for (const int64_t size : sizes) image_claims(m, options, base, device, size, report.rows);
 
   // The matmul test, one row per precision.
@@ -523,10 +661,12 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
     row.verdict = "measured";
     report.rows.push_back(row);
   }
+  save_progress();
 
   report.rows.push_back(batch_search(options, base, device, out_dir));
   hardware_claims(gpu, report.device, report.rows);
   report.measurements["steps"] = m.json();
+  report.finished = true;
   return report;
 }
 
@@ -611,8 +751,11 @@ std::string write_report(const ReproduceReport& report, const fs::path& out_dir)
                     {"claimed_ratio", number_or_null(row.claimed)},
                     {"verdict", row.verdict}});
   }
-  std::string text = fmt::format("# The guides' claims, measured\n\nDevice: {}.\n\n{}\n{}\n\n", report.device,
-                                 provenance_text(report.provenance, report.image_sizes), report.setup);
+  std::string text = fmt::format("# The guides' claims, measured\n\n{}Device: {}.\n\n{}\n{}\n\n",
+                                 report.finished ? ""
+                                                 : "**Unfinished**: the measurements below are those made so far; "
+                                                   "the same command continues them.\n\n",
+                                 report.device, provenance_text(report.provenance, report.image_sizes), report.setup);
   text += "The guides:\n\n";
   for (const Guide& guide : guides()) text += fmt::format("- **{}**: {} ({})\n", guide.name, guide.title, guide.about);
   text += "\nRatios are B over A (images/s for speed claims, peak memory for memory claims): the median of the "
@@ -626,7 +769,10 @@ std::string write_report(const ReproduceReport& report, const fs::path& out_dir)
   text += "\n## The matmul test, the batch search and the cards\n" + header + other_table;
   io::write_text_file(out_dir / "REPORT.md", text);
   io::write_text_file(out_dir / "results.json",
-                      nlohmann::json{{"provenance", report.provenance},
+                      nlohmann::json{{"finished", report.finished},
+                                     {"settings", report.settings},
+                                     {"reused", report.reused},
+                                     {"provenance", report.provenance},
                                      {"image_sizes", report.image_sizes},
                                      {"device", report.device},
                                      {"setup", report.setup},

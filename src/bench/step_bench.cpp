@@ -1,6 +1,8 @@
 #include "ltrain/bench/step_bench.h"
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -13,7 +15,11 @@
 namespace ltrain::bench {
 
 StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps,
-                            const std::string& profile_trace) {
+                            const std::string& profile_trace, int64_t rounds) {
+  if (steps < 1 || rounds < 1 || warmup < 0)
+    throw ConfigError(fmt::format("step benchmark: {} warm-up steps, {} timed steps, {} rounds: expected warm-up >= 0, "
+                                  "steps and rounds >= 1",
+                                  warmup, steps, rounds));
   const config::RunConfig& config = loaded.config;
   const torch::Device device = engine::resolve_device(loaded);
   if (config.cuda_graph.train && warmup <= config.cuda_graph.warmup_steps)
@@ -42,11 +48,17 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   run_steps(warmup);
   train_step.take_totals();  // syncs: warm-up work is done before the clock starts
   compat::reset_peak_memory(device);
-  const auto start = std::chrono::steady_clock::now();
-  run_steps(steps);
-  const double host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const engine::StepTotals totals = train_step.take_totals();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<double> round_seconds, round_host_seconds;
+  engine::StepTotals totals;
+  double mean_loss_sum = 0.0;
+  for (int64_t round = 0; round < rounds; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    run_steps(steps);
+    round_host_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    totals = train_step.take_totals();
+    round_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    mean_loss_sum += totals.mean_loss();
+  }
   const int64_t peak_memory = compat::peak_memory_bytes(device);
   const int64_t peak_reserved = compat::peak_reserved_bytes(device);
   if (!profile_trace.empty()) {
@@ -66,14 +78,36 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   result.cuda_graph = train_step.graphed();
   result.batch_size = loader.batch_size();
   result.steps = steps;
-  result.seconds = seconds;
-  result.ms_per_step = 1e3 * seconds / static_cast<double>(steps);
-  result.host_ms_per_step = 1e3 * host_seconds / static_cast<double>(steps);
-  result.images_per_second = static_cast<double>(steps * loader.batch_size()) / seconds;
+  result.rounds = rounds;
+  const auto images = static_cast<double>(steps * loader.batch_size());
+  for (const double seconds : round_seconds) {
+    result.seconds += seconds;
+    result.round_images_per_second.push_back(images / seconds);
+  }
+  // The median round (the slower middle one of an even count): one slow round does not move it.
+  std::vector<size_t> order(round_seconds.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return round_seconds[a] < round_seconds[b]; });
+  const size_t middle = order[order.size() / 2];
+  result.ms_per_step = 1e3 * round_seconds[middle] / static_cast<double>(steps);
+  result.host_ms_per_step = 1e3 * round_host_seconds[middle] / static_cast<double>(steps);
+  result.images_per_second = images / round_seconds[middle];
   result.peak_memory_bytes = peak_memory;
   result.peak_reserved_bytes = peak_reserved;
-  result.final_loss = totals.mean_loss();
+  result.final_loss = mean_loss_sum / static_cast<double>(rounds);
   return result;
+}
+
+std::string failure_text(const c10::Error& error, const c10::Device& device) {
+  const std::string text = error.what();
+  static const std::vector<std::pair<std::string, std::string>> types{{"'Half'", "fp16"}, {"'BFloat16'", "bf16"}};
+  if (text.find("not implemented for") != std::string::npos)
+    for (const auto& [spelled, name] : types)
+      if (text.find(spelled) != std::string::npos)
+        return fmt::format("LibTorch {} has no {} kernel for this operation on {}{}", compat::torch_version(), name,
+                           device.is_cuda() ? device.str() : "the CPU",
+                           device.is_cuda() ? "" : fmt::format("; {} is measured on a CUDA device", name));
+  return compat::failure_summary(error);
 }
 
 nlohmann::json to_json(const StepBenchResult& r) {
@@ -87,6 +121,8 @@ nlohmann::json to_json(const StepBenchResult& r) {
           {"mode", r.cuda_graph ? "graph" : "eager"},
           {"batch_size", r.batch_size},
           {"steps", r.steps},
+          {"rounds", r.rounds},
+          {"round_images_per_second", r.round_images_per_second},
           {"seconds", r.seconds},
           {"ms_per_step", r.ms_per_step},
           {"host_ms_per_step", r.host_ms_per_step},
@@ -94,6 +130,29 @@ nlohmann::json to_json(const StepBenchResult& r) {
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"peak_reserved_bytes", r.peak_reserved_bytes},
           {"final_loss", r.final_loss}};
+}
+
+StepBenchResult step_result_from_json(const nlohmann::json& saved) {
+  StepBenchResult r;
+  r.device = saved.at("device").get<std::string>();
+  r.arch = saved.at("arch").get<std::string>();
+  r.stem = saved.at("stem").get<std::string>();
+  r.precision = saved.at("precision").get<std::string>();
+  r.channels_last = saved.at("channels_last").get<bool>();
+  r.checkpoint_segments = saved.at("checkpoint_segments").get<int64_t>();
+  r.cuda_graph = saved.at("cuda_graph").get<bool>();
+  r.batch_size = saved.at("batch_size").get<int64_t>();
+  r.steps = saved.at("steps").get<int64_t>();
+  r.rounds = saved.value("rounds", int64_t{1});
+  r.round_images_per_second = saved.value("round_images_per_second", std::vector<double>{});
+  r.seconds = saved.at("seconds").get<double>();
+  r.ms_per_step = saved.at("ms_per_step").get<double>();
+  r.host_ms_per_step = saved.at("host_ms_per_step").get<double>();
+  r.images_per_second = saved.at("images_per_second").get<double>();
+  r.peak_memory_bytes = saved.at("peak_memory_bytes").get<int64_t>();
+  r.peak_reserved_bytes = saved.at("peak_reserved_bytes").get<int64_t>();
+  r.final_loss = saved.at("final_loss").get<double>();
+  return r;
 }
 
 }  // namespace ltrain::bench

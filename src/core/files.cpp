@@ -54,6 +54,20 @@ std::string not_a_regular_file(const std::filesystem::path& path) {
   return S_ISREG(info.st_mode) ? "" : describe_kind(info.st_mode);
 }
 
+std::string not_a_readable_file(const std::filesystem::path& path) {
+  if (std::string problem = not_a_regular_file(path); !problem.empty()) return problem;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return describe_errno(errno);
+  char first = 0;
+  ssize_t got = 0;
+  do got = ::read(fd, &first, 1);
+  while (got < 0 && errno == EINTR);
+  const int error = errno;
+  ::close(fd);
+  if (got >= 0) return "";
+  return std::string("cannot be read (") + std::strerror(error) + "): not a file with contents of its own";
+}
+
 std::string not_writable_as_regular_file(const std::filesystem::path& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) return errno == ENOENT ? "" : describe_errno(errno);

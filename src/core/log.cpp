@@ -1,10 +1,15 @@
 #include "ltrain/core/log.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
 
+#include <fmt/format.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -44,22 +49,76 @@ class CheckedFileSink final : public spdlog::sinks::base_sink<std::mutex> {
   std::optional<files::WriteError> failure_;
 };
 
+/// The fields a JsonFields on this thread adds to the JSON console's objects.
+thread_local nlohmann::json t_json_fields = nlohmann::json::object();
+
+/// The console as JSON objects on stdout, one a line: {"time", "level", "message"} and the fields
+/// of the JSON fields in scope where the message was logged.
+class JsonConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
+ protected:
+  void sink_it_(const spdlog::details::log_msg& message) override {
+    const auto seconds = std::chrono::system_clock::to_time_t(message.time);
+    const auto millis =
+        std::chrono::duration_cast<std::chrono::milliseconds>(message.time.time_since_epoch()).count() % 1000;
+    std::tm utc{};
+    ::gmtime_r(&seconds, &utc);
+    char date_time[32];
+    std::strftime(date_time, sizeof date_time, "%Y-%m-%dT%H:%M:%S", &utc);
+    nlohmann::json object{{"time", fmt::format("{}.{:03d}Z", date_time, millis)},
+                          {"level", std::string(spdlog::level::to_string_view(message.level).data(),
+                                                spdlog::level::to_string_view(message.level).size())},
+                          {"message", std::string(message.payload.data(), message.payload.size())}};
+    object.update(t_json_fields);
+    // Invalid UTF-8 in a message (a path's bytes) is replaced rather than failing the line.
+    const std::string line = object.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fflush(stdout);
+  }
+  void flush_() override { std::fflush(stdout); }
+};
+
 constexpr const char* kPattern = "[%H:%M:%S] %^%l%$ %v";
 std::shared_ptr<spdlog::sinks::dist_sink_mt> g_sinks;
+std::shared_ptr<spdlog::sinks::sink> g_console_sink;
 std::shared_ptr<CheckedFileSink> g_file_sink;
+bool g_json_console = false;
 
 }  // namespace
 
+bool color_allowed() {
+  const char* no_color = std::getenv("NO_COLOR");
+  return no_color == nullptr || *no_color == '\0';
+}
+
 void init_console(bool verbose) {
   g_sinks = std::make_shared<spdlog::sinks::dist_sink_mt>();
-  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  // Colours only on a terminal, and never under NO_COLOR (https://no-color.org).
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>(
+      color_allowed() ? spdlog::color_mode::automatic : spdlog::color_mode::never);
   console->set_pattern(kPattern);
+  g_console_sink = console;
+  g_json_console = false;
   g_sinks->add_sink(console);
   auto logger = std::make_shared<spdlog::logger>("ltrain", g_sinks);
   logger->set_level(verbose ? spdlog::level::debug : spdlog::level::info);
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(logger);
 }
+
+void use_json_console() {
+  if (!g_sinks) init_console(false);
+  if (g_json_console) return;
+  g_sinks->remove_sink(g_console_sink);
+  g_console_sink = std::make_shared<JsonConsoleSink>();
+  g_sinks->add_sink(g_console_sink);
+  g_json_console = true;
+}
+
+bool json_console() { return g_json_console; }
+
+JsonFields::JsonFields(const nlohmann::json& fields) : saved_(t_json_fields) { t_json_fields.update(fields); }
+
+JsonFields::~JsonFields() { t_json_fields = std::move(saved_); }
 
 void add_file(const std::filesystem::path& file) {
   if (!g_sinks) init_console(false);

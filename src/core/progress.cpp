@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ltrain/core/log.h"
+
 namespace ltrain {
 
 std::string format_duration(double seconds) {
@@ -59,6 +61,16 @@ std::string progress_line(const ProgressState& s, size_t columns) {
 
 void Progress::update(const ProgressState& s) {
   if (!on_terminal_) {
+    const log::JsonFields fields({{"event", "progress"},
+                                  {"epoch", s.epoch},
+                                  {"epochs", s.epochs},
+                                  {"step", s.step},
+                                  {"total_steps", s.total_steps},
+                                  {"loss", s.loss},
+                                  {"accuracy", s.accuracy},
+                                  {"lr", s.lr},
+                                  {"images_per_second", s.images_per_second},
+                                  {"eta_seconds", s.eta_seconds}});
     spdlog::info("epoch {}/{} step {}/{} | loss {:.4f} acc {:5.1f}% | lr {:.4g} | {:.0f} img/s | eta {}", s.epoch,
                  s.epochs, s.step, s.total_steps, s.loss, 100.0 * s.accuracy, s.lr, s.images_per_second,
                  format_duration(s.eta_seconds));

@@ -22,7 +22,7 @@ constexpr const char* kKind = "ltrain-checkpoint";
 constexpr const char* kModelPrefix = "model/";
 constexpr const char* kOptimizerPrefix = "optim/";
 constexpr const char* kScalerPrefix = "scaler/";
-constexpr const char* kAveragedPrefix = "ema/";
+constexpr const char* kEmaPrefix = "ema/";
 constexpr const char* kRngPrefix = "rng/";
 constexpr const char* kExtension = ".ltc";
 constexpr const char* kCpuRng = "cpu";
@@ -51,7 +51,7 @@ std::vector<fs::path> step_checkpoints(const fs::path& folder) {
 
 void save_checkpoint(const fs::path& file, const torch::nn::Module& model, const optim::Optimizer* optimizer,
                      const amp::GradScaler* scaler, const CheckpointMeta& meta,
-                     const NamedTensors& averaged_weights) {
+                     const NamedTensors& ema_weights) {
   io::TensorArchive archive;
   archive.info = {{"kind", kKind},
                   {"checkpoint_version", kCheckpointVersion},
@@ -70,7 +70,7 @@ void save_checkpoint(const fs::path& file, const torch::nn::Module& model, const
     for (const auto& [name, tensor] : optimizer->state()) archive.tensors.emplace_back(kOptimizerPrefix + name, tensor);
   if (scaler && scaler->enabled())
     for (const auto& [name, tensor] : scaler->state()) archive.tensors.emplace_back(kScalerPrefix + name, tensor);
-  for (const auto& [name, tensor] : averaged_weights) archive.tensors.emplace_back(kAveragedPrefix + name, tensor);
+  for (const auto& [name, tensor] : ema_weights) archive.tensors.emplace_back(kEmaPrefix + name, tensor);
   archive.tensors.emplace_back(std::string(kRngPrefix) + kCpuRng, compat::cpu_rng_state());
   if (!weights.empty() && weights.front().second.is_cuda()) {
     const torch::Device device = weights.front().second.device();
@@ -99,7 +99,7 @@ Checkpoint read_checkpoint(const fs::path& file) {
                                                                            {kOptimizerPrefix, &checkpoint.optimizer},
                                                                            {kScalerPrefix, &checkpoint.scaler},
                                                                            {kRngPrefix, &checkpoint.rng},
-                                                                           {kAveragedPrefix, &checkpoint.averaged_weights}};
+                                                                           {kEmaPrefix, &checkpoint.ema_weights}};
   for (auto& [name, tensor] : archive.tensors)
     for (const auto& [prefix, target] : sections)
       if (starts_with(name, prefix)) target->emplace_back(name.substr(std::strlen(prefix)), std::move(tensor));
@@ -107,7 +107,7 @@ Checkpoint read_checkpoint(const fs::path& file) {
 }
 
 const NamedTensors& evaluation_weights(const Checkpoint& checkpoint) {
-  return checkpoint.averaged_weights.empty() ? checkpoint.model : checkpoint.averaged_weights;
+  return checkpoint.ema_weights.empty() ? checkpoint.model : checkpoint.ema_weights;
 }
 
 void check_resumable(const Checkpoint& checkpoint, const config::RunConfig& config, const fs::path& file) {

@@ -8,13 +8,12 @@
 #include <fmt/ranges.h>
 
 #include "ltrain/kernels/device_fit.h"
-#include "ltrain/models/fused_batchnorm.h"
-#include "ltrain/models/max_pool.h"
-#include "ltrain/models/own_batchnorm.h"
-#include "ltrain/optim/gradient_kernels.h"
+#include "ltrain/ops/batch_norm.h"
+#include "ltrain/ops/gradient_kernels.h"
+#include "ltrain/ops/max_pool.h"
 
 #if LTRAIN_WITH_CUDA
-#include "ltrain/kernels/torch_bridge.h"
+#include "ltrain/ops/kernel_bridge.h"
 #endif
 
 namespace ltrain::engine {
@@ -27,7 +26,7 @@ FastPath path_of(std::string name, const kernels::KernelFit& fit) { return {std:
 /// Whether the driver finds code for ltrain's kernels on GPU `index`.
 kernels::KernelFit image_fit(int index) {
 #if LTRAIN_WITH_CUDA
-  return kernels::fit_on(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index)), kernels::kernel_image_fit);
+  return ops::fit_on(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index)), kernels::kernel_image_fit);
 #else
   (void)index;
   return {false, "a CPU build has no CUDA kernels"};
@@ -47,15 +46,16 @@ GpuReport report_gpu(const env::Gpu& gpu, const env::Environment& environment) {
   if (const kernels::GpuProfile* profile = kernels::active_gpu_profile())
     report.memory_limit_bytes = std::min(report.memory_limit_bytes, profile->limits.memory_bytes);
 
-  report.fast_paths.push_back(path_of("own BatchNorm kernels", models::own_batchnorm_fit(device)));
-  report.fast_paths.push_back(path_of("thread-block clusters in them", models::own_batchnorm_cluster_fit(device)));
+  report.fast_paths.push_back(path_of("ltrain's BatchNorm kernels", ops::ltrain_batch_norm_fit(device)));
+  report.fast_paths.push_back(path_of("thread-block clusters in them", ops::ltrain_batch_norm_cluster_fit(device)));
   report.fast_paths.push_back(
-      models::fused_batchnorm_built()
-          ? FastPath{"cuDNN fused BatchNorm", environment.cudnn != 0,
+      ops::cudnn_batch_norm_built()
+          ? FastPath{"cuDNN's fused BatchNorm", environment.cudnn != 0,
                      environment.cudnn != 0 ? "" : "cuDNN is not loaded"}
-          : FastPath{"cuDNN fused BatchNorm", false, "not in this build: cudnn.h was not found when it was built"});
-  report.fast_paths.push_back(path_of("own max pooling kernels", models::own_max_pool_fit(device)));
-  report.fast_paths.push_back(path_of("own SGD and inf/NaN check kernels", optim::gradient_kernels_fit(device)));
+          : FastPath{"cuDNN's fused BatchNorm", false, "not in this build: cudnn.h was not found when it was built"});
+  report.fast_paths.push_back(path_of("ltrain's max pooling kernels", ops::ltrain_max_pool_fit(device)));
+  report.fast_paths.push_back(
+      path_of("ltrain's SGD and inf/NaN check kernels", ops::ltrain_gradient_kernels_fit(device)));
   const bool nccl_built = std::find(environment.c10d_backends.begin(), environment.c10d_backends.end(), "nccl") !=
                           environment.c10d_backends.end();
   report.fast_paths.push_back({"NCCL for several GPUs", nccl_built && environment.nccl != 0,
@@ -101,7 +101,7 @@ std::vector<std::string> fast_path_warnings(const DoctorReport& report) {
                                 "bash scripts/setup.sh, or add {}{} to CMAKE_CUDA_ARCHITECTURES",
                                 gpu.index, gpu.name, gpu.major, gpu.minor, carried, gpu.major, gpu.minor));
   }
-  if (!models::fused_batchnorm_built())
+  if (!ops::cudnn_batch_norm_built())
     out.push_back("this build has no cuDNN fused BatchNorm (cudnn.h was not found when it was built): install the "
                   "nvidia-cudnn wheel beside torch, or cuDNN's headers, and build again");
   return out;

@@ -57,13 +57,8 @@ Run::Run(const config::LoadedConfig& loaded, const RunParts& parts)
   const config::RunConfig& config = loaded_.config;
   if (parts.training && !parts.data) throw std::logic_error("Run: training needs the data");
   if (parts.data_parallel) group_ = join_group(loaded_, device_);
-  // run.threads is checked against this machine where a run starts; a saved config being
-  // evaluated elsewhere keeps its value, capped by LibTorch.
-  if (parts.training) {
-    apply_runtime_settings(loaded_);
-  } else {
-    apply_runtime_settings(config);
-  }
+  if (parts.training) check_threads(loaded_);
+  apply_runtime_settings(config);
   gpu_memory_limit_ = limit_gpu_memory(config, device_);
   if (parts.data) {
     check_num_classes(loaded_);

@@ -5,11 +5,14 @@
 #include <filesystem>
 #include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "ltrain/amp/precision.h"
+#include "ltrain/core/build_info.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/files.h"
 #include "ltrain/core/torch_compat.h"
@@ -20,76 +23,92 @@ namespace ltrain::engine {
 
 namespace {
 
-/// The precision settings `device` cannot run, as config errors.
-void check_precision_support(const config::LoadedConfig& loaded, const torch::Device& device) {
+/// The precision settings `device` cannot run, as config error lines.
+void check_precision_support(const config::LoadedConfig& loaded, const torch::Device& device,
+                             std::vector<std::string>& problems) {
   const config::PrecisionSection& precision = loaded.config.precision;
   const amp::PrecisionPlan plan = amp::plan_precision(precision);
+  const auto refuse = [&](const char* key, const std::string& message) {
+    problems.push_back(config::config_error(loaded, key, message).what());
+  };
   if (device.is_cpu()) {
     if (precision.mode == config::PrecisionMode::fp16)
-      throw config::config_error(loaded, "precision.mode",
-                                 "fp16 autocast needs a CUDA device; on the CPU use \"bf16\" (CPU autocast) or "
-                                 "\"fp32\"");
-    if (plan.tf32)
-      throw config::config_error(loaded, precision.mode == config::PrecisionMode::tf32 ? "precision.mode" : "precision.tf32",
-                                 "TF32 is a feature of NVIDIA GPUs (Ampere and newer); use \"fp32\" on the CPU");
+      refuse("precision.mode", "fp16 autocast needs a CUDA device; on the CPU use \"bf16\" (CPU autocast) or \"fp32\"");
+    else if (plan.tf32)
+      refuse(precision.mode == config::PrecisionMode::tf32 ? "precision.mode" : "precision.tf32",
+             "TF32 is a feature of NVIDIA GPUs (Ampere and newer); use \"fp32\" on the CPU");
+    if (precision.mode == config::PrecisionMode::fp16 && precision.tf32)
+      refuse("precision.tf32", "TF32 is a feature of NVIDIA GPUs (Ampere and newer); set it to false on the CPU");
     return;
   }
   const auto [major, minor] = compat::cuda_capability(device.index());
   if (major < 8 && (precision.mode == config::PrecisionMode::bf16 || plan.tf32))
-    throw config::config_error(loaded, precision.mode == config::PrecisionMode::bf16 ? "precision.mode" : "precision.tf32",
-                               fmt::format("needs an Ampere or newer GPU (compute capability 8.0); {} has {}.{}: use "
-                                           "\"fp16\" or \"fp32\"",
-                                           device.str(), major, minor));
+    refuse(precision.mode == config::PrecisionMode::bf16 ? "precision.mode" : "precision.tf32",
+           fmt::format("needs an Ampere or newer GPU (compute capability 8.0); {} has {}.{}: use \"fp16\" or \"fp32\"",
+                       device.str(), major, minor));
 }
 
-/// CUDA graphs where they cannot run, as config errors.
-void check_cuda_graph_support(const config::LoadedConfig& loaded, const torch::Device& device) {
+/// CUDA graphs where they cannot run, as config error lines.
+void check_cuda_graph_support(const config::LoadedConfig& loaded, const torch::Device& device,
+                              std::vector<std::string>& problems) {
+  if (device.is_cuda()) return;
   const config::CudaGraphSection& graph = loaded.config.cuda_graph;
-  if (device.is_cuda() || !(graph.train || graph.eval)) return;
-  throw config::config_error(loaded, graph.train ? "cuda_graph.train" : "cuda_graph.eval",
-                             fmt::format("CUDA graphs need a CUDA device and run.device is {}; set it to false, or "
-                                         "run on a GPU with a CUDA build of ltrain",
-                                         device.str()));
+  for (const auto& [key, on] : {std::pair{"cuda_graph.train", graph.train}, std::pair{"cuda_graph.eval", graph.eval}})
+    if (on)
+      problems.push_back(config::config_error(loaded, key,
+                                              fmt::format("CUDA graphs need a CUDA device and run.device is {}; set "
+                                                          "it to false, or run on a GPU with a CUDA build of ltrain",
+                                                          device.str()))
+                             .what());
+}
+
+/// run.device as a torch::Device, unchecked against the other settings.
+torch::Device named_device(const config::LoadedConfig& loaded) {
+  const std::string& name = loaded.config.run.device;
+  const int gpus = compat::cuda_device_count();
+  if (name == "auto") return gpus > 0 ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (!compat::built_with_cuda())
+    throw config::config_error(loaded, "run.device",
+                               "this ltrain was built against a CPU-only LibTorch; use \"cpu\", or build it with "
+                               "a CUDA LibTorch on a GPU machine (bash scripts/setup.sh)");
+  const int index = name == "cuda" ? 0 : std::stoi(name.substr(5));
+  if (index >= gpus)
+    throw config::config_error(loaded, "run.device",
+                               fmt::format("this machine has {} usable CUDA device(s); use \"cuda:0\"..\"cuda:{}\" "
+                                           "or \"cpu\"",
+                                           gpus, gpus - 1));
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
 }  // namespace
 
+void check_device_fit(const config::LoadedConfig& loaded, const torch::Device& device) {
+  std::vector<std::string> problems;
+  check_precision_support(loaded, device, problems);
+  check_cuda_graph_support(loaded, device, problems);
+  if (!problems.empty()) throw ConfigError(fmt::format("{}", fmt::join(problems, "\n")));
+}
+
 torch::Device resolve_device(const config::LoadedConfig& loaded) {
-  const std::string& name = loaded.config.run.device;
-  const int gpus = compat::cuda_device_count();
-  torch::Device device(torch::kCPU);
-  if (name == "auto") {
-    if (gpus > 0) device = torch::Device(torch::kCUDA, 0);
-  } else if (name != "cpu") {
-    if (!compat::built_with_cuda())
-      throw config::config_error(loaded, "run.device",
-                                 "this ltrain was built against a CPU-only LibTorch; use \"cpu\", or build it with "
-                                 "a CUDA LibTorch on a GPU machine (bash scripts/setup.sh)");
-    const int index = name == "cuda" ? 0 : std::stoi(name.substr(5));
-    if (index >= gpus)
-      throw config::config_error(loaded, "run.device",
-                                 fmt::format("this machine has {} usable CUDA device(s); use \"cuda:0\"..\"cuda:{}\" "
-                                             "or \"cpu\"",
-                                             gpus, gpus - 1));
-    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-  }
-  check_precision_support(loaded, device);
-  check_cuda_graph_support(loaded, device);
+  const torch::Device device = named_device(loaded);
+  check_device_fit(loaded, device);
   return device;
 }
+
+void check_device_fit(const config::LoadedConfig& loaded) { check_device_fit(loaded, named_device(loaded)); }
 
 namespace {
 /// The CPU cores the OS reports (at least 1).
 int64_t cpu_cores() { return static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())); }
 }  // namespace
 
-void apply_runtime_settings(const config::LoadedConfig& loaded) {
+void check_threads(const config::LoadedConfig& loaded) {
   const int64_t cores = cpu_cores();
   if (loaded.config.run.threads > kThreadsPerCore * cores)
     throw config::config_error(loaded, "run.threads",
                                fmt::format("this machine has {} CPU cores; use at most {} threads (0: one per core)",
                                            cores, kThreadsPerCore * cores));
-  apply_runtime_settings(loaded.config);
 }
 
 void apply_runtime_settings(const config::RunConfig& config) {
@@ -156,9 +175,13 @@ models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Devi
                                            config::to_string(config.model.arch), blocks, blocks));
   if (!config.model.init_from.empty()) {
     const std::string& file = config.model.init_from;
-    if (const std::string problem = files::not_a_regular_file(file); !problem.empty())
+    std::error_code no_absolute_path;  // then the path is shown as given
+    if (const std::string problem = files::not_a_readable_file(file); !problem.empty())
       throw config::config_error(loaded, "model.init_from",
-                                 problem + " (expected a .safetensors file of the model's weights)");
+                                 fmt::format("{}{} (expected a .safetensors file of the model's weights)", problem,
+                                             std::filesystem::path(file).is_relative()
+                                                 ? ", looked for at " + std::filesystem::absolute(file, no_absolute_path).string()
+                                                 : ""));
     load_state_dict(*model, io::read_safetensors(file), file);
   }
   model->to(device);
@@ -213,8 +236,24 @@ void load_state_dict(torch::nn::Module& module, const NamedTensors& tensors, con
   }
 }
 
+namespace {
+/// Where a relative data.root left at its default is looked for after the working directory:
+/// the source folder ltrain was built from, then the folder above the running program's (the
+/// checkout of build/ltrain, the prefix of an installed bin/ltrain).
+std::vector<std::filesystem::path> other_data_bases(const config::DataSection& data) {
+  if (data.root != config::default_data_root(data.source)) return {};
+  std::vector<std::filesystem::path> bases{source_dir()};
+  std::error_code no_link;
+  const std::filesystem::path program = std::filesystem::read_symlink("/proc/self/exe", no_link);
+  if (!no_link && program.parent_path().parent_path() != bases.front())
+    bases.push_back(program.parent_path().parent_path());
+  return bases;
+}
+}  // namespace
+
 data::TrainTestSets load_data(const config::RunConfig& config, const torch::Device& device) {
-  data::TrainTestSets sets = data::load_sets(config.data, static_cast<uint64_t>(config.run.seed));
+  data::TrainTestSets sets =
+      data::load_sets(config.data, static_cast<uint64_t>(config.run.seed), other_data_bases(config.data));
   return {sets.train.to(device), sets.test.to(device)};
 }
 

@@ -140,4 +140,12 @@ StepTotals TrainStep::take_totals() {
   return totals;
 }
 
+StepTotals TrainStep::peek_totals() const {
+  StepTotals totals;
+  totals.loss_sum = loss_sum_.item<double>();
+  totals.correct = correct_.item<int64_t>();
+  totals.images = images_;
+  return totals;
+}
+
 }  // namespace ltrain::engine

@@ -22,7 +22,7 @@
 #include "ltrain/engine/run.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
-#include "ltrain/engine/weight_average.h"
+#include "ltrain/engine/ema.h"
 #include "ltrain/io/provenance.h"
 #include "ltrain/io/run_files.h"
 #include "ltrain/optim/schedule.h"
@@ -34,6 +34,9 @@ using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+/// Before the first log interval, a progress line this often (and after the first step), so that a
+/// slow start shows that the run is under way.
+constexpr double kEarlyProgressSeconds = 5.0;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -71,13 +74,21 @@ void check_numerics(const config::RunConfig& config, const StepTotals& totals, i
                                  totals.consecutive_skips, step, epoch, totals.loss_scale, checkpoint_dir.string()));
     return;
   }
-  if (!std::isfinite(totals.mean_loss()))
-    throw RunError(fmt::format("the training loss became {} by step {} (epoch {}): lower optim.lr (now {}), add "
-                               "schedule.warmup_epochs, or check the data; checkpoints already in {} are intact",
-                               totals.mean_loss(), step, epoch, config.optim.lr, checkpoint_dir.string()));
+  if (!std::isfinite(totals.mean_loss())) {
+    // The onecycle schedule refuses schedule.warmup_epochs: its warm-up is schedule.pct_start.
+    const std::string warm_up =
+        config.schedule.name == config::ScheduleKind::onecycle
+            ? fmt::format("raise schedule.pct_start (now {}) for a longer warm-up", config.schedule.pct_start)
+            : fmt::format("set a longer schedule.warmup_epochs (now {})", config.schedule.warmup_epochs);
+    throw RunError(fmt::format("the training loss became {} by step {} (epoch {}): lower optim.lr (now {}), {}, or "
+                               "check the data and data.std; checkpoints already in {} are intact",
+                               totals.mean_loss(), step, epoch, config.optim.lr, warm_up, checkpoint_dir.string()));
+  }
 }
 
 nlohmann::json result_json(const TrainResult& r) {
+  // Byte counts the device does not keep (the CPU's) are null, not a number.
+  const auto bytes = [](int64_t count) { return count < 0 ? nlohmann::json() : nlohmann::json(count); };
   return {{"run_dir", r.run_dir.string()},
           {"epochs", r.epochs},
           {"steps", r.steps},
@@ -89,8 +100,14 @@ nlohmann::json result_json(const TrainResult& r) {
           {"wall_seconds", r.wall_seconds},
           {"startup_seconds", r.startup_seconds},
           {"images_per_second", r.images_per_second},
-          {"peak_memory_bytes", r.peak_memory_bytes},
-          {"peak_reserved_bytes", r.peak_reserved_bytes}};
+          {"stopped_early", r.stopped_early},
+          {"this_process",
+           {{"resumed_at_step", r.resumed_at_step},
+            {"steps", r.steps - r.resumed_at_step},
+            {"train_seconds", r.process_train_seconds},
+            {"wall_seconds", r.process_wall_seconds}}},
+          {"peak_memory_bytes", bytes(r.peak_memory_bytes)},
+          {"peak_reserved_bytes", bytes(r.peak_reserved_bytes)}};
 }
 
 /// What the loop accumulates beyond the model and optimizer; a checkpoint carries it (as JSON,
@@ -99,6 +116,7 @@ struct RunningSums {
   StepTotals epoch;            // loss, hits and images of the epoch in progress
   double epoch_seconds = 0.0;  // its time in training steps
   double train_seconds = 0.0;  // time in training steps of the epochs before it
+  double wall_seconds = 0.0;   // the run's earlier processes' time after set-up, up to this checkpoint
   double final_test_accuracy = 0.0;
   double final_test_loss = 0.0;
   double best_test_accuracy = 0.0;
@@ -107,6 +125,9 @@ struct RunningSums {
   bool has_best_metric = false;
   double last_scale = 0.0;  // the GradScaler's scale and skipped steps at the last read (fp16)
   int64_t skipped_steps = 0;
+  double early_stop_best = 0.0;  // run.early_stop_metric's best value, its epoch, evaluations since
+  int64_t early_stop_best_epoch = 0;
+  int64_t evaluations_without_improvement = 0;
 
   nlohmann::json to_json() const {
     return {{"epoch_loss_sum", number(epoch.loss_sum)}, {"epoch_correct", epoch.correct},
@@ -115,7 +136,9 @@ struct RunningSums {
             {"final_test_loss", number(final_test_loss)}, {"best_test_accuracy", number(best_test_accuracy)},
             {"best_epoch", best_epoch},                 {"best_metric", number(best_metric)},
             {"has_best_metric", has_best_metric},       {"last_scale", number(last_scale)},
-            {"skipped_steps", skipped_steps}};
+            {"skipped_steps", skipped_steps},           {"wall_seconds", number(wall_seconds)},
+            {"early_stop_best", number(early_stop_best)}, {"early_stop_best_epoch", early_stop_best_epoch},
+            {"evaluations_without_improvement", evaluations_without_improvement}};
   }
   static RunningSums from_json(const nlohmann::json& j) {
     RunningSums s;
@@ -132,6 +155,10 @@ struct RunningSums {
     s.has_best_metric = j.value("has_best_metric", false);
     s.last_scale = number(j, "last_scale");
     s.skipped_steps = j.value("skipped_steps", int64_t{0});
+    s.wall_seconds = number(j, "wall_seconds");
+    s.early_stop_best = number(j, "early_stop_best");
+    s.early_stop_best_epoch = j.value("early_stop_best_epoch", int64_t{0});
+    s.evaluations_without_improvement = j.value("evaluations_without_improvement", int64_t{0});
     return s;
   }
 
@@ -157,6 +184,14 @@ struct StartPoint {
   std::optional<FoundCheckpoint> resume;
 };
 
+/// The run.name `checkpoint` was written under ("" when its config lacks one).
+std::string saved_run_name(const Checkpoint& checkpoint) {
+  const nlohmann::json& saved = checkpoint.meta.config;
+  if (!saved.is_object() || !saved.contains("run") || !saved["run"].is_object()) return "";
+  const nlohmann::json& name = saved["run"].value("name", nlohmann::json());
+  return name.is_string() ? name.get<std::string>() : "";
+}
+
 /// checkpoint.resume -> the run directory and checkpoint to continue from. DataError for a
 /// checkpoint that cannot be resumed (named, with why); nothing is created here.
 StartPoint choose_start(const config::LoadedConfig& loaded) {
@@ -169,17 +204,40 @@ StartPoint choose_start(const config::LoadedConfig& loaded) {
     start.resume = newest_valid_checkpoint(start.run_dir / "checkpoints");
   } else {
     const fs::path file = resume;
-    if (!fs::is_regular_file(file))
+    if (!fs::is_regular_file(file)) {
+      std::error_code no_absolute_path;  // "" has none
+      const fs::path absolute = fs::absolute(file, no_absolute_path);
       throw config::config_error(loaded, "checkpoint.resume",
-                                 "no such checkpoint file; use \"auto\", \"none\" or the path of a .ltc file");
+                                 fmt::format("no such checkpoint file{}; use \"auto\", \"none\" or the path of a .ltc "
+                                             "file",
+                                             file.is_relative() && !no_absolute_path ? " (" + absolute.string() + ")"
+                                                                                     : ""));
+    }
     start.resume = FoundCheckpoint{file, read_checkpoint(file)};
-    // A checkpoint inside a run directory continues that run's logs and metrics.
+    // A checkpoint inside a run directory continues that run's logs and metrics, unless run.name
+    // names another run: that one starts in a folder of its own from the checkpoint's state.
     const fs::path folder = fs::absolute(file).parent_path();
-    if (folder.filename() == "checkpoints" && fs::exists(folder.parent_path() / "config.json"))
+    if (folder.filename() == "checkpoints" && fs::exists(folder.parent_path() / "config.json") &&
+        saved_run_name(start.resume->checkpoint) == config.run.name)
       start.run_dir = folder.parent_path();
   }
   if (start.resume) check_resumable(start.resume->checkpoint, config, start.resume->file);
   return start;
+}
+
+/// Warns of each setting that changed since `saved` (a checkpoint's config) and changes what the
+/// run computes: where it writes, how often it logs or checkpoints, and checkpoint.resume itself
+/// are no news.
+void warn_of_changed_settings(const nlohmann::json& saved, const config::RunConfig& config) {
+  nlohmann::json before = saved, after = config::to_json(config);
+  for (nlohmann::json* settings : {&before, &after}) {
+    for (const char* key : {"name", "out_dir", "log_every_steps", "tensorboard"}) (*settings)["run"].erase(key);
+    settings->erase("checkpoint");
+  }
+  const std::vector<std::string> changes = config::changed_settings(before, after);
+  if (!changes.empty())
+    spdlog::warn("settings changed since the checkpoint (the run will not repeat an uninterrupted one exactly): {}",
+                 fmt::join(changes, ", "));
 }
 
 /// True on every rank when `value` is true on any (a collective: every rank must call it).
@@ -235,8 +293,18 @@ class Trainer {
   /// The log interval ending at step_: the loop's only host sync. Reads the step totals, logs,
   /// writes metrics, and a checkpoint where one is due (or a stop was asked for).
   void end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps, bool stop, bool periodic_checkpoint);
+  /// Whether a progress line is due before this process's first log interval: after its first
+  /// step, then every kEarlyProgressSeconds (a host sync each, never more often).
+  bool early_progress_due() const;
+  /// That line, from this process's sums so far in the interval, which stay for end_log_interval.
+  void show_early_progress(int64_t epoch, int64_t index, int64_t epoch_steps);
   /// Evaluation where due, with the EMA weights where kept; updates the best result.
   std::optional<EvalResult> evaluate(int64_t epoch, bool last_epoch, bool& new_best);
+  /// Counts the evaluations since run.early_stop_metric last improved by more than
+  /// run.early_stop_min_delta.
+  void track_early_stop(int64_t epoch, const EvalResult& evaluation);
+  /// Whether run.early_stop_metric has gone run.early_stop_patience evaluations without improving.
+  bool early_stop_due() const;
   void end_epoch(int64_t epoch, bool last_epoch, const std::optional<EvalResult>& evaluation, bool new_best);
 
   // ---- Checkpoints and the end ----
@@ -255,9 +323,11 @@ class Trainer {
   int64_t epochs_;
   optim::LrSchedule schedule_;
   RunningSums sums_;
+  double resumed_train_seconds_ = 0.0;  // sums_'s training time when this process took over
   int64_t first_epoch_ = 1, first_index_ = 0, step_ = 0;  // where the loop begins; step_ then counts
+  int64_t resumed_at_step_ = 0;                          // where this process began
   int64_t batch_side_ = 0;                               // the last epoch's side of training images
-  std::optional<WeightAverage> average_;                 // optim.ema_decay
+  std::optional<Ema> ema_;                 // optim.ema_decay
   // Optional only to be destroyed before the group closes (see train()).
   std::optional<TrainStep> train_step_;
   std::optional<Evaluator> evaluator_;
@@ -267,6 +337,9 @@ class Trainer {
   TrainResult result_;
   Clock::time_point run_start_;
   Clock::time_point interval_start_;
+  Clock::time_point early_progress_shown_;  // the last line before the first log interval
+  bool log_interval_ended_ = false;         // in this process
+  bool stopped_early_ = false;              // run.early_stop_metric ended the run before run.epochs
   std::chrono::system_clock::time_point started_;
   nlohmann::json provenance_;  // where the results come from (rank 0)
 };
@@ -317,18 +390,27 @@ TrainResult Trainer::train_to_the_end() {
     provenance_ = io::provenance(run_.loaded().files, config::to_json(config_), started_);
     metrics_->write_run(first_epoch_, step_, provenance_, config::to_json(config_));
   }
-  progress_.emplace(run_.console_process() && stderr_is_terminal());
+  progress_.emplace(run_.console_process() && stderr_is_terminal() && !log::json_console());
   result_.run_dir = run_dir_;
   result_.epochs = std::min(first_epoch_ - 1, epochs_);
   result_.startup_seconds = std::chrono::duration<double>(std::chrono::system_clock::now() - started_).count();
   run_start_ = Clock::now();
+  // A run resumed from its early stop's checkpoint stays stopped (unless the patience grew).
+  stopped_early_ = early_stop_due() && first_epoch_ <= epochs_;
   try {
-    for (int64_t epoch = first_epoch_; epoch <= epochs_; ++epoch) {
+    for (int64_t epoch = first_epoch_; epoch <= epochs_ && !stopped_early_; ++epoch) {
       train_epoch(epoch);
-      const bool last_epoch = epoch == epochs_;
       bool new_best = false;
-      const std::optional<EvalResult> evaluation = evaluate(epoch, last_epoch, new_best);
-      end_epoch(epoch, last_epoch, evaluation, new_best);
+      const std::optional<EvalResult> evaluation = evaluate(epoch, epoch == epochs_, new_best);
+      stopped_early_ = evaluation && early_stop_due() && epoch < epochs_;
+      // An early stop ends the run as its last epoch would: checkpoint, then the summary.
+      end_epoch(epoch, epoch == epochs_ || stopped_early_, evaluation, new_best);
+      if (stopped_early_)
+        spdlog::info("early stop after epoch {} of {}: {} has not improved by more than {:g} in {} evaluations "
+                     "(best {:.4f}, epoch {})",
+                     epoch, epochs_, config::to_string(config_.run.early_stop_metric),
+                     config_.run.early_stop_min_delta, sums_.evaluations_without_improvement, sums_.early_stop_best,
+                     sums_.early_stop_best_epoch);
     }
   } catch (const c10::Error& error) {
     if (compat::is_out_of_memory(error)) throw out_of_memory_error(config_, error);
@@ -355,9 +437,11 @@ void Trainer::restore_or_share_weights() {
     const Checkpoint& checkpoint = start_.resume->checkpoint;
     restore_training_state(checkpoint, start_.resume->file, *model, run_.optimizer(), run_.scaler());
     sums_ = RunningSums::from_json(checkpoint.meta.progress);
+    resumed_train_seconds_ = sums_.train_seconds + sums_.epoch_seconds;
     first_epoch_ = checkpoint.meta.epoch + 1;
     first_index_ = checkpoint.meta.epoch_steps_done;
     step_ = checkpoint.meta.step;
+    resumed_at_step_ = step_;
   }
   if (dist::Group* group = run_.group()) {
     // Each rank found its checkpoint itself: on machines that do not share run.out_dir they may
@@ -371,21 +455,21 @@ void Trainer::restore_or_share_weights() {
                                       rank, steps[rank], steps[0], config_.checkpoint.resume));
     // Every rank starts from rank 0's weights and buffers (a resumed run: the same file anyway).
     group->broadcast_from_main(model_state(*model));
-    if (config_.distributed.sync_batchnorm)
-      model->synchronize_batchnorm(
+    if (config_.distributed.sync_batch_norm)
+      model->synchronize_batch_norm(
           [group](const torch::Tensor& values) { return dist::all_reduce_sum_differentiable(*group, values); });
   }
   // optim.ema_decay: from the (broadcast, or resumed) weights on.
   if (config_.optim.ema_decay <= 0.0) return;
-  average_.emplace(*model, config_.optim.ema_decay);
+  ema_.emplace(*model, config_.optim.ema_decay);
   if (!start_.resume) return;
   const Checkpoint& checkpoint = start_.resume->checkpoint;
-  if (checkpoint.averaged_weights.empty()) {
+  if (checkpoint.ema_weights.empty()) {
     spdlog::warn("{}: no averaged weights in the checkpoint; optim.ema_decay starts its average from the resumed "
                  "weights",
                  start_.resume->file.string());
   } else {
-    average_->load(checkpoint.averaged_weights, start_.resume->file);
+    ema_->load(checkpoint.ema_weights, start_.resume->file);
   }
 }
 
@@ -424,21 +508,24 @@ void Trainer::open_run_directory() {
 
 void Trainer::log_start() const {
   const torch::Device& device = run_.device();
-  spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads", LTRAIN_VERSION, compat::torch_version(),
-               device.str(), torch::get_num_threads());
+  spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads | seed {}", LTRAIN_VERSION,
+               compat::torch_version(), device.str(), torch::get_num_threads(), config_.run.seed);
   spdlog::info("run directory {}{}", run_dir_.string(), run_.main_process() ? "" : " (rank 0's, on its machine)");
   if (const std::string limits = describe_gpu_limits(device, run_.gpu_memory_limit()); !limits.empty())
     spdlog::info("GPU limits: {}", limits);
   if (start_.resume) {
     spdlog::info("resuming from {}: step {}, epoch {} ({} of its {} steps done)", start_.resume->file.string(), step_,
                  first_epoch_, first_index_, steps_per_epoch_);
-    // Resuming is what checkpoint.resume asks for: its own change is no news.
-    nlohmann::json saved = start_.resume->checkpoint.meta.config;
-    saved["checkpoint"]["resume"] = config_.checkpoint.resume;
-    const std::vector<std::string> changes = config::changed_settings(saved, config::to_json(config_));
-    if (!changes.empty())
-      spdlog::warn("settings changed since the checkpoint (the run will not repeat an uninterrupted one exactly): {}",
-                   fmt::join(changes, ", "));
+    warn_of_changed_settings(start_.resume->checkpoint.meta.config, config_);
+    if (start_.run_dir.empty()) {
+      const std::string resumed_name = saved_run_name(start_.resume->checkpoint);
+      spdlog::info("{}: a new run in {} from its state at step {}",
+                   resumed_name != config_.run.name
+                       ? fmt::format("run.name \"{}\" is not the checkpoint's run (\"{}\")", config_.run.name,
+                                     resumed_name)
+                       : std::string("the checkpoint lies in no run folder"),
+                   run_dir_.string(), step_);
+    }
   } else if (config_.checkpoint.resume == "auto") {
     spdlog::info("checkpoint.resume auto: no valid checkpoint in {}, starting afresh", checkpoint_dir_.string());
   }
@@ -452,7 +539,7 @@ void Trainer::log_start() const {
                                                 environment.node_rank)
                                   : ",";
     spdlog::info("data-parallel: {} processes ({}){} {} images per process per step{}", ranks, group->backend_name(),
-                 nodes, loader.batch_size(), config_.distributed.sync_batchnorm ? ", SyncBatchNorm" : "");
+                 nodes, loader.batch_size(), config_.distributed.sync_batch_norm ? ", SyncBatchNorm" : "");
   }
   spdlog::info("model {} ({} stem, width {}): {} parameters{}", config::to_string(config_.model.arch),
                config::to_string(config_.model.stem), config_.model.width, models::count_parameters(*run_.model()),
@@ -489,7 +576,7 @@ void Trainer::train_epoch(int64_t epoch) {
   for (int64_t index = first; index < epoch_steps; ++index) {
     run_.optimizer().set_lr(schedule_.at(step_));
     train_step_->run(loader.batch(index));
-    if (average_) average_->update();
+    if (ema_) ema_->update();
     ++step_;
     if (hooks_.after_step) hooks_.after_step(step_);
     const bool last_of_epoch = index + 1 == epoch_steps;
@@ -500,6 +587,8 @@ void Trainer::train_epoch(int64_t epoch) {
         config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0 && !last_of_epoch;
     if (step_ % config_.run.log_every_steps == 0 || last_of_epoch || periodic_checkpoint || stop)
       end_log_interval(epoch, index, epoch_steps, stop, periodic_checkpoint);
+    else if (early_progress_due())
+      show_early_progress(epoch, index, epoch_steps);
   }
   progress_->clear();
   sums_.train_seconds += sums_.epoch_seconds;
@@ -508,6 +597,7 @@ void Trainer::train_epoch(int64_t epoch) {
 
 void Trainer::end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps, bool stop, bool periodic_checkpoint) {
   const StepTotals totals = train_step_->take_totals();
+  log_interval_ended_ = true;
   if (run_.group()) stop = stop_requested_anywhere(run_.group(), run_.device());
   const double interval_seconds = seconds_since(interval_start_);
   interval_start_ = Clock::now();
@@ -549,11 +639,25 @@ void Trainer::end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps
   log::throw_if_file_failed();
 }
 
+bool Trainer::early_progress_due() const {
+  if (log_interval_ended_ || !run_.console_process()) return false;
+  return step_ == resumed_at_step_ + 1 || seconds_since(early_progress_shown_) >= kEarlyProgressSeconds;
+}
+
+void Trainer::show_early_progress(int64_t epoch, int64_t index, int64_t epoch_steps) {
+  const StepTotals totals = train_step_->peek_totals();
+  const double seconds_per_step = seconds_since(run_start_) / static_cast<double>(step_ - resumed_at_step_);
+  progress_->update({epoch, epochs_, step_, total_steps_, index + 1, epoch_steps, totals.mean_loss(), totals.accuracy(),
+                     schedule_.at(step_ - 1), static_cast<double>(totals.images) / seconds_since(interval_start_),
+                     seconds_per_step * static_cast<double>(total_steps_ - step_)});
+  early_progress_shown_ = Clock::now();
+}
+
 std::optional<EvalResult> Trainer::evaluate(int64_t epoch, bool last_epoch, bool& new_best) {
   new_best = false;
   if (!due(epoch, config_.run.eval_every_epochs, last_epoch)) return std::nullopt;
-  std::optional<WeightAverage::Applied> averaged;  // with optim.ema_decay: evaluate the average
-  if (average_) averaged.emplace(*average_);
+  std::optional<Ema::Applied> averaged;  // with optim.ema_decay: evaluate the average
+  if (ema_) averaged.emplace(*ema_);
   // Without SyncBatchNorm each rank's running statistics are its own: all evaluate (and rank 0
   // saves) rank 0's, as DistributedDataParallel's broadcast_buffers does.
   if (run_.group()) run_.group()->broadcast_from_main(run_.model()->buffers());
@@ -565,6 +669,7 @@ std::optional<EvalResult> Trainer::evaluate(int64_t epoch, bool last_epoch, bool
     sums_.best_test_accuracy = evaluation.accuracy;
     sums_.best_epoch = epoch;
   }
+  if (config_.run.early_stop_metric != config::BestMetric::none) track_early_stop(epoch, evaluation);
   if (config_.checkpoint.best_metric != config::BestMetric::none) {
     const bool accuracy = config_.checkpoint.best_metric == config::BestMetric::test_acc;
     const double value = accuracy ? evaluation.accuracy : evaluation.loss;
@@ -575,6 +680,25 @@ std::optional<EvalResult> Trainer::evaluate(int64_t epoch, bool last_epoch, bool
     }
   }
   return evaluation;
+}
+
+void Trainer::track_early_stop(int64_t epoch, const EvalResult& evaluation) {
+  const bool accuracy = config_.run.early_stop_metric == config::BestMetric::test_acc;
+  const double value = accuracy ? evaluation.accuracy : evaluation.loss;
+  const double gain = accuracy ? value - sums_.early_stop_best : sums_.early_stop_best - value;
+  // A NaN loss is no gain.
+  if (sums_.early_stop_best_epoch == 0 || gain > config_.run.early_stop_min_delta) {
+    sums_.early_stop_best = value;
+    sums_.early_stop_best_epoch = epoch;
+    sums_.evaluations_without_improvement = 0;
+  } else {
+    ++sums_.evaluations_without_improvement;
+  }
+}
+
+bool Trainer::early_stop_due() const {
+  return config_.run.early_stop_metric != config::BestMetric::none &&
+         sums_.evaluations_without_improvement >= config_.run.early_stop_patience;
 }
 
 /// The epoch's log line and metrics row, then its checkpoints: the state after this epoch.
@@ -596,9 +720,14 @@ void Trainer::end_epoch(int64_t epoch, bool last_epoch, const std::optional<Eval
     epoch_values["test_acc"] = evaluation->accuracy;
     test_text += fmt::format(" | test loss {:.4f} acc {:.2f}%", evaluation->loss, 100.0 * evaluation->accuracy);
   }
-  spdlog::info("epoch {}/{} | train loss {:.4f} acc {:.2f}%{} | {:.0f} img/s | {} elapsed", epoch, epochs_,
-               sums_.epoch.mean_loss(), 100.0 * sums_.epoch.accuracy(), test_text, epoch_images_per_second,
-               format_duration(seconds_since(run_start_)));
+  nlohmann::json fields{{"event", "epoch"}, {"epoch", epoch}, {"epochs", epochs_}, {"step", step_}};
+  for (const auto& [key, value] : epoch_values) fields[key] = value;
+  {
+    const log::JsonFields json_fields(fields);  // this line's only: the checkpoint lines below are not the epoch's
+    spdlog::info("epoch {}/{} | train loss {:.4f} acc {:.2f}%{} | {:.0f} img/s | {} elapsed", epoch, epochs_,
+                 sums_.epoch.mean_loss(), 100.0 * sums_.epoch.accuracy(), test_text, epoch_images_per_second,
+                 format_duration(seconds_since(run_start_)));
+  }
   if (metrics_) metrics_->write({"epoch", epoch, step_, epoch_values});
 
   const bool stop = stop_requested_anywhere(run_.group(), run_.device());
@@ -624,9 +753,10 @@ void Trainer::write_checkpoint(const fs::path& file, int64_t epochs_done, int64_
   meta.epoch_steps_done = steps_done;
   meta.config = config::to_json(config_);
   meta.progress = sums_.to_json();
+  meta.progress["wall_seconds"] = sums_.wall_seconds + seconds_since(run_start_);
   for (const auto& [key, value] : values) meta.metrics[key] = value;
   save_checkpoint(file, *run_.model(), &run_.optimizer(), &run_.scaler(), meta,
-                  average_ ? average_->averaged_state_dict() : NamedTensors{});
+                  ema_ ? ema_->weights() : NamedTensors{});
   spdlog::info("checkpoint {}", file.string());
 }
 
@@ -644,19 +774,33 @@ TrainResult Trainer::summarize() {
   result.best_test_accuracy = sums_.best_test_accuracy;
   result.best_epoch = sums_.best_epoch;
   result.train_seconds = sums_.train_seconds;
-  result.wall_seconds = seconds_since(run_start_);
+  result.process_wall_seconds = seconds_since(run_start_);
+  result.wall_seconds = sums_.wall_seconds + result.process_wall_seconds;
+  result.resumed_at_step = resumed_at_step_;
+  result.stopped_early = stopped_early_;
+  result.process_train_seconds = sums_.train_seconds - resumed_train_seconds_;
   result.images_per_second =
       result.train_seconds > 0
           ? static_cast<double>(step_ * run_.train_loader().batch_size() * run_.ranks()) / result.train_seconds
           : 0.0;
   result.peak_memory_bytes = compat::peak_memory_bytes(run_.device());
   result.peak_reserved_bytes = compat::peak_reserved_bytes(run_.device());
-  spdlog::info("done: {} epoch(s), {} steps in {} (training {}; set-up before them {}) | test accuracy {:.2f}%, best "
-               "{:.2f}% (epoch {}) | {:.0f} img/s",
+  // A resumed run's times are the whole run's; this process's share follows them.
+  const std::string this_process =
+      result.resumed_at_step == 0
+          ? ""
+          : fmt::format("; this process from step {}: {} steps in {}, training {}", result.resumed_at_step,
+                        result.steps - result.resumed_at_step, format_duration(result.process_wall_seconds),
+                        format_duration(result.process_train_seconds));
+  nlohmann::json fields = result_json(result);
+  fields["event"] = "done";
+  const log::JsonFields json_fields(fields);
+  spdlog::info("done: {} epoch(s), {} steps in {} (training {}; set-up before them {}{}) | test accuracy {:.2f}%, "
+               "best {:.2f}% (epoch {}) | {:.0f} img/s",
                result.epochs, result.steps, format_duration(result.wall_seconds),
-               format_duration(result.train_seconds), format_duration(result.startup_seconds),
-               100.0 * result.final_test_accuracy,
-               100.0 * result.best_test_accuracy, result.best_epoch, result.images_per_second);
+               format_duration(result.train_seconds), format_duration(result.startup_seconds), this_process,
+               100.0 * result.final_test_accuracy, 100.0 * result.best_test_accuracy, result.best_epoch,
+               result.images_per_second);
   if (run_.main_process()) {
     nlohmann::json summary = result_json(result);
     summary["data"] = config::data_summary(config_.data);
@@ -669,6 +813,11 @@ TrainResult Trainer::summarize() {
 }
 
 }  // namespace
+
+void check_device_support(const config::LoadedConfig& loaded) {
+  resolve_device(loaded);
+  check_threads(loaded);
+}
 
 RunPlan plan_run(const config::LoadedConfig& loaded) {
   const StartPoint start = choose_start(loaded);

@@ -49,8 +49,10 @@ torch::Tensor host_contiguous(const torch::Tensor& tensor) { return tensor.detac
 size_t byte_size(const torch::Tensor& tensor) { return static_cast<size_t>(tensor.numel()) * tensor.element_size(); }
 
 std::vector<char> read_all(const fs::path& file, const char* what) {
+  if (const std::string problem = files::not_a_readable_file(file); !problem.empty())
+    throw DataError(fmt::format("{}: {} (expected a {} file)", file.string(), problem, what));
   std::ifstream in(file, std::ios::binary | std::ios::ate);
-  if (!in) throw DataError(fmt::format("{}: no such {} file", file.string(), what));
+  if (!in) throw DataError(fmt::format("{}: cannot be opened (expected a {} file)", file.string(), what));
   const std::streamsize size = in.tellg();
   std::vector<char> bytes(static_cast<size_t>(size));
   in.seekg(0);

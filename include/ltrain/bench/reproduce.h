@@ -26,6 +26,9 @@ struct ReproduceOptions {
   int64_t matmul_size = 8192;
   int64_t matmul_products = 100;
   bool batch_search = true;            ///< the 4090D guide's batch-size search (a GPU only)
+  /// Start over; otherwise an unfinished report of the same settings in the report folder is
+  /// continued, its measurements reused.
+  bool fresh = false;
 };
 
 /// The three guides, as REPORT.md names them.
@@ -55,6 +58,14 @@ RatioSpread ratio_spread(const std::vector<double>& a, const std::vector<double>
 /// "undecided: ..." where the claimed ratio lies within the rounds' spread.
 std::string verdict(const RatioSpread& spread, double claimed, Comparison comparison);
 
+/// The noise of an A/B measurement: the larger of the two sides' ranges over their rounds, each
+/// relative to its median (0 with one round a side: no spread was measured).
+double rounds_noise(const std::vector<double>& a, const std::vector<double>& b);
+
+/// Whether `ratio` differs from `reference` by less than `noise` (relative to the reference):
+/// a difference the rounds do not tell apart from their own spread, not a finding.
+bool within_noise(double ratio, double reference, double noise);
+
 struct ClaimRow {
   std::string claim;     ///< what a guide says, in English
   std::string guide;     ///< which guide says it (a Guide's name), or "none" for a measurement of ltrain's own
@@ -69,6 +80,11 @@ struct ClaimRow {
 
 struct ReproduceReport {
   nlohmann::json provenance;  ///< io::provenance of the base config with the overrides (null: none)
+  /// What the measurements depend on (the resolved config's hash, the options, the device): an
+  /// unfinished report is continued only with the same settings.
+  nlohmann::json settings;
+  bool finished = false;  ///< false while the measurements go on (and in a report cut short)
+  std::vector<std::string> reused;  ///< the measurements taken from the unfinished report continued
   std::vector<int64_t> image_sizes;  ///< the sides the A/B step claims were measured at
   std::string device;     ///< doctor's one-line description of the device
   std::string setup;      ///< base config, model, batch, precision, rounds: REPORT.md's header
@@ -90,11 +106,16 @@ struct PublishedCard {
 /// The card whose driver name is `gpu_name`, or null for one not in the table.
 const PublishedCard* published_card(const std::string& gpu_name);
 
-/// Runs every measurement; `out_dir` receives the batch search's sweep files.
+/// Runs every measurement, writing the report so far (write_report, unfinished) into `out_dir`
+/// after each, so that a run cut short keeps them; `out_dir` receives the batch search's sweep
+/// files too. Unless options.fresh, an unfinished report in `out_dir` of the same settings is
+/// continued: its measurements are reused (ReproduceReport::reused); ConfigError for one of
+/// other settings, which it would replace. The report returned is finished.
 ReproduceReport reproduce(const ReproduceOptions& options, const std::filesystem::path& out_dir);
 
 /// Writes REPORT.md (its header says where the numbers come from: versions, commit, GPUs, base
-/// config, image sizes, host, start time) and results.json into `out_dir`; returns REPORT.md's text.
+/// config, image sizes, host, start time, and whether the report is unfinished) and results.json
+/// (with "settings" and "finished") into `out_dir`, each atomically; returns REPORT.md's text.
 std::string write_report(const ReproduceReport& report, const std::filesystem::path& out_dir);
 
 }  // namespace ltrain::bench

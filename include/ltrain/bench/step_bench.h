@@ -2,7 +2,10 @@
 // Training-step throughput of a config: warm-up steps, then timed steps between two device syncs.
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
 #include "ltrain/config/load.h"
@@ -18,8 +21,11 @@ struct StepBenchResult {
   int64_t checkpoint_segments = 0;  ///< model.checkpoint_segments (0: activation checkpointing off)
   bool cuda_graph = false;          ///< cuda_graph.train: the timed steps were graph replays
   int64_t batch_size = 0;
-  int64_t steps = 0;
-  double seconds = 0.0;
+  int64_t steps = 0;   ///< timed steps per round
+  int64_t rounds = 1;  ///< timed rounds of `steps` steps, one after another in the same run
+  double seconds = 0.0;  ///< all rounds
+  /// Images per second of each round, in order; images_per_second and ms_per_step are the median round's.
+  std::vector<double> round_images_per_second;
   double ms_per_step = 0.0;
   /// Host time to issue the timed steps, before the final sync, per step. Close to ms_per_step
   /// when the step is bound by the host (kernel launches), well below it when the GPU is the limit.
@@ -34,12 +40,20 @@ struct StepBenchResult {
 /// Steps run under the profiler when bench_steps is given a trace path (after the timed steps).
 inline constexpr int64_t kProfiledSteps = 5;
 
-/// Times `steps` training steps of the config's model, data and optimizer after `warmup` steps.
+/// Times `steps` training steps of the config's model, data and optimizer after `warmup` steps,
+/// `rounds` times over (each round between two device syncs, so that their spread shows the noise).
 /// With a `profile_trace` path, kProfiledSteps more steps then run under LibTorch's profiler and
 /// its Chrome trace is written there (scripts/report/trace_summary.py reads it); timing is unaffected.
 StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps,
-                            const std::string& profile_trace = "");
+                            const std::string& profile_trace = "", int64_t rounds = 1);
+
+/// Why a step or a product failed, in ltrain's words where LibTorch's say only that an operator has
+/// no kernel for a type on this device (fp16 on the CPU); LibTorch's first line otherwise.
+std::string failure_text(const c10::Error& error, const c10::Device& device);
 
 nlohmann::json to_json(const StepBenchResult& result);
+
+/// A result as to_json wrote it (nlohmann::json's exceptions for one it did not write).
+StepBenchResult step_result_from_json(const nlohmann::json& saved);
 
 }  // namespace ltrain::bench

@@ -5,7 +5,8 @@
 // data.batch_size until the step's peak memory reaches a fraction of the GPU, as the 4090D guide
 // advises, then bisects between the last batch under the fraction and the first past it (or out
 // of memory) to land near the fraction. A point that fails (out of memory, a bad combination)
-// becomes a row with its error, never the end of the sweep. configs/sweeps/README.md has examples.
+// becomes a row with its error, never the end of the sweep. The file's keys are described, read
+// and checked in config/sweep_spec.h; configs/sweeps/README.md has examples.
 //
 //   {"base": "../bench/resnet50-step.json",          (relative to the sweep file)
 //    "set": ["precision.cudnn_benchmark=true"],      (optional, every point)
@@ -26,24 +27,21 @@
 
 #include <nlohmann/json.hpp>
 
-namespace ltrain::bench {
+#include "ltrain/config/sweep_spec.h"
 
-/// The most points a sweep may have (the product of its grid lists' lengths, times its zip lists' length).
-constexpr int64_t kMaxSweepPoints = 10000;
+namespace ltrain::bench {
 
 struct SweepPoint {
   std::vector<std::pair<std::string, nlohmann::json>> settings;  ///< key -> value, in grid order
   std::map<std::string, double> values;  ///< measured: img_per_s, ms_per_step, peak_gib, test_acc, ...
   std::string error;                     ///< why the point failed ("" when it ran)
+  /// What makes two points the same measurement (the resolved config, its device, the mode and
+  /// the timed steps, hashed); "" for a point whose config does not resolve.
+  std::string key;
+  bool reused = false;  ///< taken from an earlier run's results.json, not measured again
 };
 
-struct BatchSearch {
-  int64_t start = 256;
-  double factor = 2.0;
-  double memory_fraction = 0.9;
-  int64_t max = 65536;
-  int64_t refine = 3;  ///< bisections after the growth passes the fraction; batches stay multiples of start
-};
+using config::BatchSearch;
 
 /// The batch sizes a search tries, one at a time: start, start*factor, ... while each point runs
 /// and stays under the memory fraction; then up to `refine` bisections between the largest batch
@@ -84,25 +82,30 @@ struct SweepPlan {
   std::string mode;
   std::filesystem::path base;
   std::vector<std::string> set;                  ///< the file's "set", every point
+  std::vector<std::string> overrides;            ///< the command line's run config overrides, every point after set
   std::vector<std::vector<std::string>> points;  ///< each point's "key=value" settings (scale_lr_with's LR too)
   std::optional<BatchSearch> batch_search;       ///< with it, each point is where a search starts
 };
 
-/// Checks a sweep description without running it: its format, and every point as a config (the
-/// base config, its "set", `overrides`, the point's settings; with batch_search at its start
-/// batch). ConfigError naming the file and what is wrong, or the first point that is no valid
-/// config, its settings and why.
-SweepPlan plan_sweep(const std::filesystem::path& sweep_file, const std::vector<std::string>& overrides = {});
+/// Checks a sweep description without running it: the file (config::load_sweep, which applies the
+/// overrides of sweep keys among `overrides`), and every point as a config (the base config, its
+/// "set", the run config overrides among `overrides`, the point's settings; with batch_search at
+/// its start batch); `on_this_machine`, also what this machine must offer each point's run
+/// (engine::check_device_support: its device, fp16 or TF32 there). ConfigError naming the file and
+/// what is wrong, or the first point that is no valid config or cannot run here, its settings and why.
+SweepPlan plan_sweep(const std::filesystem::path& sweep_file, const std::vector<std::string>& overrides = {},
+                     bool on_this_machine = false);
 
 /// Runs the sweep described by `sweep_file`; points' run directories (mode train) go under
-/// `out_dir`/runs, which is created first (ConfigError when it cannot be). `overrides` (--set) apply to every point after the file's "set". The results
-/// files (write_sweep_results) are rewritten as the points finish, so a sweep cut short keeps
-/// what it measured.
-/// ConfigError naming the file for a malformed sweep description, a base config that is not a
-/// file, a grid (times the zip) of more than kMaxSweepPoints points, zip lists of different
-/// lengths, or a point that sets optim.lr with scale_lr_with.
+/// `out_dir`/runs, which is created first (ConfigError when it cannot be), unless the file's "set"
+/// or `overrides` set run.out_dir. `overrides` (--set) of sweep keys apply to the file, the others
+/// to every point after the file's "set". The results files (write_sweep_results) are rewritten
+/// as the points finish, so a sweep cut short keeps what it measured; unless `fresh`, a point
+/// whose key (SweepPoint::key) matches a finished row of `out_dir`/results.json is taken from
+/// there instead of being run again. ConfigError naming the file for a sweep file
+/// config::load_sweep refuses, or a point that sets optim.lr with scale_lr_with.
 SweepResult run_sweep(const std::filesystem::path& sweep_file, const std::filesystem::path& out_dir,
-                      const std::vector<std::string>& overrides = {});
+                      const std::vector<std::string>& overrides = {}, bool fresh = false);
 
 /// Writes results.csv, results.md and results.json (with the provenance) into `out_dir`; returns the
 /// Markdown table.

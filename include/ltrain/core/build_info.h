@@ -8,4 +8,8 @@ namespace ltrain {
 /// Refreshed before every build (cmake/SourceCommit.cmake), so a rebuild after a commit names it.
 const char* source_commit();
 
+/// The source folder the build was made from (absolute), where relative defaults such as
+/// data.root's are looked for when the working directory lacks them.
+const char* source_dir();
+
 }  // namespace ltrain

@@ -14,6 +14,8 @@ enum class ExitCode : int {
   data = 3,          ///< missing, truncated or foreign data file
   runtime = 4,       ///< the run failed: non-finite loss, out of memory, unusable device
   peer = 5,          ///< data-parallel run: another process failed, hung, or disagrees
+  output_exists = 6, ///< a command's output file exists and --force was not given: nothing written
+  points_failed = 7, ///< a sweep ran to its end but some of its points failed (their rows say why)
   interrupted = 130, ///< SIGINT/SIGTERM
 };
 
@@ -50,6 +52,12 @@ class RunError : public UserError {
 class PeerError : public UserError {
  public:
   explicit PeerError(const std::string& message) : UserError(ExitCode::peer, message) {}
+};
+
+/// A command would replace a file that exists and was not told to (--force) (exit code 6).
+class OutputExists : public UserError {
+ public:
+  explicit OutputExists(const std::string& message) : UserError(ExitCode::output_exists, message) {}
 };
 
 /// The run stopped on SIGINT/SIGTERM after writing a checkpoint (exit code 130).

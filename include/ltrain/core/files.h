@@ -22,6 +22,11 @@ namespace ltrain::files {
 /// file", "its name is too long", ...; "" when it is a regular file.
 std::string not_a_regular_file(const std::filesystem::path& path);
 
+/// not_a_regular_file's answer, or, for a regular file, why its first byte cannot be read: "permission
+/// denied", "cannot be read (Input/output error): not a file with contents of its own" (a system
+/// file such as /proc/self/mem); "" when it can be read.
+std::string not_a_readable_file(const std::filesystem::path& path);
+
 /// Why a regular file cannot be written at `path`, in the same words: "" when nothing is there
 /// yet or a regular file is; otherwise what is there (a directory, a device, a FIFO) or why the
 /// path cannot be looked at.

@@ -1,7 +1,8 @@
 #pragma once
 // SIGINT and SIGTERM as a request to stop.
 //
-// `install_stop_handlers` (main, first thing) makes them so for the whole life of the process.
+// `install_stop_handlers` (ltrain's first code: before the shared libraries' initializers, and
+// again in main) makes them so for the whole life of the process.
 // While a `StopRequests` scope is alive (a training run, its set-up included), a signal only sets
 // a flag that the run polls: set-up stops before anything is written, the training loop finishes
 // its step, writes a checkpoint and stops (exit code 130). Signals within kStopGraceSeconds of

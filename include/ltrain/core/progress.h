@@ -23,7 +23,9 @@ struct ProgressState {
 
 class Progress {
  public:
-  /// `on_terminal`: draw a bar on stderr; otherwise log one line per update.
+  /// `on_terminal`: draw a bar on stderr; otherwise log one line per update (on the JSON console
+  /// with the fields event "progress", epoch, epochs, step, total_steps, loss, accuracy, lr,
+  /// images_per_second, eta_seconds).
   explicit Progress(bool on_terminal) : on_terminal_(on_terminal) {}
   ~Progress() { clear(); }
   Progress(const Progress&) = delete;

@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include "ltrain/config/config.h"
-#include "ltrain/data/cifar10.h"
+#include "ltrain/data/cifar.h"
 
 namespace ltrain::data {
 
@@ -39,11 +39,12 @@ struct Shard {
 
 /// Progressive resizing of training images (data.progressive_start_size, _epochs, _size_step).
 struct ProgressiveResize {
-  int64_t start_size = 0;  // 0: off
+  int64_t start_size = 0;  // 0: off (as data.progressive_start_size or data.progressive_epochs 0)
   int64_t epochs = 0;
   int64_t size_step = 1;
 
   static ProgressiveResize from(const config::DataSection& data) {
+    if (data.progressive_start_size == 0 || data.progressive_epochs == 0) return {0, 0, data.progressive_size_step};
     return {data.progressive_start_size, data.progressive_epochs, data.progressive_size_step};
   }
   /// The side of training images in epoch `epoch` (counted from 0): start_size in epoch 0, then

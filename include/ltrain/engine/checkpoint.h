@@ -39,7 +39,7 @@ struct Checkpoint {
   NamedTensors scaler;     ///< GradScaler state (empty without one)
   NamedTensors rng;        ///< "cpu", "cuda:N": generator states
   /// With optim.ema_decay: the model's state_dict with the averaged values (else empty).
-  NamedTensors averaged_weights;
+  NamedTensors ema_weights;
 };
 
 /// The weights the run evaluated: the averaged ones with optim.ema_decay, else the model's.
@@ -50,7 +50,7 @@ const NamedTensors& evaluation_weights(const Checkpoint& checkpoint);
 /// file it would replace, and every other, stays as it was.
 void save_checkpoint(const std::filesystem::path& file, const torch::nn::Module& model,
                      const optim::Optimizer* optimizer, const amp::GradScaler* scaler, const CheckpointMeta& meta,
-                     const NamedTensors& averaged_weights = {});
+                     const NamedTensors& ema_weights = {});
 
 /// Reads and verifies a checkpoint; DataError naming the file when it is not one. A directory, a
 /// FIFO or a device is refused before it is opened.

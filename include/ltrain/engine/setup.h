@@ -10,9 +10,16 @@
 namespace ltrain::engine {
 
 /// run.device as a torch::Device. ConfigError (naming the key and its file) when this build or
-/// this machine cannot provide it, or cannot run the precision settings on it (fp16 or TF32 on
-/// the CPU, bf16 on a GPU older than Ampere).
+/// this machine cannot provide it, or as check_device_fit.
 torch::Device resolve_device(const config::LoadedConfig& loaded);
+
+/// The settings run.device cannot run here: fp16 or TF32 on the CPU, bf16 or TF32 on a GPU older
+/// than Ampere, CUDA graphs (cuda_graph.train, cuda_graph.eval) without a CUDA device. One
+/// ConfigError with a line for each (the key, its file, what to set), or for run.device itself
+/// when this build or machine has no such device. What `ltrain train --dry-run` and a run check
+/// before anything else; a sweep calls it per point.
+void check_device_fit(const config::LoadedConfig& loaded);
+void check_device_fit(const config::LoadedConfig& loaded, const torch::Device& device);
 
 /// Seeds LibTorch's generators with run.seed; sets the CPU thread count, TF32, cuDNN and
 /// deterministic-algorithm switches.
@@ -21,9 +28,10 @@ void apply_runtime_settings(const config::RunConfig& config);
 /// The most threads per CPU core run.threads may ask for.
 constexpr int64_t kThreadsPerCore = 4;
 
-/// apply_runtime_settings after checking run.threads against this machine: ConfigError naming
-/// the key and its file when it asks for more than kThreadsPerCore threads per CPU core.
-void apply_runtime_settings(const config::LoadedConfig& loaded);
+/// ConfigError naming the key and its file when run.threads asks for more than kThreadsPerCore
+/// threads per CPU core of this machine (where a run starts; a saved config evaluated elsewhere
+/// keeps its value, which LibTorch caps).
+void check_threads(const config::LoadedConfig& loaded);
 
 /// Lets this process hold at most run.gpu_memory_fraction of CUDA `device`'s memory, and no more
 /// than the memory of LTRAIN_GPU_PROFILE's card: past it, allocations fail as out of memory, as on

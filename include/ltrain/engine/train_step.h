@@ -53,6 +53,10 @@ class TrainStep {
   /// Reads and resets the device-side sums (over every rank in a data-parallel run): one host sync.
   StepTotals take_totals();
 
+  /// This process's sums since the last take_totals, left in place (no collective, the scaler's
+  /// state not read): one host sync, for a progress line before the first log interval.
+  StepTotals peek_totals() const;
+
  private:
   /// The step's device work on `images` [K*B,3,32,32] float32 and `labels` [K*B] int64, with no
   /// host sync and no host state that changes between steps (it may be captured once and replayed).

@@ -17,15 +17,26 @@ struct TrainResult {
   double final_test_loss = 0.0;
   double best_test_accuracy = 0.0;
   int64_t best_epoch = 0;
-  double train_seconds = 0.0;    ///< time in training steps (no evaluation, no checkpoints)
-  double wall_seconds = 0.0;     ///< the whole run after set-up
+  /// Time in training steps (no evaluation, no checkpoints), over the whole run: a resumed run's
+  /// earlier processes too, up to the checkpoint it resumed from.
+  double train_seconds = 0.0;
+  /// The whole run after set-up, the same way (earlier processes up to that checkpoint).
+  double wall_seconds = 0.0;
+  /// The step this process started at (0: a fresh start; else the checkpoint's it resumed from),
+  /// and this process's own share of the two times above.
+  int64_t resumed_at_step = 0;
+  double process_train_seconds = 0.0;
+  double process_wall_seconds = 0.0;
   /// Set-up before the first step, from engine::train's start: data read and moved to the device,
   /// model, optimizer, run directory. cuDNN's autotuning and the graph captures happen in the
   /// first steps, so they are part of train_seconds.
   double startup_seconds = 0.0;
   double images_per_second = 0.0;  ///< training images / train_seconds
+  /// run.early_stop_metric ended the run before run.epochs (`epochs` says after which).
+  bool stopped_early = false;
   /// The device's peak bytes in tensors and held by the caching allocator (CUDA graph pools
-  /// included), since the process started; -1 on the CPU.
+  /// included), since the process started; -1 on the CPU, which does not count them (summary.json:
+  /// null).
   int64_t peak_memory_bytes = -1;
   int64_t peak_reserved_bytes = -1;
 };
@@ -49,6 +60,11 @@ struct RunPlan {
   std::filesystem::path resume_from;  ///< the checkpoint checkpoint.resume continues from ("": a fresh start)
   int64_t resume_step = 0;
 };
+
+/// What this machine must offer the config, checked without building a run: the device run.device
+/// names, its precision and CUDA graph settings there, run.threads. ConfigError naming the key (as
+/// resolve_device and check_threads say it), what train() would throw at start for these.
+void check_device_support(const config::LoadedConfig& loaded);
 
 /// Sets up what train() sets up before it writes anything, as it does (the device, the data read
 /// and checked, the loaders, the model with model.init_from, the optimizer; checkpoint.resume's

@@ -1,4 +1,4 @@
-#include "ltrain/data/cifar10.h"
+#include "ltrain/data/cifar.h"
 
 #include <algorithm>
 #include <fstream>
@@ -9,6 +9,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "ltrain/core/errors.h"
@@ -24,10 +25,36 @@ std::string fetch_hint(const CifarRelease& release) {
   return fmt::format("fetch it again with {}", release.fetch_script);
 }
 
+/// Where torchvision's Python release of `release` lies in or beside `folder`; empty when nowhere.
+fs::path python_release_near(const fs::path& folder, const CifarRelease& release) {
+  const std::string_view name = release.python_folder;
+  std::error_code unreadable;  // a folder that cannot be read holds nothing here
+  for (const fs::path& candidate : {folder, folder / name, folder.parent_path() / name})
+    if (fs::is_regular_file(candidate / release.python_file, unreadable)) return candidate;
+  return {};
+}
+
+/// `path`, and for a relative one also where it leads from the working directory.
+std::string with_absolute(const fs::path& path) {
+  std::error_code no_working_folder;
+  const fs::path absolute = fs::absolute(path, no_working_folder).lexically_normal();
+  if (path.is_absolute() || no_working_folder) return path.string();
+  return fmt::format("{} ({})", path.string(), absolute.string());
+}
+
 void require_file(const fs::path& file, const CifarRelease& release) {
-  if (const std::string problem = files::not_a_regular_file(file); !problem.empty())
-    throw DataError(fmt::format("{}: {}; run {} (or point data.root at a folder with {})", file.string(), problem,
-                                release.fetch_script, release.folder_contents));
+  const std::string problem = files::not_a_regular_file(file);
+  if (problem.empty()) return;
+  std::error_code no_working_folder;
+  const fs::path python_release = python_release_near(fs::absolute(file, no_working_folder).parent_path(), release);
+  if (!python_release.empty())
+    throw DataError(fmt::format("{}: {}; {} holds torchvision's Python release of {}, which ltrain does not read: "
+                                "convert it once with bash {} --from {} (the binary files then lie in "
+                                "data/{}, data.root's default)",
+                                file.string(), problem, python_release.string(), release.name, release.fetch_script,
+                                python_release.string(), release.binary_folder));
+  throw DataError(fmt::format("{}: {}; run {} (or point data.root at a folder with {})", with_absolute(file), problem,
+                              release.fetch_script, release.folder_contents));
 }
 
 /// Checks the `records` records at `bytes`, read from `file`, against the release's published
@@ -61,6 +88,18 @@ std::string check_against_published(const fs::path& file, const uint8_t* bytes, 
                      release.fetch_script);
 }
 
+/// The records of the release's file of `file`'s name (its largest for a name it does not have).
+int64_t official_records(const fs::path& file, const CifarRelease& release) {
+  std::vector<ReleaseFile> files = release.train_files;
+  files.push_back(release.test_file);
+  int64_t largest = 0;
+  for (const ReleaseFile& official : files) {
+    if (official.name == file.filename().string()) return official.records;
+    largest = std::max(largest, official.records);
+  }
+  return largest;
+}
+
 /// A file's records and the warning about them ("" for none): files read at once log their
 /// warnings in file order.
 struct FileRecords {
@@ -88,6 +127,9 @@ CifarRelease make_cifar100_release(config::Cifar100Labels labels) {
   release.name = "CIFAR-100";
   release.fetch_script = "scripts/get-cifar100.sh";
   release.folder_contents = "train.bin and test.bin";
+  release.python_folder = "cifar-100-python";
+  release.python_file = "train";
+  release.binary_folder = "cifar-100-binary";
   release.label_bytes = {{"coarse label", config::kCifar100CoarseClasses},
                          {"fine label", config::kCifar100FineClasses}};
   release.label_byte = labels == config::Cifar100Labels::coarse ? 0 : 1;
@@ -123,6 +165,9 @@ const CifarRelease& cifar10_release() {
     r.name = "CIFAR-10";
     r.fetch_script = "scripts/get-cifar10.sh";
     r.folder_contents = "data_batch_1..5.bin and test_batch.bin";
+    r.python_folder = "cifar-10-batches-py";
+    r.python_file = "data_batch_1";
+    r.binary_folder = "cifar-10-batches-bin";
     r.label_bytes = {{"label", config::kCifar10Classes}};
     for (const char* name : {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
                              "data_batch_5.bin"})
@@ -164,6 +209,13 @@ FileRecords read_file_records(const fs::path& file, const CifarRelease& release)
                                 size_error.message()));
   const auto bytes = static_cast<int64_t>(file_bytes);
   const int64_t record_bytes = release.record_bytes();
+  // Checked before reading: a file larger than the release's would be read whole into memory.
+  const int64_t most_bytes = official_records(file, release) * record_bytes;
+  if (bytes > most_bytes)
+    throw DataError(fmt::format("{}: {} bytes, more than {}'s {} ({} bytes, {} records of {} bytes): not a {} binary "
+                                "file of the expected size; {}",
+                                file.string(), bytes, release.name, file.filename().string(), most_bytes,
+                                most_bytes / record_bytes, record_bytes, release.name, fetch_hint(release)));
   if (bytes == 0)
     throw DataError(fmt::format("{}: empty file (0 bytes): the download was interrupted; {}", file.string(),
                                 fetch_hint(release)));
@@ -267,7 +319,7 @@ TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t see
   return sets;
 }
 
-TrainTestSets load_sets(const config::DataSection& data, uint64_t seed) {
+TrainTestSets load_sets(const config::DataSection& data, uint64_t seed, const std::vector<fs::path>& other_bases) {
   switch (data.source) {
     case config::DataSource::cifar10:
     case config::DataSource::cifar100: {
@@ -276,7 +328,27 @@ TrainTestSets load_sets(const config::DataSection& data, uint64_t seed) {
         throw ConfigError(fmt::format("data.image_size: {0}'s images are {1}x{1}, not {2}x{2}; set data.source to "
                                       "synthetic to measure steps at {2}x{2}, or leave data.image_size at {1}",
                                       release.name, kImageSide, data.image_size));
-      return read_cifar(data.root, release);
+      const fs::path root = data.root;
+      std::error_code unreadable;
+      if (root.is_absolute() || fs::is_directory(root, unreadable) || other_bases.empty())
+        return read_cifar(root, release);
+      for (const fs::path& base : other_bases)
+        if (fs::is_directory(base / root, unreadable)) {
+          spdlog::info("data.root {}: not in the working directory; reading {}", root.string(), (base / root).string());
+          return read_cifar(base / root, release);
+        }
+      try {
+        return read_cifar(root, release);
+      } catch (const DataError& error) {
+        std::vector<std::string> tried{fs::absolute(root, unreadable).lexically_normal().string()};
+        for (const fs::path& base : other_bases)  // each place once: the working directory may be one of them
+          if (const std::string place = (base / root).lexically_normal().string();
+              std::find(tried.begin(), tried.end(), place) == tried.end())
+            tried.push_back(place);
+        throw DataError(fmt::format("{}; data.root \"{}\" was looked for in {} (a relative data.root left at its "
+                                    "default: the working directory first, then ltrain's own folder)",
+                                    error.what(), root.string(), fmt::join(tried, " and ")));
+      }
     }
     case config::DataSource::synthetic:
       return make_synthetic(data.synthetic_train_size, data.synthetic_test_size, seed, data.image_size);

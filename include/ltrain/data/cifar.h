@@ -70,6 +70,11 @@ struct CifarRelease {
   std::string_view name;             ///< "CIFAR-10", "CIFAR-100", as messages name it
   std::string_view fetch_script;     ///< "scripts/get-cifar10.sh"
   std::string_view folder_contents;  ///< "data_batch_1..5.bin and test_batch.bin", said when one is missing
+  /// torchvision's Python release of the same data: its folder's name and a file it holds
+  /// ("cifar-10-batches-py", "data_batch_1"), recognised where the binary files are missing.
+  std::string_view python_folder;
+  std::string_view python_file;
+  std::string_view binary_folder;  ///< the folder fetch_script fills ("cifar-10-batches-bin")
   std::vector<LabelByte> label_bytes;  ///< the bytes before a record's pixels, in order
   size_t label_byte = 0;               ///< which of them is the label the sets get
   std::vector<ReleaseFile> train_files;  ///< concatenated in this order
@@ -116,7 +121,10 @@ int64_t synthetic_pool_images(int64_t image_size);
 TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t seed, int64_t image_size = kImageSide);
 
 /// The source `data.source` names, on the CPU. ConfigError for a data.image_size other than 32 with
-/// CIFAR-10 or CIFAR-100.
-TrainTestSets load_sets(const config::DataSection& data, uint64_t seed);
+/// CIFAR-10 or CIFAR-100. A relative data.root that is no folder under the working directory is
+/// looked for under each of `other_bases` in turn (the first folder found is read, with a note);
+/// where none has it, the DataError names every place looked in.
+TrainTestSets load_sets(const config::DataSection& data, uint64_t seed,
+                        const std::vector<std::filesystem::path>& other_bases = {});
 
 }  // namespace ltrain::data

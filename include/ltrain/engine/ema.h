@@ -13,11 +13,11 @@
 
 namespace ltrain::engine {
 
-class WeightAverage {
+class Ema {
  public:
   /// Starts equal to the model's current values. The model must outlive it; its tensors must
   /// keep their addresses (they do through load_state_dict and graph capture).
-  WeightAverage(torch::nn::Module& model, double decay);
+  Ema(torch::nn::Module& model, double decay);
 
   /// One update after an optimizer step: two multi-tensor kernels, no host sync.
   void update();
@@ -26,19 +26,19 @@ class WeightAverage {
   /// evaluation graph sees it); the model's own values come back on destruction.
   class Applied {
    public:
-    explicit Applied(WeightAverage& average);
+    explicit Applied(Ema& average);
     ~Applied();
     Applied(const Applied&) = delete;
     Applied& operator=(const Applied&) = delete;
 
    private:
-    WeightAverage& average_;
+    Ema& average_;
     std::vector<torch::Tensor> saved_;  // the model's own values
   };
 
   /// The model's state_dict with the averaged values (integer buffers: the model's), for the
   /// checkpoint's averaged weights and for evaluation and export.
-  NamedTensors averaged_state_dict() const;
+  NamedTensors weights() const;
   /// Takes the averaged values from a checkpoint's averaged weights; DataError naming `file` when
   /// one is missing or has another shape.
   void load(const NamedTensors& averaged, const std::filesystem::path& file);

@@ -1,4 +1,4 @@
-#include "ltrain/engine/weight_average.h"
+#include "ltrain/engine/ema.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 
 namespace ltrain::engine {
 
-WeightAverage::WeightAverage(torch::nn::Module& model, double decay) : decay_(decay), model_state_(state_dict(model)) {
+Ema::Ema(torch::nn::Module& model, double decay) : decay_(decay), model_state_(state_dict(model)) {
   torch::NoGradGuard no_grad;
   for (size_t index = 0; index < model_state_.size(); ++index) {
     const torch::Tensor& value = model_state_[index].second;
@@ -18,13 +18,13 @@ WeightAverage::WeightAverage(torch::nn::Module& model, double decay) : decay_(de
   }
 }
 
-void WeightAverage::update() {
+void Ema::update() {
   torch::NoGradGuard no_grad;
   torch::_foreach_mul_(averages_, decay_);
   torch::_foreach_add_(averages_, live_, 1.0 - decay_);
 }
 
-WeightAverage::Applied::Applied(WeightAverage& average) : average_(average) {
+Ema::Applied::Applied(Ema& average) : average_(average) {
   torch::NoGradGuard no_grad;
   saved_.reserve(average_.live_.size());
   for (size_t i = 0; i < average_.live_.size(); ++i) {
@@ -33,18 +33,18 @@ WeightAverage::Applied::Applied(WeightAverage& average) : average_(average) {
   }
 }
 
-WeightAverage::Applied::~Applied() {
+Ema::Applied::~Applied() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < saved_.size(); ++i) average_.live_[i].detach().copy_(saved_[i]);
 }
 
-NamedTensors WeightAverage::averaged_state_dict() const {
+NamedTensors Ema::weights() const {
   NamedTensors out = model_state_;
   for (size_t i = 0; i < averaged_index_.size(); ++i) out[averaged_index_[i]].second = averages_[i];
   return out;
 }
 
-void WeightAverage::load(const NamedTensors& averaged, const std::filesystem::path& file) {
+void Ema::load(const NamedTensors& averaged, const std::filesystem::path& file) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < averaged_index_.size(); ++i) {
     const std::string& name = model_state_[averaged_index_[i]].first;
