@@ -269,16 +269,23 @@ TEST(Run, BuildsThePartsItIsAskedFor) {
   EXPECT_GT(models::count_parameters(*bare.model()), 0);
 }
 
-TEST(Trainer, TrainLogHoldsEachLineAsItIsLogged) {
-  TempDir dir;
+/// A one-epoch synthetic run named "log" under `dir`, logging every `log_every_steps`; its train.log
+/// as it stood when step 2 ended goes to `seen_at_step_two`.
+TrainResult train_reading_the_log_at_step_two(const TempDir& dir, int log_every_steps, std::string& seen_at_step_two) {
   const auto log = dir.path() / "log" / "train.log";
-  std::string seen_at_step_two;
   TrainHooks hooks;
   hooks.after_step = [&](int64_t step) {
     if (step == 2) seen_at_step_two = read_file(log);
   };
-  train(synthetic_run({"run.out_dir=" + dir.path().string(), "run.name=log", "run.epochs=1", "run.log_every_steps=1"}),
-        hooks);
+  return train(synthetic_run({"run.out_dir=" + dir.path().string(), "run.name=log", "run.epochs=1",
+                              "run.log_every_steps=" + std::to_string(log_every_steps)}),
+               hooks);
+}
+
+TEST(Trainer, TrainLogHoldsEachLineAsItIsLogged) {
+  TempDir dir;
+  std::string seen_at_step_two;
+  train_reading_the_log_at_step_two(dir, 1, seen_at_step_two);
   // What `tail -f` shows during the run: the start-up lines and step 1's line, before step 2 ends.
   EXPECT_NE(seen_at_step_two.find(" settings differ from the defaults:"), std::string::npos) << seen_at_step_two;
   EXPECT_NE(seen_at_step_two.find("step 1/4 | loss "), std::string::npos) << seen_at_step_two;
@@ -286,15 +293,8 @@ TEST(Trainer, TrainLogHoldsEachLineAsItIsLogged) {
 
 TEST(Trainer, FirstProgressLineComesAfterTheFirstStepNotAtTheFirstLogInterval) {
   TempDir dir;
-  const auto log = dir.path() / "log" / "train.log";
   std::string seen_at_step_two;
-  TrainHooks hooks;
-  hooks.after_step = [&](int64_t step) {
-    if (step == 2) seen_at_step_two = read_file(log);
-  };
-  const TrainResult result = train(
-      synthetic_run({"run.out_dir=" + dir.path().string(), "run.name=log", "run.epochs=1", "run.log_every_steps=3"}),
-      hooks);
+  const TrainResult result = train_reading_the_log_at_step_two(dir, 3, seen_at_step_two);
   EXPECT_NE(seen_at_step_two.find("step 1/4 | loss "), std::string::npos) << seen_at_step_two;
   // The early line reads the sums without taking them: the metrics keep their log intervals.
   std::vector<int64_t> step_rows;
