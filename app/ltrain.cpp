@@ -1,4 +1,5 @@
-// ltrain: the library's dispatcher runs the command; main maps what it throws to exit codes.
+// ltrain-core, the program that the ltrain launcher (app/launcher.cpp) runs: the library's dispatcher
+// runs the command; main maps what it throws to exit codes.
 #include <sstream>
 #include <string>
 
@@ -13,7 +14,8 @@
 namespace {
 
 /// SIGINT/SIGTERM end ltrain with one line and exit code 130 (a training run checkpoints first),
-/// never with the default action's silent 143.
+/// never with the default action's silent 143. A signal that came while the launcher held them
+/// blocked is delivered at the unblocking.
 void take_stop_signals(int /*argc*/, char** /*argv*/, char** /*environment*/) {
   ltrain::interrupt::install_stop_handlers();
   ltrain::interrupt::unblock_stop_signals();

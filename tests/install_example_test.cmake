@@ -32,7 +32,7 @@ file(MAKE_DIRECTORY "${WORK_DIR}")
 # ---- The install ---------------------------------------------------------------------------------
 run("cmake --install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}")
 foreach(file IN ITEMS "${LIBDIR}/cmake/ltrain/ltrainConfig.cmake" "${LIBDIR}/cmake/ltrain/ltrainConfigVersion.cmake"
-                      "${LIBDIR}/cmake/ltrain/ltrainTargets.cmake" "${LIBDIR}/libltrain.a" "bin/ltrain"
+                      "${LIBDIR}/cmake/ltrain/ltrainTargets.cmake" "${LIBDIR}/libltrain.a" "bin/ltrain" "bin/ltrain-core"
                       "include/ltrain/engine/trainer.h" "include/ltrain/config/load.h"
                       "include/ltrain/kernels/device_fit.h")
   expect("${prefix}/${file} to be installed" EXISTS "${prefix}/${file}")
@@ -55,9 +55,17 @@ foreach(header IN LISTS headers)
     expect("${included}, which ${header} includes, to be installed" EXISTS "${prefix}/include/${included}")
   endforeach()
 endforeach()
-# The installed executable finds its libraries (LibTorch outside the system's folders, by its RPATH).
+# The installed launcher runs the installed ltrain-core, which finds its libraries (LibTorch outside
+# the system's folders, by its RPATH).
 run("the installed ltrain" "${prefix}/bin/ltrain" --version)
 expect("ltrain --version to print the project's version, got: ${output}" output MATCHES "^ltrain [0-9]+\\.[0-9]+\\.[0-9]+ ")
+# A launcher copied away from its ltrain-core: one line and exit code 127 (the pattern's "." stands for
+# the message's semicolon, which would split expect()'s arguments).
+file(COPY "${prefix}/bin/ltrain" DESTINATION "${WORK_DIR}/alone")
+execute_process(COMMAND "${WORK_DIR}/alone/ltrain" --version RESULT_VARIABLE code OUTPUT_VARIABLE output ERROR_VARIABLE err)
+expect("a launcher alone to exit 127, got ${code}" code EQUAL 127)
+expect("a launcher alone to say what is missing, got: ${err}"
+       err MATCHES "^ltrain: cannot run [^\n]*/alone/ltrain-core: No such file or directory. ltrain and ltrain-core belong in one folder[^\n]*\n$")
 
 # ---- The example, a project of its own against the installed package -----------------------------
 # The prefix path, a list, goes in through an initial cache file: as an argument, run()'s list of

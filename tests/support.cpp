@@ -244,17 +244,26 @@ void LtrainProcess::type(const std::string& text) {
 bool LtrainProcess::runs_ltrain() const {
   std::error_code error;
   const std::filesystem::path image = std::filesystem::read_symlink("/proc/" + std::to_string(pid_) + "/exe", error);
-  return !error && image == std::filesystem::canonical(LTRAIN_EXECUTABLE);
+  return !error && (image == std::filesystem::canonical(LTRAIN_EXECUTABLE) ||
+                    image == std::filesystem::canonical(LTRAIN_PROGRAM));
 }
+
+namespace {
+/// Whether SIGTERM is in the signal set on the line of /proc/PID/status that starts with `field`.
+bool sigterm_in_status(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(field, 0) == 0) return (std::stoull(line.substr(field.size()), nullptr, 16) >> (SIGTERM - 1)) & 1;
+  return false;
+}
+}  // namespace
 
 bool LtrainProcess::catches_sigterm() const {
   // Before exec the child is a copy of this process, whose handlers say nothing about ltrain's.
-  if (!runs_ltrain()) return false;
-  std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (SIGTERM - 1)) & 1;
-  return false;
+  return runs_ltrain() && sigterm_in_status(pid_, "SigCgt:");
 }
+
+bool LtrainProcess::blocks_sigterm() const { return runs_ltrain() && sigterm_in_status(pid_, "SigBlk:"); }
 
 int LtrainProcess::wait(double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

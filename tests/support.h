@@ -129,11 +129,15 @@ class LtrainProcess {
   std::string output() const;
   /// Writes `text` to the terminal, as typed (Output::terminal only): "\x03" is Ctrl-C.
   void type(const std::string& text);
-  /// True once it runs ltrain's program (exec done; the dynamic loader may still be at work).
+  /// True once it runs ltrain (exec done): the launcher, or the ltrain-core it runs (whose dynamic
+  /// loader may still be at work).
   bool runs_ltrain() const;
   /// True once its SIGTERM handler is installed (from /proc/PID/status): before the shared
   /// libraries' initializers, long before main().
   bool catches_sigterm() const;
+  /// True while SIGTERM is blocked in it (from /proc/PID/status): the ltrain launcher blocks it
+  /// from its first instruction until ltrain-core's handler is installed.
+  bool blocks_sigterm() const;
   /// Waits up to `seconds` for it to end: its exit code, 128 + N after signal N, -1 on a timeout.
   int wait(double seconds);
 

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <thread>
 
@@ -460,6 +461,39 @@ TEST(Signals, SigtermBeforeMainEndsWithOneLineAndExitCode130) {
   ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   EXPECT_EQ(WEXITSTATUS(status), 130);
   EXPECT_EQ(read_file(dir.path() / "out"), "\nltrain: stopped by signal 15\n");
+}
+
+// From ltrain's first instruction on: while the loader maps LibTorch's libraries into ltrain-core,
+// during their initializers, while the config loads. The launcher blocks SIGTERM before anything
+// else and ltrain-core unblocks it once its handler is installed; ltrain-core started alone would
+// end silently with 143 while it loads. (Before the first instruction, while the kernel still
+// executes the launcher, a signal meets the default action whatever the program.)
+TEST(Signals, SigtermInTheFirst300MillisecondsEndsWithOneLineAndExitCode130) {
+  TempDir dir;
+  const fs::path config = write_config_file(resumable_run(dir.path(), "run", {"run.epochs=100"}), dir.path() / "c.json");
+  std::vector<double> delays_ms{0, 0.2, 1, 2, 5, 10, 20, 40, 70, 100, 150, 200, 300};
+  const unsigned seed = std::random_device{}();
+  std::mt19937 random(seed);
+  std::uniform_real_distribution<double> uniform_ms(0.0, 300.0);
+  for (int extra = 0; extra < 8; ++extra) delays_ms.push_back(uniform_ms(random));
+  for (const double delay_ms : delays_ms) {
+    const std::string context = "delay " + std::to_string(delay_ms) + " ms (seed " + std::to_string(seed) + "):\n";
+    LtrainProcess run({"train", "--config", config.string()});
+    // Its first state with SIGTERM taken care of: blocked (by the launcher), not yet caught.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    bool blocked = false, caught = false;
+    while (!blocked && !caught && std::chrono::steady_clock::now() < deadline) {
+      blocked = run.blocks_sigterm();
+      caught = run.catches_sigterm();
+      if (!blocked && !caught) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    ASSERT_TRUE(blocked) << context << (caught ? "SIGTERM was caught before it was ever seen blocked" : "timed out")
+                         << "\n" << run.output();
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
+    ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+    EXPECT_EQ(run.wait(120), 130) << context << run.output();
+    EXPECT_EQ(count_of(run.output(), "stopped by signal 15"), 1u) << context << run.output();
+  }
 }
 
 TEST(Signals, TwoSigtermsMillisecondsApartStillCheckpoint) {

@@ -129,7 +129,7 @@ check_runtime_libs() {
       echo "host-build: warning: $exe: $(ldd "$exe" | grep 'not found' | awk '{print $1}' | paste -sd' ') not found" >&2
       missing=1
     fi
-  done < <(find "$build" -maxdepth 3 -type f -perm -u+x \( -name 'ltrain' -o -name 'ltrain_*' \) 2>/dev/null)
+  done < <(find "$build" -maxdepth 3 -type f -perm -u+x \( -name 'ltrain' -o -name 'ltrain-core' -o -name 'ltrain_*' \) 2>/dev/null)
   if (( missing )); then
     echo "host-build: run with: export LD_LIBRARY_PATH=$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" >&2
   else

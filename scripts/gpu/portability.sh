@@ -37,9 +37,10 @@ build() {
     return 1
   fi
   grep -E "ltrain: CUDA kernels for|ltrain: LibTorch" "$out/build-$name.log"
-  cp build-gpu/ltrain "$modes_dir/ltrain-$name"
+  # ltrain-core is the program itself (the launcher, ltrain, only runs the one beside it): each mode's copy.
+  cp build-gpu/ltrain-core "$modes_dir/ltrain-$name"
   if command -v cuobjdump >/dev/null; then
-    { cuobjdump --list-elf build-gpu/ltrain; cuobjdump --list-ptx build-gpu/ltrain; } >"$out/cuobjdump-$name.txt" 2>&1
+    { cuobjdump --list-elf build-gpu/ltrain-core; cuobjdump --list-ptx build-gpu/ltrain-core; } >"$out/cuobjdump-$name.txt" 2>&1
     echo "kernels carried: $(grep -oE 'sm_[0-9]+a?' "$out/cuobjdump-$name.txt" | sort -u | paste -sd' ') (machine code)," \
          "$(grep -c '\.ptx' "$out/cuobjdump-$name.txt") PTX file(s) $(grep -oE 'sm_[0-9]+a?\.ptx' "$out/cuobjdump-$name.txt" | sort -u | paste -sd' ')"
   fi

@@ -56,7 +56,8 @@ Several processes: ltrain launch, or torchrun --nproc-per-node 2 --no-python bui
 exit codes: 0 success, 1 internal error, 2 usage or config error, 3 data error,
             4 run failed (non-finite loss, out of memory), 5 another data-parallel process
             failed or hung (ltrain launch: a process failed), 6 an output file exists
-            (ltrain export without --force), 7 a sweep's point failed, 130 interrupted
+            (ltrain export without --force), 7 a sweep's point failed, 127 ltrain-core
+            missing beside ltrain, 130 interrupted
 )";
 
 /// A command's line in ltrain --help.

@@ -16,6 +16,7 @@ enum class ExitCode : int {
   peer = 5,          ///< data-parallel run: another process failed, hung, or disagrees
   output_exists = 6, ///< a command's output file exists and --force was not given: nothing written
   points_failed = 7, ///< a sweep ran to its end but some of its points failed (their rows say why)
+  cannot_start = 127, ///< the ltrain launcher found no ltrain-core to run (as a shell's "cannot execute")
   interrupted = 130, ///< SIGINT/SIGTERM
 };
 

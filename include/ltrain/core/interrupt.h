@@ -1,8 +1,9 @@
 #pragma once
 // SIGINT and SIGTERM as a request to stop.
 //
-// `install_stop_handlers` (ltrain's first code: before the shared libraries' initializers, and
-// again in main) makes them so for the whole life of the process.
+// `install_stop_handlers` (ltrain-core's first code: before the shared libraries' initializers, and
+// again in main) makes them so for the whole life of the process. Until then the ltrain launcher
+// (app/launcher.cpp) holds both signals blocked: one that comes while the loader works waits.
 // While a `StopRequests` scope is alive (a training run, its set-up included), a signal only sets
 // a flag that the run polls: set-up stops before anything is written, the training loop finishes
 // its step, writes a checkpoint and stops (exit code 130). Signals within kStopGraceSeconds of
@@ -20,8 +21,8 @@ inline constexpr double kStopGraceSeconds = 2.0;
 /// signal that the process was started with ignored stays ignored.
 void install_stop_handlers();
 
-/// Unblocks SIGINT and SIGTERM, which `ltrain launch` blocks in a rank until its handlers exist
-/// (a signal that came meanwhile is delivered now).
+/// Unblocks SIGINT and SIGTERM, which the ltrain launcher and `ltrain launch` (in a rank) block
+/// until the handlers exist (a signal that came meanwhile is delivered now).
 void unblock_stop_signals();
 
 /// True once SIGINT or SIGTERM arrived since the current StopRequests scope began.
