@@ -19,6 +19,7 @@
 #include <cudnn.h>
 
 #include "ltrain/kernels/conv_graph.h"
+#include "resnet50_layers.h"
 
 using namespace ltrain::kernels;
 
@@ -222,44 +223,6 @@ bool check_numerics(cudaStream_t stream) {
                 e < tolerance ? "ok" : "WRONG", e, engine);
   }
   return ok;
-}
-
-struct Layer {
-  ConvShape shape;
-  int count;               // how often the network has it
-  bool normalized_input;   // its input is a BatchNorm + ReLU output that is read by it alone
-};
-
-/// ResNet-50's convolutions after the stem (torchvision v1.5), at `side` x `side` into layer1, and
-/// the stem's own.
-std::vector<Layer> resnet50_layers(int64_t batch, int64_t side, bool imagenet_stem) {
-  std::vector<Layer> layers;
-  auto add = [&](ConvShape s, bool normalized) {
-    for (Layer& l : layers)
-      if (l.shape == s && l.normalized_input == normalized) {
-        ++l.count;
-        return;
-      }
-    layers.push_back({s, 1, normalized});
-  };
-  if (imagenet_stem) add({batch, 8, side * 4, side * 4, 64, 7, 2, 3}, false);  // 3 channels padded to 8
-  else add({batch, 8, side, side, 64, 3, 1, 1}, false);
-  const int blocks[4] = {3, 4, 6, 3};
-  int64_t in = 64;
-  for (int stage = 0; stage < 4; ++stage) {
-    const int64_t planes = 64LL << stage, out = planes * 4;
-    for (int block = 0; block < blocks[stage]; ++block) {
-      const int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
-      const int64_t out_side = (side + stride - 1) / stride;
-      add({batch, in, side, side, planes, 1, 1, 0}, false);
-      add({batch, planes, side, side, planes, 3, stride, 1}, true);
-      add({batch, planes, out_side, out_side, out, 1, 1, 0}, true);
-      if (block == 0) add({batch, in, side, side, out, 1, stride, 0}, false);
-      in = out;
-      side = out_side;
-    }
-  }
-  return layers;
 }
 
 /// Microseconds per run of the fastest of `plans` (20 runs captured in a CUDA graph, replayed 3

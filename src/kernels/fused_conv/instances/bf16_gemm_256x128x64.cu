@@ -1,0 +1,7 @@
+// One CUTLASS configuration of the convolution with statistics (conv_statistics.cuh): bf16,
+// GemmStatisticsKernel, tile 256x128x64, 3 stages.
+#define LTRAIN_FUSED_CONV_INSTANTIATE_GEMM
+#include "../conv_statistics.cuh"
+
+LTRAIN_FUSED_CONV_INSTANCE(GemmStatisticsKernel, ElementType::bfloat16, cutlass::bfloat16_t,
+                           FusedConvConfig::gemm_256x128x64, 256, 128, 3)
