@@ -50,9 +50,9 @@ __attribute__((section(".preinit_array"), used)) static void (*block_stop_signal
 #endif
 // The executable's entry point (the linker's -e): its first instructions block SIGINT and SIGTERM
 // (rt_sigprocmask(SIG_BLOCK, {SIGINT, SIGTERM}, NULL, 8)), then the C library's _start runs as it
-// would have. The C library's start-up before the pre-initialization array takes about half a
-// millisecond, a window in which a signal would still meet the default action. %rdx (a function
-// for atexit, from the loader) is kept for _start; the stack is untouched.
+// would have. The C library's start-up runs before the pre-initialization array, a window in which
+// a signal would still meet the default action. %rdx (a function for atexit, from the loader) is
+// kept for _start; the stack is untouched.
 __asm__(R"(
   .text
   .globl ltrain_launcher_entry
