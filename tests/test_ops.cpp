@@ -39,8 +39,15 @@ models::BatchNorm2d gpu_batch_norm(int64_t channels) {
   return norm;
 }
 
-/// Which single-kernel BatchNorm a test calls.
-enum class BatchNormPath { cudnn, ltrain };
+/// Which single-kernel BatchNorm a test calls: ltrain_given_statistics hands ltrain's kernels x's
+/// per-channel sums and sums of squares, as a convolution with statistics would (ops/fused_conv.h).
+enum class BatchNormPath { cudnn, ltrain, ltrain_given_statistics };
+
+/// [2,C] float32: x's sums over batch and space, and of its squares, from float32 operators.
+torch::Tensor statistics_of(const torch::Tensor& x) {
+  const torch::Tensor x32 = x.detach().to(torch::kFloat32);
+  return torch::stack({x32.sum({0, 2, 3}), x32.square().sum({0, 2, 3})}).contiguous();
+}
 
 /// What one call of a single-kernel BatchNorm left: output, gradients and running statistics.
 struct BatchNormResult {
@@ -78,8 +85,10 @@ BatchNormResult run_batch_norm(BatchNormPath path, bool reference, torch::Scalar
   } else {
     const ops::BatchNormParameters parameters{norm->weight, norm->bias, norm->running_mean, norm->running_var,
                                                  models::BatchNorm2dImpl::kMomentum, models::BatchNorm2dImpl::kEps};
-    y = path == BatchNormPath::ltrain ? ops::ltrain_batch_norm(x, residual, relu, parameters)
-                                   : ops::cudnn_batch_norm(x, residual, parameters);
+    if (path == BatchNormPath::cudnn) y = ops::cudnn_batch_norm(x, residual, parameters);
+    if (path == BatchNormPath::ltrain) y = ops::ltrain_batch_norm(x, residual, relu, parameters);
+    if (path == BatchNormPath::ltrain_given_statistics)
+      y = ops::ltrain_batch_norm(x, residual, relu, parameters, nullptr, statistics_of(x));
     if (!y.defined()) return {};
   }
   y.backward(reference ? grad_y.to(torch::kFloat32) : grad_y);
@@ -166,6 +175,55 @@ TEST(LtrainBatchNorm, MatchesFloat32OperatorsForEachActivationAndShape_CUDA) {
   }
   EXPECT_TRUE(reductions.count("grid"));
   EXPECT_TRUE(reductions.count("streaming"));
+}
+
+TEST(LtrainBatchNorm, GivenStatisticsGiveTheSameValuesGradientsAndRunningStatistics_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_batch_norm_fit(torch::kCUDA));
+  // The shapes of the reductions above (cluster, grid, streamed), and rows no block divides; a
+  // mean of 3 beside a spread of 1, as a convolution's output may have, where E[x^2] - E[x]^2 cancels.
+  const std::vector<std::vector<int64_t>> shapes = {{16, 64, 8, 8}, {3, 256, 5, 3}, {130, 64, 8, 8}, {257, 512, 8, 8}};
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    for (const auto& shape : shapes) {
+      for (const int activation : {0, 1, 2}) {
+        const bool relu = activation > 0, add_residual = activation == 2;
+        SCOPED_TRACE(::testing::Message() << dtype << " " << c10::IntArrayRef(shape)
+                                          << (relu ? add_residual ? " add+relu" : " relu" : " no activation"));
+        const BatchNormResult given = run_batch_norm(BatchNormPath::ltrain_given_statistics, false, dtype, shape,
+                                                     relu, add_residual, /*offset=*/3.0);
+        ASSERT_TRUE(given.y.defined()) << "the kernels declined";
+        EXPECT_TRUE(given.y.is_contiguous(at::MemoryFormat::ChannelsLast));
+        expect_close(given, run_batch_norm(BatchNormPath::ltrain, true, dtype, shape, relu, add_residual, 3.0),
+                     batch_norm_tolerance(dtype));
+      }
+    }
+  }
+}
+
+TEST(LtrainBatchNorm, StatisticsOfAnotherShapeAreComputedAgainNotUsed_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_batch_norm_fit(torch::kCUDA));
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf);
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({8, 64, 4, 4}, options).contiguous(at::MemoryFormat::ChannelsLast);
+  models::BatchNorm2d norm = gpu_batch_norm(64);
+  const ops::BatchNormParameters parameters{norm->weight, norm->bias, norm->running_mean.clone(),
+                                               norm->running_var.clone(), models::BatchNorm2dImpl::kMomentum,
+                                               models::BatchNorm2dImpl::kEps};
+  const torch::Tensor own = ops::ltrain_batch_norm(x, {}, true, parameters);
+  const ops::BatchNormParameters again{norm->weight, norm->bias, norm->running_mean.clone(),
+                                          norm->running_var.clone(), models::BatchNorm2dImpl::kMomentum,
+                                          models::BatchNorm2dImpl::kEps};
+  // Wrong statistics of a wrong shape ([2,32], float64, [64]): each would give other values if used.
+  for (const torch::Tensor& wrong :
+       {torch::full({2, 32}, 1e3, options.dtype(torch::kFloat32)), statistics_of(x).to(torch::kFloat64) * 2,
+        torch::full({64}, 1e3, options.dtype(torch::kFloat32))}) {
+    const torch::Tensor y = ops::ltrain_batch_norm(x, {}, true, again, nullptr, wrong);
+    ASSERT_TRUE(y.defined());
+    EXPECT_TRUE(torch::equal(y, own));
+  }
+  // And statistics that fit are used: doubled sums of squares give another output.
+  torch::Tensor doubled = statistics_of(x);
+  doubled[1].mul_(2.0);
+  EXPECT_FALSE(torch::equal(ops::ltrain_batch_norm(x, {}, true, again, nullptr, doubled), own));
 }
 
 TEST(LtrainBatchNorm, AddsTheSecondOutputsGradientAsAutogradWouldHaveAddedIt_CUDA) {

@@ -17,6 +17,7 @@ namespace ltrain::kernels {
 namespace {
 
 using batch_norm_detail::Accumulators;
+using batch_norm_detail::given_statistics_forward_of;
 using batch_norm_detail::group_channels_of;
 using batch_norm_detail::kernels_of;
 using batch_norm_detail::KernelSet;
@@ -158,11 +159,16 @@ LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const Batc
 
 bool is_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
+/// What every kernel here takes: fp16 or bf16, channels a power of two from 8 to 2048, 2 rows or more.
+bool takes_type_and_shape(ElementType type, const BatchNormShape& shape) {
+  if (type != ElementType::float16 && type != ElementType::bfloat16) return false;
+  if (!is_power_of_two(shape.channels) || shape.channels < kVector || shape.channels > kMaxChannels) return false;
+  return shape.rows >= 2;
+}
+
 /// plan_for, for what the kernels take at all, once per shape and device.
 LaunchPlan checked_plan_for(ElementType type, BatchNormActivation activation, const BatchNormShape& shape) {
-  if (type != ElementType::float16 && type != ElementType::bfloat16) return {};
-  if (!is_power_of_two(shape.channels) || shape.channels < kVector || shape.channels > kMaxChannels) return {};
-  if (shape.rows < 2) return {};
+  if (!takes_type_and_shape(type, shape)) return {};
   const auto key = std::make_tuple(static_cast<int>(type), static_cast<int>(activation), shape.rows, shape.channels);
   return cached_per_device<LaunchPlan>(key, [&](int) { return plan_for(type, activation, shape); });
 }
@@ -230,6 +236,7 @@ KernelFit batch_norm_fit() {
     const KernelSet set = kernels_of(ElementType::float16, BatchNormActivation::add_relu, reduction);
     kernels.insert(kernels.end(), {set.forward, set.backward, set.backward_second});
   }
+  kernels.push_back(given_statistics_forward_of(ElementType::float16, BatchNormActivation::add_relu));
   return fit_on_current_device(kernels, kThreads, Cooperation::grid_or_cluster);
 }
 
@@ -260,6 +267,28 @@ cudaError_t batch_norm_backward(ElementType type, BatchNormActivation activation
   const LaunchPlan plan = checked_plan_for(type, activation, shape);
   const void* kernel = arguments.grad_y_second != nullptr ? plan.kernels.backward_second : plan.kernels.backward;
   return launch(kernel, plan.reduction, shape, plan.row_groups, arguments, stream);
+}
+
+bool batch_norm_given_statistics_supported(ElementType type, const BatchNormShape& shape) {
+  return takes_type_and_shape(type, shape);
+}
+
+cudaError_t batch_norm_forward_given_statistics(ElementType type, BatchNormActivation activation,
+                                                const BatchNormShape& shape, const BatchNormForward& arguments,
+                                                cudaStream_t stream) {
+  const void* kernel = given_statistics_forward_of(type, activation);
+  if (kernel == nullptr || !takes_type_and_shape(type, shape)) return cudaErrorNotSupported;
+  if (arguments.sum == nullptr || arguments.square_sum == nullptr) return cudaErrorInvalidValue;
+  const int64_t channel_groups = shape.channels / group_channels_of(shape.channels);
+  const int64_t lanes = kThreads / (group_channels_of(shape.channels) / kVector);
+  // The device filled with blocks, 2048 threads an SM, but no block without rows.
+  const int64_t filling = std::max<int64_t>(1, int64_t{current_device_limits().multiprocessors} * 8 / channel_groups);
+  const dim3 grid(static_cast<unsigned>(std::min(filling, ceil_div(shape.rows, lanes))),
+                  static_cast<unsigned>(channel_groups));
+  BatchNormShape shape_argument = shape;
+  BatchNormForward kernel_arguments = arguments;
+  void* parameters[] = {&shape_argument, &kernel_arguments};
+  return cudaLaunchKernel(kernel, grid, dim3(kThreads), parameters, 0, stream);
 }
 
 }  // namespace ltrain::kernels

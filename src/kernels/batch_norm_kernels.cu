@@ -523,6 +523,39 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
   }
 }
 
+// With the statistics given: the sums of x and x^2 over the rows came from the convolution that
+// wrote x (kernels/fused_conv.h), so no block waits for another. Each block turns the sums into its
+// channels' scale and offset, then streams its rows once, kStreamRows at a time; any grid size.
+template <typename T, BatchNormActivation kActivation>
+__global__ void __launch_bounds__(kThreads) given_statistics_forward_kernel(BatchNormShape shape, BatchNormForward a) {
+  const Place place = place_of(shape.channels);
+  float sum[kVector], sum_of_squares[kVector], scale[kVector], offset[kVector];
+  load_channels(a.sum, place, sum);
+  load_channels(a.square_sum, place, sum_of_squares);
+  load_channels(a.weight, place, scale);
+  load_channels(a.bias, place, offset);
+  // Sums of x itself (shift 0): the convolution's epilogue has no first row to centre on. In
+  // float32, E[x^2] - E[x]^2 loses about 1e-7 of E[x^2], far below the inputs' own rounding.
+  const float no_shift[kVector] = {};
+  normalize_statistics(sum, sum_of_squares, no_shift, place, shape, a, scale, offset);
+  const int streamed_rows = streamed_rows_of(place, shape);
+  for (int step = 0; step < streamed_rows; step += kStreamRows) {
+    uint4 x_rows[kStreamRows], residual_rows[kStreamRows];
+#pragma unroll
+    for (int j = 0; j < kStreamRows; ++j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at < 0) continue;
+      x_rows[j] = load_raw<T>(a.x, at);
+      if (kActivation == BatchNormActivation::add_relu) residual_rows[j] = load_raw<T>(a.residual, at);
+    }
+#pragma unroll
+    for (int j = 0; j < kStreamRows; ++j) {
+      const int64_t at = element_of(place, step + j, shape);
+      if (at >= 0) store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[j], residual_rows[j], scale, offset));
+    }
+  }
+}
+
 template <typename T, BatchNormActivation kActivation, Reduction kReduction>
 KernelSet register_kernels_of() {
   KernelSet kernels{reinterpret_cast<const void*>(&forward_kernel<T, kActivation, kReduction>),
@@ -564,7 +597,26 @@ KernelSet kernels_of(ElementType type, BatchNormActivation activation) {
   return {};
 }
 
+template <typename T>
+const void* given_statistics_forward_of(BatchNormActivation activation) {
+  switch (activation) {
+    case BatchNormActivation::none:
+      return reinterpret_cast<const void*>(&given_statistics_forward_kernel<T, BatchNormActivation::none>);
+    case BatchNormActivation::relu:
+      return reinterpret_cast<const void*>(&given_statistics_forward_kernel<T, BatchNormActivation::relu>);
+    case BatchNormActivation::add_relu:
+      return reinterpret_cast<const void*>(&given_statistics_forward_kernel<T, BatchNormActivation::add_relu>);
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+const void* given_statistics_forward_of(ElementType type, BatchNormActivation activation) {
+  if (type == ElementType::float16) return given_statistics_forward_of<__half>(activation);
+  if (type == ElementType::bfloat16) return given_statistics_forward_of<__nv_bfloat16>(activation);
+  return nullptr;
+}
 
 KernelSet kernels_of(ElementType type, BatchNormActivation activation, Reduction reduction) {
   if (reduction == Reduction::cluster) return kernels_of<Reduction::cluster>(type, activation);

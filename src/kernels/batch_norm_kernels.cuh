@@ -49,4 +49,10 @@ struct KernelSet {
 /// a channel group's row groups.
 KernelSet kernels_of(ElementType type, BatchNormActivation activation, Reduction reduction);
 
+/// The forward kernel that takes the statistics as given sums (BatchNormForward's sum and
+/// square_sum) for fp16 or bf16 `type`; null for other types. It takes (BatchNormShape,
+/// BatchNormForward), runs kThreads threads a block on a grid of (any number of row groups,
+/// channels / group_channels_of(channels)), with no cooperation between blocks.
+const void* given_statistics_forward_of(ElementType type, BatchNormActivation activation);
+
 }  // namespace ltrain::kernels::batch_norm_detail

@@ -40,9 +40,9 @@ torch::Tensor synchronized_batch_norm(const torch::Tensor& x, const BatchNormPar
 /// The fused backends in their order; an undefined tensor where neither takes the input.
 torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
                                const BatchNormParameters& parameters, const BatchNormBackends& backends,
-                               torch::Tensor* second_output) {
+                               torch::Tensor* second_output, const torch::Tensor& statistics) {
   if (backends.ltrain) {
-    torch::Tensor y = ltrain_batch_norm(x, residual, relu, parameters, second_output);
+    torch::Tensor y = ltrain_batch_norm(x, residual, relu, parameters, second_output, statistics);
     if (y.defined()) return y;
   }
   if (backends.cudnn && relu) return cudnn_batch_norm(x, residual, parameters);
@@ -53,12 +53,12 @@ torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& resi
 
 torch::Tensor batch_norm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
                          const BatchNormParameters& parameters, bool training, const BatchNormBackends& backends,
-                         torch::Tensor* second_output) {
+                         torch::Tensor* second_output, const torch::Tensor& statistics) {
   torch::Tensor y;
   if (training && backends.sum_over_ranks) {
     y = synchronized_batch_norm(x, parameters, backends.sum_over_ranks);
   } else if (training) {
-    torch::Tensor fused = fused_batch_norm(x, residual, relu, parameters, backends, second_output);
+    torch::Tensor fused = fused_batch_norm(x, residual, relu, parameters, backends, second_output, statistics);
     if (fused.defined()) return fused;
   }
   if (!y.defined())

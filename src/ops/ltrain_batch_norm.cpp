@@ -19,7 +19,7 @@ kernels::KernelFit ltrain_batch_norm_fit(const torch::Device&) { return {false, 
 kernels::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device) { return ltrain_batch_norm_fit(device); }
 
 torch::Tensor ltrain_batch_norm(const torch::Tensor&, const torch::Tensor&, bool, const BatchNormParameters&,
-                                torch::Tensor*) {
+                                torch::Tensor*, const torch::Tensor&) {
   return {};
 }
 
@@ -57,12 +57,15 @@ torch::Tensor kernel_gradient(const torch::Tensor& gradient, const torch::Tensor
 class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
  public:
   /// `residual_or_x`: the residual for add_relu, x again otherwise (a custom function takes no
-  /// undefined tensors); `activation`: a BatchNormActivation. Returns {y}, or with
-  /// `second_output` {y, y again}: two autograd outputs over one buffer.
+  /// undefined tensors); `activation`: a BatchNormActivation; `statistics_or_x`: with
+  /// `given_statistics`, x's per-channel sums and sums of squares ([2,C] float32, not
+  /// differentiable), else x again. Returns {y}, or with `second_output` {y, y again}: two
+  /// autograd outputs over one buffer.
   static variable_list forward(AutogradContext* context, const torch::Tensor& x, const torch::Tensor& residual_or_x,
-                               int64_t activation, bool second_output, const torch::Tensor& weight,
-                               const torch::Tensor& bias, const torch::Tensor& running_mean,
-                               const torch::Tensor& running_var, double momentum, double eps) {
+                               int64_t activation, bool second_output, const torch::Tensor& statistics_or_x,
+                               bool given_statistics, const torch::Tensor& weight, const torch::Tensor& bias,
+                               const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
+                               double eps) {
     const c10::cuda::CUDAGuard device_guard(x.device());
     const torch::Tensor y = torch::empty_like(x);                   // x's layout: channels_last
     const torch::Tensor saved_mean = torch::empty_like(weight);     // [C] float32
@@ -79,9 +82,17 @@ class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
     arguments.saved_inv_std = saved_inv_std.data_ptr<float>();
     arguments.momentum = momentum;
     arguments.eps = eps;
-    throw_on_error(kernels::batch_norm_forward(element_type(x), activation_of(activation), shape_of(x),
-                                                             arguments, current_stream_of(x)),
-                            "BatchNorm kernel, forward");
+    if (given_statistics) {
+      arguments.sum = statistics_or_x.data_ptr<float>();
+      arguments.square_sum = arguments.sum + x.size(1);
+      throw_on_error(kernels::batch_norm_forward_given_statistics(element_type(x), activation_of(activation),
+                                                                  shape_of(x), arguments, current_stream_of(x)),
+                     "BatchNorm kernel with given statistics, forward");
+    } else {
+      throw_on_error(kernels::batch_norm_forward(element_type(x), activation_of(activation), shape_of(x), arguments,
+                                                 current_stream_of(x)),
+                     "BatchNorm kernel, forward");
+    }
     // The ReLU's gradient needs the output's sign; without a ReLU nothing needs the output.
     const bool has_relu = activation_of(activation) != BatchNormActivation::none;
     context->save_for_backward({x, has_relu ? y : torch::Tensor(), weight, saved_mean, saved_inv_std});
@@ -105,9 +116,11 @@ class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
     const torch::Tensor& saved_inv_std = saved[4];
     const BatchNormActivation activation = activation_of(context->saved_data["activation"].toInt());
 
-    // One gradient per forward argument: x, residual_or_x, activation, second_output, weight,
-    // bias, running_mean, running_var, momentum, eps.
-    variable_list grads(10);
+    // One gradient per forward argument: x, residual_or_x, activation, second_output,
+    // statistics_or_x, given_statistics, weight, bias, running_mean, running_var, momentum, eps.
+    // The backward is the same with the statistics given: they are x's, and its formula holds
+    // their dependence on x.
+    variable_list grads(12);
     // y's gradients through each output that reached the loss; the kernel adds the second.
     torch::Tensor grad_y = grad_outputs[0];
     torch::Tensor grad_y_second = grad_outputs.size() > 1 ? grad_outputs[1] : torch::Tensor();
@@ -138,11 +151,17 @@ class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
                             "BatchNorm kernel, backward");
     grads[0] = grad_x;
     grads[1] = grad_residual;
-    grads[4] = grad_weight;
-    grads[5] = grad_bias;
+    grads[6] = grad_weight;
+    grads[7] = grad_bias;
     return grads;
   }
 };
+
+/// [2,C] float32 sums of x and x^2 on x's device, contiguous.
+bool are_statistics_of(const torch::Tensor& statistics, const torch::Tensor& x) {
+  return statistics.scalar_type() == torch::kFloat32 && statistics.dim() == 2 && statistics.size(0) == 2 &&
+         statistics.size(1) == x.size(1) && statistics.is_contiguous() && statistics.device() == x.device();
+}
 
 }  // namespace
 
@@ -155,7 +174,8 @@ kernels::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device) {
 }
 
 torch::Tensor ltrain_batch_norm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
-                                const BatchNormParameters& parameters, torch::Tensor* second_output) {
+                                const BatchNormParameters& parameters, torch::Tensor* second_output,
+                                const torch::Tensor& statistics) {
   if (!relu && residual.defined()) return {};
   if (!takes_half_nhwc_batch_norm(x, residual, parameters)) return {};
   if (!vector_aligned(x) || (residual.defined() && !vector_aligned(residual))) return {};
@@ -168,12 +188,16 @@ torch::Tensor ltrain_batch_norm(const torch::Tensor& x, const torch::Tensor& res
   const BatchNormActivation activation = activation_of(relu, residual.defined());
   if (!kernels::batch_norm_supported(element_type(x), activation, shape_of(x), current_stream_of(x)))
     return {};
+  // Statistics that do not fit are computed again rather than refused.
+  const bool given_statistics = statistics.defined() && are_statistics_of(statistics, x) &&
+                                kernels::batch_norm_given_statistics_supported(element_type(x), shape_of(x));
   // The kernels add a second gradient only after a residual add: a residual block's output.
   if (activation != BatchNormActivation::add_relu) second_output = nullptr;
   variable_list outputs =
       LtrainBatchNorm::apply(x, residual.defined() ? residual : x, static_cast<int64_t>(activation),
-                          second_output != nullptr, parameters.weight, parameters.bias, parameters.running_mean,
-                          parameters.running_var, parameters.momentum, parameters.eps);
+                             second_output != nullptr, given_statistics ? statistics : x, given_statistics,
+                             parameters.weight, parameters.bias, parameters.running_mean, parameters.running_var,
+                             parameters.momentum, parameters.eps);
   if (second_output != nullptr) *second_output = std::move(outputs[1]);
   return std::move(outputs[0]);
 }

@@ -19,6 +19,9 @@
 //   H200) are read twice instead of held: the grid's reduction between a first pass that sums and a
 //   second, last row first (the likeliest in L2), that writes. The backward stores g (the gradient
 //   after the activation) in the first pass and reads it back in the second.
+// Where the convolution that wrote x also summed it and its square per channel
+// (kernels/fused_conv.h), batch_norm_forward_given_statistics takes the statistics from those
+// sums: no reduction at all, and x is read once even where it is streamed.
 //
 // Plain CUDA (no LibTorch headers); ops/ltrain_batch_norm.cpp wraps them as an autograd function.
 #pragma once
@@ -78,6 +81,10 @@ struct BatchNormForward {
   float* saved_inv_std = nullptr;
   double momentum = 0.1;
   double eps = 1e-5;
+  // batch_norm_forward_given_statistics only: the per-channel sums of x and of x^2 over the rows
+  // ([channels] each), from which it takes the batch statistics instead of reading x for them.
+  const float* sum = nullptr;
+  const float* square_sum = nullptr;
 };
 
 struct BatchNormBackward {
@@ -103,5 +110,20 @@ cudaError_t batch_norm_forward(ElementType type, BatchNormActivation activation,
                                     const BatchNormForward& arguments, cudaStream_t stream);
 cudaError_t batch_norm_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                      const BatchNormBackward& arguments, cudaStream_t stream);
+
+/// Whether batch_norm_forward_given_statistics takes this type and shape: fp16 or bf16, channels
+/// a power of two from 8 to 2048, at least 2 rows. It needs no reduction: no cluster, cooperative
+/// launch or accumulators (batch_norm_fit covers its image).
+bool batch_norm_given_statistics_supported(ElementType type, const BatchNormShape& shape);
+
+/// The forward with the batch's statistics taken from arguments.sum and square_sum (the sums over
+/// the rows of x and x^2, e.g. from the convolution that wrote x: kernels/fused_conv.h) rather
+/// than from x: one pass that reads x once, no block waiting for another. It writes what
+/// batch_norm_forward writes (y, the saved and the running statistics), and batch_norm_backward
+/// is its backward. Enqueued on `stream`; cudaErrorNotSupported for what
+/// batch_norm_given_statistics_supported refuses, cudaErrorInvalidValue without the sums.
+cudaError_t batch_norm_forward_given_statistics(ElementType type, BatchNormActivation activation,
+                                                const BatchNormShape& shape, const BatchNormForward& arguments,
+                                                cudaStream_t stream);
 
 }  // namespace ltrain::kernels

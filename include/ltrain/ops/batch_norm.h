@@ -40,6 +40,9 @@ struct BatchNormBackends {
   /// with the statistics of every rank's batch (float32, ATen operators), as
   /// torch.nn.SyncBatchNorm does, and the backends above are not used.
   std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks;
+  /// The convolutions before the BatchNorm layers hand them their output's statistics where
+  /// ops/fused_conv.h takes the convolution (model.fused_conv); only ltrain's kernels use them.
+  bool conv_statistics = false;
 };
 
 /// batch_norm(x), then with `relu` relu(... + residual) (residual undefined: no add; without
@@ -47,10 +50,13 @@ struct BatchNormBackends {
 /// the running statistics updated in place, on the first backend of `backends` that takes the
 /// input; in evaluation the running statistics, on ATen's operators. With `second_output` and a
 /// residual, where ltrain's kernels ran, *second_output becomes a second autograd output with the
-/// same values (ltrain_batch_norm); it is left as it is otherwise.
+/// same values (ltrain_batch_norm); it is left as it is otherwise. `statistics`: x's per-channel
+/// sums and sums of squares where the convolution that made x computed them
+/// (ops/fused_conv.h), which ltrain's kernels then use instead of reading x for them; the other
+/// backends ignore them.
 torch::Tensor batch_norm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
                          const BatchNormParameters& parameters, bool training, const BatchNormBackends& backends,
-                         torch::Tensor* second_output = nullptr);
+                         torch::Tensor* second_output = nullptr, const torch::Tensor& statistics = {});
 
 // ---- The backends one by one, for tests, benchmarks and `ltrain doctor` --------------------------
 
@@ -78,8 +84,12 @@ kernels::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device);
 /// read gets one gradient from each, and the backward kernel adds them as it loads them, where
 /// autograd would otherwise add them in a kernel of its own first. Neither output may be changed
 /// in place. Without a residual *second_output is left as it is.
+/// With `statistics` ([2,C] float32 on x's device, contiguous: the sums over batch and space of
+/// x and of x^2, not differentiable), the forward takes the batch's statistics from them and
+/// reads x once; statistics of another form are ignored.
 torch::Tensor ltrain_batch_norm(const torch::Tensor& x, const torch::Tensor& residual, bool relu,
-                                const BatchNormParameters& parameters, torch::Tensor* second_output = nullptr);
+                                const BatchNormParameters& parameters, torch::Tensor* second_output = nullptr,
+                                const torch::Tensor& statistics = {});
 
 /// How ltrain's kernels would combine their blocks' sums for an x of this shape and dtype on its
 /// device, with a ReLU and a residual or not: "cluster" (within one thread-block cluster, in a
