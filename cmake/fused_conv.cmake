@@ -8,8 +8,8 @@
 # its Python packages; not yet in scripts/requirements.txt while the option is off), found through the
 # project's Python; or LTRAIN_CUTLASS_DIR, a CUTLASS source tree (include/ and tools/util/include/).
 #
-# Defines the library ltrain_fused_conv (nothing in ltrain links it yet) and, for the tests,
-# LTRAIN_FUSED_CONV_SOURCES.
+# Defines the library ltrain_fused_conv, which ltrain links (ops/fused_conv.h, model.fused_conv),
+# and, for the tests, LTRAIN_FUSED_CONV_SOURCES.
 option(LTRAIN_FUSED_CONV "Build ltrain's CUTLASS convolutions with BatchNorm statistics (sm_90a) and their GPU test" OFF)
 set(LTRAIN_CUTLASS_DIR "" CACHE PATH
     "A CUTLASS source tree (include/, tools/util/include/) for LTRAIN_FUSED_CONV; empty: the nvidia-cutlass wheel in .venv/")

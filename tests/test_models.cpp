@@ -1,6 +1,9 @@
 // ResNet architecture, names, init and forward, checked against torchvision's numbers.
 #include <cmath>
 #include <iostream>
+#include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "ltrain/engine/train_step.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/ops/batch_norm.h"
+#include "ltrain/ops/fused_conv.h"
 #include "support.h"
 
 namespace {
@@ -592,6 +596,118 @@ TEST(ResNet, GradientsOnEachBatchNormBackendAreAsCloseToFloat32AsTheUnfusedModel
               << overall_relative_difference(fused, unfused) << "\n";
     EXPECT_LT(fused_error, 1.5 * unfused_error + 1e-3) << name;
   }
+}
+
+/// The names of every autograd node `output` was computed through.
+std::set<std::string> autograd_node_names(const torch::Tensor& output) {
+  std::set<std::string> names;
+  std::vector<torch::autograd::Node*> pending{output.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!pending.empty()) {
+    torch::autograd::Node* node = pending.back();
+    pending.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    names.insert(node->name());
+    for (const auto& edge : node->next_edges()) pending.push_back(edge.function.get());
+  }
+  return names;
+}
+
+bool any_name_contains(const std::set<std::string>& names, const std::string& part) {
+  for (const std::string& name : names)
+    if (name.find(part) != std::string::npos) return true;
+  return false;
+}
+
+TEST(ResNet, FusedConvolutionsChangeNothingWhereTheyDoNotRun) {
+  // On the CPU (and in builds without the kernels) model.fused_conv leaves the model as it was.
+  auto logits = [](bool fused) {
+    ModelSection options = model_options(Arch::resnet50, 8, Stem::cifar);
+    options.fused_conv = fused;
+    torch::manual_seed(2);
+    ResNet model(options);
+    model->train();
+    torch::manual_seed(3);
+    return model->forward(torch::randn({2, 3, 32, 32}));
+  };
+  EXPECT_TRUE(torch::equal(logits(true), logits(false)));
+}
+
+TEST(ResNet, FusedConvolutionsInABottleneckAreAsCloseToFloat32AsCudnns_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::fused_conv_fit(torch::kCUDA));
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_batch_norm_fit(torch::kCUDA));
+  // One bottleneck at 32x32 (64 -> 16 -> 16 -> 64 channels, identity shortcut): its two 1x1
+  // convolutions are taken, ahead of a ReLU and of an add + ReLU with a second output. One
+  // block, not a network: a randomly initialized ResNet-50's gradients move by half their norm
+  // with rounding alone, whichever kernels run.
+  struct Outcome {
+    torch::Tensor y;
+    std::vector<torch::Tensor> grads, running;
+    std::set<std::string> nodes;
+  };
+  const testing::CudnnFlags repeatable(/*deterministic=*/false, /*benchmark=*/false);
+  auto run_block = [](std::optional<torch::ScalarType> half, bool fused) {
+    auto backends = std::make_shared<ops::BatchNormBackends>();
+    backends->conv_statistics = fused;
+    torch::manual_seed(21);
+    auto block = std::make_shared<models::BottleneckImpl>(64, 16, 1, torch::nn::Sequential(nullptr), backends);
+    block->to(torch::kCUDA);
+    for (auto& parameter : block->parameters())
+      if (parameter.dim() == 4) parameter.set_data(parameter.contiguous(at::MemoryFormat::ChannelsLast));
+    block->train();
+    torch::manual_seed(22);
+    const auto options = torch::TensorOptions().device(torch::kCUDA);
+    const torch::Tensor x0 = torch::randn({8, 64, 32, 32}, options).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor grad_y = torch::randn({8, 64, 32, 32}, options).contiguous(at::MemoryFormat::ChannelsLast);
+    Outcome outcome;
+    const torch::Tensor x = (half ? x0.to(*half) : x0).detach().requires_grad_(true);
+    {
+      const amp::AutocastGuard autocast(torch::kCUDA, half.value_or(torch::kHalf), half.has_value());
+      outcome.y = block->forward(x);
+      outcome.nodes = autograd_node_names(outcome.y);
+    }
+    outcome.y.backward(grad_y.to(outcome.y.scalar_type()));
+    outcome.y = outcome.y.detach().to(torch::kFloat32);
+    outcome.grads.push_back(x.grad().to(torch::kFloat32));
+    for (const auto& p : block->parameters()) outcome.grads.push_back(p.grad().to(torch::kFloat32));
+    for (const auto& b : block->buffers())
+      if (b.is_floating_point()) outcome.running.push_back(b.clone());
+    return outcome;
+  };
+  const Outcome reference = run_block(std::nullopt, false);
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const Outcome cudnn = run_block(dtype, false);
+    const Outcome fused = run_block(dtype, true);
+    EXPECT_TRUE(any_name_contains(fused.nodes, "ConvWithStatistics"));
+    EXPECT_FALSE(any_name_contains(cudnn.nodes, "ConvWithStatistics"));
+    const double unfused_error = overall_relative_difference(cudnn.grads, reference.grads);
+    const double fused_error = overall_relative_difference(fused.grads, reference.grads);
+    std::cout << c10::toString(dtype) << " bottleneck gradients against float32: fused " << fused_error << ", cuDNN's "
+              << unfused_error << "; outputs " << overall_relative_difference({fused.y}, {reference.y}) << " and "
+              << overall_relative_difference({cudnn.y}, {reference.y}) << "\n";
+    EXPECT_LT(fused_error, 1.5 * unfused_error + 1e-3);
+    EXPECT_LT(overall_relative_difference({fused.y}, {reference.y}),
+              1.5 * overall_relative_difference({cudnn.y}, {reference.y}) + 1e-3);
+    EXPECT_LT(overall_relative_difference(fused.running, reference.running), 1e-3);
+  }
+}
+
+TEST(ResNet, FusedConvolutionsStepAsideInEvaluationAndForSmallMaps_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::fused_conv_fit(torch::kCUDA));
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_batch_norm_fit(torch::kCUDA));
+  const auto loaded = gpu_config({"model.arch=resnet50", "model.channels_last=true", "precision.mode=bf16",
+                                  "model.fused_conv=true"});
+  models::ResNet model = engine::build_model(loaded, torch::kCUDA);
+  const amp::AutocastGuard autocast(torch::kCUDA, torch::kBFloat16);
+  // 16x16 images leave every 1x1 convolution below 32x32: none pays.
+  const torch::Tensor small = torch::randn({4, 3, 16, 16}, torch::kCUDA).contiguous(at::MemoryFormat::ChannelsLast);
+  EXPECT_FALSE(any_name_contains(autograd_node_names(model->forward(small)), "ConvWithStatistics"));
+  const torch::Tensor images = torch::randn({4, 3, 32, 32}, torch::kCUDA).contiguous(at::MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(any_name_contains(autograd_node_names(model->forward(images)), "ConvWithStatistics"));
+  // Evaluation normalizes with the running statistics: no convolution computes the batch's.
+  model->eval();
+  EXPECT_FALSE(any_name_contains(autograd_node_names(model->forward(images)), "ConvWithStatistics"));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "ltrain/kernels/device_fit.h"
 #include "ltrain/ops/batch_norm.h"
+#include "ltrain/ops/fused_conv.h"
 #include "ltrain/ops/gradient_kernels.h"
 #include "ltrain/ops/max_pool.h"
 
@@ -54,6 +55,8 @@ GpuReport report_gpu(const env::Gpu& gpu, const env::Environment& environment) {
                      environment.cudnn != 0 ? "" : "cuDNN is not loaded"}
           : FastPath{"cuDNN's fused BatchNorm", false, "not in this build: cudnn.h was not found when it was built"});
   report.fast_paths.push_back(path_of("ltrain's max pooling kernels", ops::ltrain_max_pool_fit(device)));
+  report.fast_paths.push_back(
+      path_of("ltrain's convolutions with BatchNorm statistics (model.fused_conv)", ops::fused_conv_fit(device)));
   report.fast_paths.push_back(
       path_of("ltrain's SGD and inf/NaN check kernels", ops::ltrain_gradient_kernels_fit(device)));
   const bool nccl_built = std::find(environment.c10d_backends.begin(), environment.c10d_backends.end(), "nccl") !=

@@ -1,16 +1,28 @@
 #include "ltrain/models/resnet.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <string>
 #include <type_traits>
 #include <utility>
 
+#include "ltrain/core/torch_compat.h"
 #include "ltrain/ops/batch_norm.h"
 #include "ltrain/ops/max_pool.h"
 
 namespace ltrain::models {
 namespace {
+
+/// model.fused_conv in a build without the kernels: one warning a process, however many models.
+void warn_fused_conv_not_built() {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  spdlog::warn("model.fused_conv: {}; the convolutions run on cuDNN",
+               ops::fused_conv_fit(torch::Device(torch::kCPU)).reason);
+}
 
 /// Padding kernel/2 keeps H,W (divided by the stride); no bias, since every conv feeds a BatchNorm.
 torch::nn::Conv2d conv_no_bias(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
@@ -117,6 +129,33 @@ torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch:
   return ops::batch_norm(x, residual, /*relu=*/true, parameters(), is_training(), *backends_, second_output);
 }
 
+torch::Tensor BatchNorm2dImpl::forward_relu(const ops::ConvWithStatistics& input, const torch::Tensor& residual,
+                                            torch::Tensor* second_output) {
+  return ops::batch_norm(input.y, residual, /*relu=*/true, parameters(), is_training(), *backends_, second_output,
+                         input.statistics);
+}
+
+ops::ConvWithStatistics BatchNorm2dImpl::convolve(torch::nn::Conv2d& conv, const torch::Tensor& x) const {
+  const bool uses_statistics =
+      backends_->conv_statistics && backends_->ltrain && !backends_->sum_over_ranks && is_training();
+  if (uses_statistics) {
+    const auto& options = conv->options;
+    // Every convolution of the model comes from conv_no_bias, which pads by kernel / 2.
+    const int64_t padding = conv->weight.size(2) / 2;
+    torch::Tensor conv_weight = conv->weight;
+    // Under autocast without the step's low-precision copies (amp/low_precision_weights.h), the
+    // cast autocast's own convolution would make.
+    if (conv_weight.scalar_type() == torch::kFloat32 && x.is_cuda() && compat::autocast_enabled(torch::kCUDA) &&
+        compat::autocast_dtype(torch::kCUDA) == x.scalar_type())
+      conv_weight = conv_weight.to(x.scalar_type());
+    if (options.groups() == 1) {
+      ops::ConvWithStatistics fused = ops::conv_with_statistics(x, conv_weight, options.stride()->at(0), padding);
+      if (fused.y.defined()) return fused;
+    }
+  }
+  return {conv->forward(x), {}};
+}
+
 // ---- Residual blocks ---------------------------------------------------------------------------
 
 torch::Tensor ResidualBlockImpl::forward(torch::Tensor x) { return forward_block({std::move(x), {}}).y; }
@@ -145,9 +184,9 @@ BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stri
   register_downsample(std::move(projection));
 }
 
-torch::Tensor BasicBlockImpl::residual_branch(torch::Tensor x) {
+ops::ConvWithStatistics BasicBlockImpl::residual_branch(torch::Tensor x) {
   x = bn1->forward_relu(conv1->forward(x));  // [B,planes,H/s,W/s]
-  return conv2->forward(x);
+  return {conv2->forward(x), {}};
 }
 
 int64_t BottleneckShape::inner_channels(int64_t planes) const {
@@ -167,10 +206,10 @@ BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stri
   register_downsample(std::move(projection));
 }
 
-torch::Tensor BottleneckImpl::residual_branch(torch::Tensor x) {
-  x = bn1->forward_relu(conv1->forward(x));  // [B,inner,H,W]
-  x = bn2->forward_relu(conv2->forward(x));  // [B,inner,H/s,W/s]
-  return conv3->forward(x);                   // [B,4*planes,H/s,W/s]
+ops::ConvWithStatistics BottleneckImpl::residual_branch(torch::Tensor x) {
+  x = bn1->forward_relu(bn1->convolve(conv1, x));  // [B,inner,H,W]
+  x = bn2->forward_relu(conv2->forward(x));         // [B,inner,H/s,W/s]
+  return bn3->convolve(conv3, x);                    // [B,4*planes,H/s,W/s]
 }
 
 // ---- ResNet ------------------------------------------------------------------------------------
@@ -179,6 +218,8 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options)
     : options_(options), batch_norm_backends_(std::make_shared<ops::BatchNormBackends>()) {
   batch_norm_backends_->ltrain = options_.ltrain_batch_norm;
   batch_norm_backends_->cudnn = options_.cudnn_batch_norm;
+  batch_norm_backends_->conv_statistics = options_.fused_conv;
+  if (options_.fused_conv && !ops::fused_conv_built()) warn_fused_conv_not_built();
   const int64_t width = options_.width;
   if (options_.stem == config::Stem::imagenet) {
     conv1 = register_module("conv1", conv_no_bias(3, width, 7, 2));

@@ -246,6 +246,12 @@ struct ModelSection {
   /// The imagenet stem's max pooling on ltrain's own CUDA kernels where they apply (CUDA,
   /// channels_last; ops/max_pool.h): same values, a smaller arg-max; false: ATen's operator.
   bool ltrain_max_pool = true;
+  /// In training, the 1x1 convolutions that a step gains by (ops/fused_conv.h: stride 1, outputs of
+  /// 32x32 or more) on ltrain's fused kernel, which also sums the output and its square per channel
+  /// for the BatchNorm after it, so that BatchNorm reads the output once (CUDA, fp16/bf16,
+  /// channels_last, weights cast once per step; a build with -DLTRAIN_FUSED_CONV=ON on an sm_90
+  /// GPU, else one warning line and cuDNN's convolutions).
+  bool fused_conv = false;
   /// Start from the weights in this safetensors file (torchvision's names, e.g. `ltrain export`
   /// output or a torchvision state_dict saved from Python); "" starts from a fresh initialization.
   std::string init_from;
@@ -267,6 +273,8 @@ struct ModelSection {
     v("cudnn_batch_norm", cudnn_batch_norm,
       "BatchNorm with its ReLU and residual add as one cuDNN kernel where ltrain's do not run (CUDA, fp16/bf16, NHWC)");
     v("ltrain_max_pool", ltrain_max_pool, "the imagenet stem's max pooling on ltrain's own CUDA kernels (NHWC)");
+    v("fused_conv", fused_conv,
+      "large 1x1 convolutions on ltrain's kernel that also sums BatchNorm's statistics (sm_90, LTRAIN_FUSED_CONV)");
     v("init_from", init_from, "start from the weights of this safetensors file, torchvision's names ("": fresh)");
   }
 };

@@ -55,6 +55,13 @@ const char* fused_conv_config_name(FusedConvConfig config);
 /// The configuration fused_conv_forward runs for `shape` under `automatic`.
 FusedConvConfig fused_conv_config(ElementType type, const FusedConvShape& shape);
 
+/// Whether a training step gains by running this convolution here rather than on cuDNN, where the
+/// BatchNorm after it then takes the statistics from the sums instead of reading y for them
+/// (kernels/batch_norm.h's batch_norm_forward_given_statistics). From the per-layer times of both
+/// pairs on an H200 (docs/BENCHMARKS.md): 1x1 convolutions of stride 1 with outputs of 32x32 or
+/// more, where the read of y the BatchNorm saves outweighs what this kernel costs over cuDNN's.
+bool fused_conv_pays(ElementType type, const FusedConvShape& shape);
+
 /// Whether the kernels take this type and shape at all (pure: no device is asked): fp16 or bf16,
 /// channels multiples of 8 (16-byte TMA rows), kernel 1..7, stride 1..8, padding < kernel, and
 /// index ranges that fit CUTLASS's 32-bit im2col coordinates. Else *why_not says why.

@@ -13,6 +13,7 @@
 #include "ltrain/config/config.h"
 #include "ltrain/models/activation_checkpoint.h"
 #include "ltrain/ops/batch_norm.h"
+#include "ltrain/ops/fused_conv.h"
 
 namespace ltrain::models {
 
@@ -42,6 +43,15 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   /// it is left as it is otherwise.
   torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {},
                              torch::Tensor* second_output = nullptr);
+  /// forward_relu(input.y, ...), taking the batch's statistics from input.statistics where they
+  /// are defined and the backend uses them (ops::batch_norm).
+  torch::Tensor forward_relu(const ops::ConvWithStatistics& input, const torch::Tensor& residual = {},
+                             torch::Tensor* second_output = nullptr);
+
+  /// conv(x), with its output's statistics where the model asks for them (model.fused_conv), this
+  /// layer is training on a backend that uses them, and ops::conv_with_statistics takes the
+  /// convolution; statistics undefined otherwise.
+  ops::ConvWithStatistics convolve(torch::nn::Conv2d& conv, const torch::Tensor& x) const;
 
   const ops::BatchNormBackends& backends() const { return *backends_; }
 
@@ -85,8 +95,9 @@ class ResidualBlockImpl : public torch::nn::Module {
 
  protected:
   /// The residual branch up to its last convolution, before last_norm():
-  /// [B,C_in,H,W] -> [B,C_out,H/stride,W/stride].
-  virtual torch::Tensor residual_branch(torch::Tensor x) = 0;
+  /// [B,C_in,H,W] -> [B,C_out,H/stride,W/stride], with that convolution's statistics for
+  /// last_norm() where it computed them (BatchNorm2dImpl::convolve).
+  virtual ops::ConvWithStatistics residual_branch(torch::Tensor x) = 0;
 
   /// Registers the projection shortcut (may be empty). Called last by the subclass constructors,
   /// because torchvision registers `downsample` after the branch's convs and norms.
@@ -109,7 +120,7 @@ class BasicBlockImpl : public ResidualBlockImpl {
   BatchNorm2d& last_norm() override { return bn2; }
 
  protected:
-  torch::Tensor residual_branch(torch::Tensor x) override;
+  ops::ConvWithStatistics residual_branch(torch::Tensor x) override;
 
  private:
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
@@ -140,7 +151,7 @@ class BottleneckImpl : public ResidualBlockImpl {
   BatchNorm2d& last_norm() override { return bn3; }
 
  protected:
-  torch::Tensor residual_branch(torch::Tensor x) override;
+  ops::ConvWithStatistics residual_branch(torch::Tensor x) override;
 
  private:
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};

@@ -182,6 +182,12 @@ FusedConvConfig fused_conv_config(ElementType, const FusedConvShape& shape) {
   return shape.out_channels <= 64 ? FusedConvConfig::conv_256x64x64 : FusedConvConfig::conv_128x128x64;
 }
 
+bool fused_conv_pays(ElementType type, const FusedConvShape& shape) {
+  constexpr int64_t kSmallestPayingMap = 32 * 32;
+  return fused_conv_supported(type, shape, nullptr) && is_gemm(shape) &&
+         shape.out_height() * shape.out_width() >= kSmallestPayingMap;
+}
+
 bool fused_conv_supported(ElementType type, const FusedConvShape& s, const char** why_not) {
   const char* why = nullptr;
   if (type != ElementType::float16 && type != ElementType::bfloat16) why = "the element type is not fp16 or bf16";
