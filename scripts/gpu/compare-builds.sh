@@ -3,10 +3,11 @@
 # (baseline first in odd rounds, candidate first in even ones) so that both see the host's drift
 # alike. Writes OUT/builds.jsonl (one bench line per run, with "build" and "round" added) and
 # OUT/builds-table.md (median img/s per build, and the median and range of the per-round ratios).
+# One binary given as both, with --candidate-set KEY=VALUE (repeatable), compares a setting on and off.
 #
 #   scripts/gpu/compare-builds.sh OUT --baseline BIN --candidate BIN [--config FILE]
 #       [--batch-sizes "256 512 1024"] [--precision fp16] [--graph on] [--rounds 5] [--steps 100]
-#       [--warmup 20]
+#       [--warmup 20] [--candidate-set KEY=VALUE]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -14,6 +15,7 @@ out="${1:?usage: scripts/gpu/compare-builds.sh OUT --baseline BIN --candidate BI
 shift
 baseline="" candidate="" config=configs/bench/resnet50-step.json
 batch_sizes="256 512 1024" precision=fp16 graph=on rounds=5 steps=100 warmup=20
+candidate_sets=()
 while (($#)); do
   (($# >= 2)) || { echo "compare-builds: $1 needs a value" >&2; exit 2; }
   case "$1" in
@@ -26,6 +28,7 @@ while (($#)); do
     --rounds) rounds="$2" ;;
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
+    --candidate-set) candidate_sets+=(--set "$2") ;;
     *) echo "compare-builds: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -38,9 +41,11 @@ results="$out/builds.jsonl"
 : >"$results"
 
 run_one() {  # $1: build label, $2: binary, $3: round, $4: batch
+  local sets=()
+  [[ $1 == candidate ]] && sets=("${candidate_sets[@]}")
   "$2" bench step --config "$config" --set "data.batch_size=$4" --set "precision.mode=$precision" \
     --set model.channels_last=true --set "cuda_graph.train=$([ "$graph" = on ] && echo true || echo false)" \
-    --warmup "$warmup" --steps "$steps" --json \
+    "${sets[@]}" --warmup "$warmup" --steps "$steps" --json \
     | python3 -c 'import json,sys
 for line in sys.stdin:
     r = json.loads(line); r.update(build=sys.argv[1], round=int(sys.argv[2])); print(json.dumps(r))' "$1" "$3" \
