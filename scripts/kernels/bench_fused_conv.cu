@@ -574,7 +574,7 @@ int main(int argc, char** argv) {
     std::printf("| %s | %d | %.1f | %.1f | %.2f |", r.name.c_str(), r.count, r.cudnn, r.fused, r.fused / r.cudnn);
     double best = -1;
     for (int c = 0; c < static_cast<int>(FusedConvConfig::count); ++c) {
-      std::printf(" %.1f |", r.per_config[c]);
+      std::printf(" %s |", time_text(r.per_config[c], "").c_str());  // blank: the configuration refused it
       if (r.per_config[c] >= 0 && (best < 0 || r.per_config[c] < best)) best = r.per_config[c];
     }
     // Blank where not taken.
