@@ -5,13 +5,10 @@
 // graph), with the time summed over the network. On a GPU host, from the repository:
 //   bash scripts/kernels/bench-conv-graph.sh [--dtype fp16|bf16] [--batch 256] [--stem imagenet|cifar]
 //                                             [--candidates 4]
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,42 +16,12 @@
 #include <cudnn.h>
 
 #include "ltrain/kernels/conv_graph.h"
+#include "bench_support.h"
 #include "resnet50_layers.h"
 
 using namespace ltrain::kernels;
 
 namespace {
-
-#define CHECK_CUDA(call)                                                                           \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));             \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-ElementType g_type = ElementType::float16;
-
-float to_float(uint16_t bits) {
-  if (g_type == ElementType::float16) {
-    __half_raw raw;
-    raw.x = bits;
-    return __half2float(__half(raw));
-  }
-  uint32_t word = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &word, 4);
-  return f;
-}
-uint16_t from_float(float f) {
-  if (g_type == ElementType::float16) {
-    __half h = __float2half_rn(f);
-    return static_cast<__half_raw>(h).x;
-  }
-  __nv_bfloat16 b = __float2bfloat16_rn(f);
-  return static_cast<__nv_bfloat16_raw>(b).x;
-}
 
 /// Host values already rounded to the element type, and their device copy.
 struct Tensor {
@@ -279,6 +246,7 @@ double time_best(cudaStream_t stream, std::vector<std::unique_ptr<ConvGraph>>& p
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_type = ElementType::float16;
   int64_t batch = 256;
   bool imagenet_stem = true;
   int candidates = 4;

@@ -15,14 +15,11 @@
 // Summed over the network (each layer times its count). On a GPU host, from the repository:
 //   bash scripts/kernels/bench-fused-conv.sh [--dtype bf16|fp16] [--batch 512] [--stem cifar|imagenet]
 //                                            [--candidates 3]
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -33,38 +30,12 @@
 #include "ltrain/kernels/batch_norm.h"
 #include "ltrain/kernels/conv_graph.h"
 #include "ltrain/kernels/fused_conv.h"
+#include "bench_support.h"
 #include "resnet50_layers.h"
 
 using namespace ltrain::kernels;
 
 namespace {
-
-#define CHECK_CUDA(call)                                                                           \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));             \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-ElementType g_type = ElementType::bfloat16;
-
-float to_float(uint16_t bits) {
-  if (g_type == ElementType::float16) {
-    __half_raw raw;
-    raw.x = bits;
-    return __half2float(__half(raw));
-  }
-  uint32_t word = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &word, 4);
-  return f;
-}
-uint16_t from_float(float f) {
-  if (g_type == ElementType::float16) return static_cast<__half_raw>(__float2half_rn(f)).x;
-  return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(f)).x;
-}
 
 FusedConvShape fused_shape(const ConvShape& s) {
   return {s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.padding};
@@ -375,6 +346,7 @@ double time_graph(cudaStream_t stream, const std::function<bool()>& enqueue) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_type = ElementType::bfloat16;
   int64_t batch = 512;
   bool imagenet_stem = false;
   int candidates = 3;
