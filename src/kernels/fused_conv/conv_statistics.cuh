@@ -109,6 +109,16 @@ inline cudaError_t launch_error(cutlass::Status status) {
   return error == cudaSuccess ? cudaErrorLaunchFailure : error;
 }
 
+/// Checks, sets up and launches a CUTLASS device adapter (convolution or GEMM) on `stream`.
+template <class Device>
+cudaError_t run_on_device(const typename Device::Arguments& arguments, cudaStream_t stream) {
+  Device device;
+  if (device.can_implement(arguments) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
+  if (Device::get_workspace_size(arguments) != 0) return cudaErrorNotSupported;  // none planned for
+  if (device.initialize(arguments, nullptr, stream) != cutlass::Status::kSuccess) return cudaErrorUnknown;
+  return launch_error(device.run(stream));
+}
+
 #ifdef LTRAIN_FUSED_CONV_INSTANTIATE_CONV
 /// Any convolution: CUTLASS's implicit GEMM (one consumer warpgroup, a CTA per tile).
 template <class Element, int TileM, int TileN, int Stages>
@@ -162,11 +172,7 @@ struct ConvStatisticsKernel {
     arguments.epilogue.thread = StatisticsEpilogue<Element, TileShape>::arguments(a.partial_sum, a.partial_square);
     cudaGetDevice(&arguments.hw_info.device_id);
 
-    Device device;
-    if (device.can_implement(arguments) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
-    if (Device::get_workspace_size(arguments) != 0) return cudaErrorNotSupported;  // none planned for
-    if (device.initialize(arguments, nullptr, stream) != cutlass::Status::kSuccess) return cudaErrorUnknown;
-    return launch_error(device.run(stream));
+    return run_on_device<Device>(arguments, stream);
   }
 };
 
@@ -217,11 +223,7 @@ struct GemmStatisticsKernel {
     cudaGetDevice(&arguments.hw_info.device_id);
     arguments.hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(arguments.hw_info.device_id);
 
-    Device device;
-    if (device.can_implement(arguments) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
-    if (Device::get_workspace_size(arguments) != 0) return cudaErrorNotSupported;  // none planned for
-    if (device.initialize(arguments, nullptr, stream) != cutlass::Status::kSuccess) return cudaErrorUnknown;
-    return launch_error(device.run(stream));
+    return run_on_device<Device>(arguments, stream);
   }
 };
 
