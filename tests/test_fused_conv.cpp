@@ -17,7 +17,7 @@ namespace ltrain {
 namespace {
 
 using kernels::FusedConvConfig;
-using kernels::FusedConvShape;
+using kernels::ConvShape;
 
 #define LTRAIN_REQUIRE_SM90()                                                                      \
   do {                                                                                             \
@@ -32,7 +32,7 @@ bool is_gemm_config(FusedConvConfig config) {
 
 /// The shapes each configuration is checked on: rows (batch * out_height * out_width) and channels
 /// that are not multiples of the tiles, strides, padding, and a 7x7 stem.
-std::vector<FusedConvShape> shapes_for(FusedConvConfig config) {
+std::vector<ConvShape> shapes_for(FusedConvConfig config) {
   if (is_gemm_config(config))
     return {{3, 64, 7, 7, 64, 1, 1, 0}, {2, 128, 9, 9, 192, 1, 1, 0}, {4, 256, 4, 4, 1024, 1, 1, 0}};
   return {{3, 64, 7, 7, 64, 3, 1, 1}, {2, 32, 9, 9, 192, 3, 2, 1}, {2, 256, 8, 8, 512, 1, 2, 0},
@@ -43,7 +43,7 @@ struct Outputs {
   torch::Tensor y, sum, square_sum;
 };
 
-Outputs run_fused(const torch::Tensor& x, const torch::Tensor& weight, const FusedConvShape& s,
+Outputs run_fused(const torch::Tensor& x, const torch::Tensor& weight, const ConvShape& s,
                   FusedConvConfig config) {
   const auto type = x.scalar_type() == torch::kFloat16 ? kernels::ElementType::float16 : kernels::ElementType::bfloat16;
   // NaN everywhere beforehand: an element the kernels do not write fails the comparison.
@@ -75,7 +75,7 @@ TEST(FusedConv, EachConfigurationMatchesFloat32Operators_CUDA) {
     const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
     for (int c = 0; c < static_cast<int>(FusedConvConfig::count); ++c) {
       const auto config = static_cast<FusedConvConfig>(c);
-      for (const FusedConvShape& s : shapes_for(config)) {
+      for (const ConvShape& s : shapes_for(config)) {
         SCOPED_TRACE(std::string(c10::toString(dtype)) + ", " + kernels::fused_conv_config_name(config) + ", " +
                      std::to_string(s.in_channels) + "->" + std::to_string(s.out_channels) + " " +
                      std::to_string(s.kernel) + "/" + std::to_string(s.stride) + " at " + std::to_string(s.height));

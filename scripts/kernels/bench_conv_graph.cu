@@ -3,7 +3,7 @@
 // then for every distinct convolution of the network at a batch size the time of the plain graph
 // and of each fused one (the fastest of cuDNN's first candidates, 20 runs replayed from a CUDA
 // graph), with the time summed over the network. On a GPU host, from the repository:
-//   bash scripts/kernels/bench-conv-graph.sh [--dtype fp16|bf16] [--batch 256] [--stem imagenet|cifar]
+//   bash scripts/kernels/bench-conv-graph.sh [--dtype fp16|bf16] [--batch 256] [--stem imagenet|cifar] [--size 32]
 //                                             [--candidates 4]
 
 #include <cmath>
@@ -249,6 +249,7 @@ int main(int argc, char** argv) {
   g_type = ElementType::float16;
   int64_t batch = 256;
   bool imagenet_stem = true;
+  int64_t image_size = 32;  // the images' side
   int candidates = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -256,6 +257,7 @@ int main(int argc, char** argv) {
     else if (flag == "--batch") batch = std::atoll(value.c_str());
     else if (flag == "--stem") imagenet_stem = value != "cifar";
     else if (flag == "--candidates") candidates = std::atoi(value.c_str());
+    else if (flag == "--size") image_size = std::atoll(value.c_str());
   }
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -264,9 +266,10 @@ int main(int argc, char** argv) {
   std::printf("numerics, against float64 on the CPU:\n");
   const bool numerics_ok = check_numerics(stream);
 
-  const int64_t side = imagenet_stem ? 8 : 32;  // into layer1, from 32x32 images
-  std::printf("\nResNet-50 convolutions, %s stem, batch %lld, us a run (fastest of %d candidates):\n",
-              imagenet_stem ? "imagenet" : "cifar", static_cast<long long>(batch), candidates);
+  std::printf("\nResNet-50 convolutions, %s stem, %lldx%lld images, batch %lld, us a run "
+              "(fastest of %d candidates):\n",
+              imagenet_stem ? "imagenet" : "cifar", static_cast<long long>(image_size),
+              static_cast<long long>(image_size), static_cast<long long>(batch), candidates);
   std::printf("| conv (C->K, k/s, side) | n | fwd | fwd+stats | sbr+fwd+stats | wgrad | sbr+wgrad | dgrad | sbr+fwd |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   struct Variant { ConvPass pass; ConvFusion fusion; bool needs_normalized_input; };
@@ -282,7 +285,7 @@ int main(int argc, char** argv) {
   // from every forward), each falling back to the plain graph where its fused one does not run.
   double plain_forward = 0, fused_forward = 0, plain_filter = 0, fused_filter = 0, data = 0;
   std::mt19937 rng(1);
-  for (const Layer& layer : resnet50_layers(batch, side, imagenet_stem)) {
+  for (const Layer& layer : resnet50_layers(batch, image_size, imagenet_stem)) {
     const ConvShape& s = layer.shape;
     const size_t x_n = s.batch * s.in_channels * s.height * s.width;
     const size_t y_n = s.batch * s.out_channels * s.out_height() * s.out_width();

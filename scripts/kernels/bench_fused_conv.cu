@@ -13,7 +13,7 @@
 //    (convolution + BatchNorm) decide whether the fused path pays in a training step. On the fused
 //    y, the two BatchNorms are checked against each other.
 // Summed over the network (each layer times its count). On a GPU host, from the repository:
-//   bash scripts/kernels/bench-fused-conv.sh [--dtype bf16|fp16] [--batch 512] [--stem cifar|imagenet]
+//   bash scripts/kernels/bench-fused-conv.sh [--dtype bf16|fp16] [--batch 512] [--stem cifar|imagenet] [--size 32]
 //                                            [--candidates 3]
 
 #include <algorithm>
@@ -36,10 +36,6 @@
 using namespace ltrain::kernels;
 
 namespace {
-
-FusedConvShape fused_shape(const ConvShape& s) {
-  return {s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.padding};
-}
 
 /// A device buffer of fp16/bf16 values drawn uniformly from [low, high), and their host copy
 /// (already rounded to the element type).
@@ -139,7 +135,7 @@ struct FusedRun {
       : y(static_cast<size_t>(s.batch * s.out_height() * s.out_width() * s.out_channels) * 2),
         sum(static_cast<size_t>(s.out_channels) * 4),
         square(static_cast<size_t>(s.out_channels) * 4),
-        workspace(fused_conv_workspace_bytes(g_type, fused_shape(s), config)) {}
+        workspace(fused_conv_workspace_bytes(g_type, s, config)) {}
   FusedConvForward arguments(const void* x, const void* w) {
     FusedConvForward a;
     a.x = x;
@@ -289,7 +285,7 @@ bool check_small(const ConvShape& full, std::mt19937& rng) {
     run.y.poison();
     run.sum.poison();
     run.square.poison();
-    const cudaError_t e = fused_conv_forward(g_type, fused_shape(s), run.arguments(x.device, w.device), nullptr, config);
+    const cudaError_t e = fused_conv_forward(g_type, s, run.arguments(x.device, w.device), nullptr, config);
     if (e != cudaSuccess) {
       std::printf("    batch 2, %-22s refused: %s\n", fused_conv_config_name(config), cudaGetErrorString(e));
       cudaGetLastError();
@@ -349,6 +345,7 @@ int main(int argc, char** argv) {
   g_type = ElementType::bfloat16;
   int64_t batch = 512;
   bool imagenet_stem = false;
+  int64_t image_size = 32;  // the images' side
   int candidates = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -356,14 +353,16 @@ int main(int argc, char** argv) {
     else if (flag == "--batch") batch = std::atoll(value.c_str());
     else if (flag == "--stem") imagenet_stem = value == "imagenet";
     else if (flag == "--candidates") candidates = std::atoi(value.c_str());
+    else if (flag == "--size") image_size = std::atoll(value.c_str());
   }
   int device = 0;
   CHECK_CUDA(cudaGetDevice(&device));
   cudaDeviceProp properties;
   CHECK_CUDA(cudaGetDeviceProperties(&properties, device));
-  std::printf("%s, cuDNN %zu, %s, ResNet-50 %s stem, batch %lld\n", properties.name, cudnnGetVersion(),
-              g_type == ElementType::float16 ? "fp16" : "bf16", imagenet_stem ? "imagenet" : "cifar",
-              static_cast<long long>(batch));
+  std::printf("%s, cuDNN %zu, %s, ResNet-50 %s stem, %lldx%lld images, batch %lld\n", properties.name,
+              cudnnGetVersion(), g_type == ElementType::float16 ? "fp16" : "bf16",
+              imagenet_stem ? "imagenet" : "cifar", static_cast<long long>(image_size),
+              static_cast<long long>(image_size), static_cast<long long>(batch));
   if (!fused_conv_device_supported(device)) {
     std::printf("the fused kernels need an sm_90 GPU; this one is sm_%d%d\n", properties.major, properties.minor);
     return 3;
@@ -371,8 +370,7 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
-  const int64_t side = imagenet_stem ? 8 : 32;  // into layer1, from 32x32 images
-  const std::vector<Layer> layers = resnet50_layers(batch, side, imagenet_stem);
+  const std::vector<Layer> layers = resnet50_layers(batch, image_size, imagenet_stem);
   std::mt19937 rng(1);
   bool numerics_ok = true;
   bool batch_norm_ok = true;
@@ -398,7 +396,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(s.stride), static_cast<long long>(s.height));
     std::printf("%s (x%d):\n", name, layer.count);
     const char* why = nullptr;
-    if (!fused_conv_supported(g_type, fused_shape(s), &why)) {
+    if (!fused_conv_supported(g_type, s, &why)) {
       std::printf("    not supported: %s\n", why);
       continue;
     }
@@ -409,7 +407,7 @@ int main(int argc, char** argv) {
     const size_t y_n = static_cast<size_t>(s.batch * s.out_height() * s.out_width() * s.out_channels);
     Values x(x_n, rng, -0.5f, 1.5f), w(w_n, rng, -0.05f, 0.05f);
     DeviceBuffer y_cudnn(y_n * 2);
-    Row row{name, layer.count, -1, -1, {}, fused_conv_config(g_type, fused_shape(s)), ""};
+    Row row{name, layer.count, -1, -1, {}, fused_conv_config(g_type, s), ""};
 
     // cuDNN's plain forward: the fastest candidate.
     std::string why_not;
@@ -437,7 +435,7 @@ int main(int argc, char** argv) {
         run.y.poison();
         run.sum.poison();
         run.square.poison();
-        const cudaError_t e = fused_conv_forward(g_type, fused_shape(s), arguments, stream, config);
+        const cudaError_t e = fused_conv_forward(g_type, s, arguments, stream, config);
         CHECK_CUDA(cudaStreamSynchronize(stream));
         if (e != cudaSuccess) {
           std::printf("    batch %lld, %-20s refused: %s\n", static_cast<long long>(s.batch),
@@ -456,7 +454,7 @@ int main(int argc, char** argv) {
                     err.sum, err.square);
       }
       row.per_config[c] = time_graph(stream, [&] {
-        return fused_conv_forward(g_type, fused_shape(s), arguments, stream, config) == cudaSuccess;
+        return fused_conv_forward(g_type, s, arguments, stream, config) == cudaSuccess;
       });
     }
     row.fused = row.per_config[static_cast<int>(row.config)];
@@ -475,7 +473,7 @@ int main(int argc, char** argv) {
       FusedRun fused(s, row.config);
       bool fused_ran = false;
       if (row.fused >= 0) {
-        fused_ran = fused_conv_forward(g_type, fused_shape(s), fused.arguments(x.device, w.device), stream,
+        fused_ran = fused_conv_forward(g_type, s, fused.arguments(x.device, w.device), stream,
                                        row.config) == cudaSuccess;
         if (!fused_ran) cudaGetLastError();
         CHECK_CUDA(cudaStreamSynchronize(stream));

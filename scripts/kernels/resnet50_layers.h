@@ -15,10 +15,12 @@ struct Layer {
   bool normalized_input;   // its input is a BatchNorm + ReLU output that is read by it alone
 };
 
-/// ResNet-50's convolutions after the stem, at `side` x `side` into layer1, and the stem's own
-/// (3 input channels padded to 8).
-inline std::vector<Layer> resnet50_layers(int64_t batch, int64_t side, bool imagenet_stem) {
+/// ResNet-50's convolutions for `image_size` x `image_size` inputs: the stem's own (3 input channels
+/// padded to 8), then the stages' from layer1 on, which the imagenet stem (7x7 stride 2, max pool
+/// stride 2) enters at a quarter of the image side and the cifar stem (3x3 stride 1) at the full side.
+inline std::vector<Layer> resnet50_layers(int64_t batch, int64_t image_size, bool imagenet_stem) {
   std::vector<Layer> layers;
+  int64_t side = imagenet_stem ? image_size / 4 : image_size;
   auto add = [&](ConvShape s, bool normalized) {
     for (Layer& l : layers)
       if (l.shape == s && l.normalized_input == normalized) {
@@ -27,8 +29,8 @@ inline std::vector<Layer> resnet50_layers(int64_t batch, int64_t side, bool imag
       }
     layers.push_back({s, 1, normalized});
   };
-  if (imagenet_stem) add({batch, 8, side * 4, side * 4, 64, 7, 2, 3}, false);
-  else add({batch, 8, side, side, 64, 3, 1, 1}, false);
+  if (imagenet_stem) add({batch, 8, image_size, image_size, 64, 7, 2, 3}, false);
+  else add({batch, 8, image_size, image_size, 64, 3, 1, 1}, false);
   const int blocks[4] = {3, 4, 6, 3};
   int64_t in = 64;
   for (int stage = 0; stage < 4; ++stage) {

@@ -326,11 +326,6 @@ std::string describe_engine(cudnnBackendDescriptor_t config) {
 
 }  // namespace
 
-bool ConvShape::operator==(const ConvShape& o) const {
-  return batch == o.batch && in_channels == o.in_channels && height == o.height && width == o.width &&
-         out_channels == o.out_channels && kernel == o.kernel && stride == o.stride && padding == o.padding;
-}
-
 std::unique_ptr<ConvGraph> ConvGraph::make_plan(void* handle_pointer, void* config_pointer) {
   cudnnHandle_t handle = static_cast<cudnnHandle_t>(handle_pointer);
   cudnnBackendDescriptor_t config = config_pointer;

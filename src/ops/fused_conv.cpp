@@ -29,9 +29,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-kernels::FusedConvShape shape_of(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride,
+kernels::ConvShape shape_of(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride,
                                  int64_t padding) {
-  kernels::FusedConvShape shape;
+  kernels::ConvShape shape;
   shape.batch = x.size(0);
   shape.in_channels = x.size(1);
   shape.height = x.size(2);
@@ -67,7 +67,7 @@ class ConvWithStatisticsFunction : public torch::autograd::Function<ConvWithStat
   static variable_list forward(AutogradContext* context, const torch::Tensor& x, const torch::Tensor& weight,
                                int64_t stride, int64_t padding) {
     const c10::cuda::CUDAGuard device_guard(x.device());
-    const kernels::FusedConvShape shape = shape_of(x, weight, stride, padding);
+    const kernels::ConvShape shape = shape_of(x, weight, stride, padding);
     const kernels::ElementType type = element_type(x);
     const torch::Tensor y =
         torch::empty({shape.batch, shape.out_channels, shape.out_height(), shape.out_width()},

@@ -17,25 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "ltrain/kernels/conv_shape.h"
 #include "ltrain/kernels/element_type.h"
 
 namespace ltrain::kernels {
-
-/// A 2-D convolution without bias, dilation 1, one group: x [batch, in_channels, height, width] ->
-/// y [batch, out_channels, out_height(), out_width()].
-struct ConvShape {
-  int64_t batch = 0;
-  int64_t in_channels = 0;
-  int64_t height = 0;
-  int64_t width = 0;
-  int64_t out_channels = 0;
-  int64_t kernel = 1;  ///< square kernel side
-  int64_t stride = 1;
-  int64_t padding = 0;
-  int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
-  int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
-  bool operator==(const ConvShape& other) const;
-};
 
 /// Which gradient or value a graph computes.
 enum class ConvPass { forward, backward_data, backward_filter };

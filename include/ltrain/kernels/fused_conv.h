@@ -19,24 +19,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ltrain/kernels/conv_shape.h"
 #include "ltrain/kernels/element_type.h"
 
 namespace ltrain::kernels {
-
-/// A 2-D convolution without bias, dilation 1, one group: x [batch, in_channels, height, width] ->
-/// y [batch, out_channels, out_height(), out_width()].
-struct FusedConvShape {
-  int64_t batch = 0;
-  int64_t in_channels = 0;
-  int64_t height = 0;
-  int64_t width = 0;
-  int64_t out_channels = 0;
-  int64_t kernel = 1;  ///< square kernel side
-  int64_t stride = 1;
-  int64_t padding = 0;
-  int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
-  int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
-};
 
 /// The compiled CUTLASS configurations (kernel, tile M x N x K, pipeline stages), one kernel each per
 /// element type. fused_conv_config picks one per shape; benchmarks may name one.
@@ -53,25 +39,25 @@ enum class FusedConvConfig : int {
 const char* fused_conv_config_name(FusedConvConfig config);
 
 /// The configuration fused_conv_forward runs for `shape` under `automatic`.
-FusedConvConfig fused_conv_config(ElementType type, const FusedConvShape& shape);
+FusedConvConfig fused_conv_config(ElementType type, const ConvShape& shape);
 
 /// Whether a training step gains by running this convolution here rather than on cuDNN, where the
 /// BatchNorm after it then takes the statistics from the sums instead of reading y for them
 /// (kernels/batch_norm.h's batch_norm_forward_given_statistics). From the per-layer times of both
 /// pairs on an H200 (docs/BENCHMARKS.md): 1x1 convolutions of stride 1 with outputs of 32x32 or
 /// more, where the read of y the BatchNorm saves outweighs what this kernel costs over cuDNN's.
-bool fused_conv_pays(ElementType type, const FusedConvShape& shape);
+bool fused_conv_pays(ElementType type, const ConvShape& shape);
 
 /// Whether the kernels take this type and shape at all (pure: no device is asked): fp16 or bf16,
 /// channels multiples of 8 (16-byte TMA rows), kernel 1..7, stride 1..8, padding < kernel, and
 /// index ranges that fit CUTLASS's 32-bit im2col coordinates. Else *why_not says why.
-bool fused_conv_supported(ElementType type, const FusedConvShape& shape, const char** why_not);
+bool fused_conv_supported(ElementType type, const ConvShape& shape, const char** why_not);
 
 /// Whether this device runs them: an sm_90 GPU (the kernels are built for sm_90a alone).
 bool fused_conv_device_supported(int device);
 
 /// Bytes of device workspace one call needs for `shape` under `config` (the per-tile partial rows).
-size_t fused_conv_workspace_bytes(ElementType type, const FusedConvShape& shape,
+size_t fused_conv_workspace_bytes(ElementType type, const ConvShape& shape,
                                   FusedConvConfig config = FusedConvConfig::automatic);
 
 struct FusedConvForward {
@@ -87,7 +73,7 @@ struct FusedConvForward {
 /// Enqueues the convolution and its statistics on `stream` (two kernels; capturable in a CUDA
 /// graph). Returns cudaErrorNotSupported for what fused_conv_supported refuses or the device cannot
 /// run, cudaErrorInvalidValue for a short workspace, else the launch error.
-cudaError_t fused_conv_forward(ElementType type, const FusedConvShape& shape, const FusedConvForward& arguments,
+cudaError_t fused_conv_forward(ElementType type, const ConvShape& shape, const FusedConvForward& arguments,
                                cudaStream_t stream, FusedConvConfig config = FusedConvConfig::automatic);
 
 }  // namespace ltrain::kernels

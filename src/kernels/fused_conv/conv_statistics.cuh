@@ -34,7 +34,7 @@ TileSize tile_size(FusedConvConfig config);
 
 /// Enqueues the CUTLASS kernel of `config` for `type` (float16 or bfloat16).
 template <ElementType type, FusedConvConfig config>
-cudaError_t run_conv_statistics(const FusedConvShape& shape, const ConvStatisticsArguments& arguments,
+cudaError_t run_conv_statistics(const ConvShape& shape, const ConvStatisticsArguments& arguments,
                                 cudaStream_t stream);
 
 }  // namespace ltrain::kernels::fused_conv_detail
@@ -146,7 +146,7 @@ struct ConvStatisticsKernel {
   using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Device = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
 
-  static cudaError_t run(const FusedConvShape& s, const ConvStatisticsArguments& a, cudaStream_t stream) {
+  static cudaError_t run(const ConvShape& s, const ConvStatisticsArguments& a, cudaStream_t stream) {
     const int n = static_cast<int>(s.batch), h = static_cast<int>(s.height), w = static_cast<int>(s.width);
     const int c = static_cast<int>(s.in_channels), k = static_cast<int>(s.out_channels);
     const int r = static_cast<int>(s.kernel), pad = static_cast<int>(s.padding), step = static_cast<int>(s.stride);
@@ -203,7 +203,7 @@ struct GemmStatisticsKernel {
                                                       CollectiveEpilogue>;
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
-  static cudaError_t run(const FusedConvShape& s, const ConvStatisticsArguments& a, cudaStream_t stream) {
+  static cudaError_t run(const ConvShape& s, const ConvStatisticsArguments& a, cudaStream_t stream) {
     if (s.kernel != 1 || s.stride != 1 || s.padding != 0) return cudaErrorNotSupported;
     const int m = static_cast<int>(s.batch * s.height * s.width), n = static_cast<int>(s.out_channels);
     const int k = static_cast<int>(s.in_channels);
@@ -236,7 +236,7 @@ struct GemmStatisticsKernel {
 #define LTRAIN_FUSED_CONV_INSTANCE(KERNEL, TYPE, ELEMENT, CONFIG, TILE_M, TILE_N, STAGES)                \
   namespace ltrain::kernels::fused_conv_detail {                                                       \
   template <>                                                                                          \
-  cudaError_t run_conv_statistics<TYPE, CONFIG>(const FusedConvShape& shape,                           \
+  cudaError_t run_conv_statistics<TYPE, CONFIG>(const ConvShape& shape,                           \
                                                    const ConvStatisticsArguments& arguments,            \
                                                    cudaStream_t stream) {                               \
     return KERNEL<ELEMENT, TILE_M, TILE_N, STAGES>::run(shape, arguments, stream);                     \

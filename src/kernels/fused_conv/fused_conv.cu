@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kFinishThreads) finish_statistics(const float*
 int64_t round_up(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
 
 /// The partial rows' shape under `config`: [tiles, padded].
-void partial_shape(const FusedConvShape& shape, FusedConvConfig config, int64_t* tiles, int64_t* padded) {
+void partial_shape(const ConvShape& shape, FusedConvConfig config, int64_t* tiles, int64_t* padded) {
   const TileSize tile = tile_size(config);
   const int64_t rows = shape.batch * shape.out_height() * shape.out_width();
   *tiles = (rows + tile.m - 1) / tile.m;
@@ -105,7 +105,7 @@ int finish_cluster_size(int64_t tiles) {
   return size;
 }
 
-cudaError_t launch_finish(const FusedConvShape& shape, FusedConvConfig config, const float* partial_sum,
+cudaError_t launch_finish(const ConvShape& shape, FusedConvConfig config, const float* partial_sum,
                           const float* partial_square, float* sum, float* square_sum, cudaStream_t stream) {
   int64_t tiles = 0, padded = 0;
   partial_shape(shape, config, &tiles, &padded);
@@ -126,7 +126,7 @@ cudaError_t launch_finish(const FusedConvShape& shape, FusedConvConfig config, c
 }
 
 template <ElementType type>
-cudaError_t run_config(FusedConvConfig config, const FusedConvShape& shape, const ConvStatisticsArguments& arguments,
+cudaError_t run_config(FusedConvConfig config, const ConvShape& shape, const ConvStatisticsArguments& arguments,
                        cudaStream_t stream) {
   switch (config) {
     case FusedConvConfig::conv_256x64x64:
@@ -160,7 +160,7 @@ using fused_conv_detail::partial_shape;
 
 namespace {
 /// In NHWC, a 1x1 convolution of stride 1 without padding is the GEMM x[M, C] w[K, C]^T.
-bool is_gemm(const FusedConvShape& s) { return s.kernel == 1 && s.stride == 1 && s.padding == 0; }
+bool is_gemm(const ConvShape& s) { return s.kernel == 1 && s.stride == 1 && s.padding == 0; }
 }  // namespace
 
 const char* fused_conv_config_name(FusedConvConfig config) {
@@ -174,7 +174,7 @@ const char* fused_conv_config_name(FusedConvConfig config) {
   }
 }
 
-FusedConvConfig fused_conv_config(ElementType, const FusedConvShape& shape) {
+FusedConvConfig fused_conv_config(ElementType, const ConvShape& shape) {
   // As measured on an H200 (docs/BENCHMARKS.md): the persistent GEMM's 256x64 tile beats its
   // 256x128 one on every 1x1 layer of ResNet-50 (the 128-wide epilogue keeps its sums in local
   // memory); the implicit GEMM's 256x64 tile suits 64 output channels, its 128x128 one the rest.
@@ -182,13 +182,13 @@ FusedConvConfig fused_conv_config(ElementType, const FusedConvShape& shape) {
   return shape.out_channels <= 64 ? FusedConvConfig::conv_256x64x64 : FusedConvConfig::conv_128x128x64;
 }
 
-bool fused_conv_pays(ElementType type, const FusedConvShape& shape) {
+bool fused_conv_pays(ElementType type, const ConvShape& shape) {
   constexpr int64_t kSmallestPayingMap = 32 * 32;
   return fused_conv_supported(type, shape, nullptr) && is_gemm(shape) &&
          shape.out_height() * shape.out_width() >= kSmallestPayingMap;
 }
 
-bool fused_conv_supported(ElementType type, const FusedConvShape& s, const char** why_not) {
+bool fused_conv_supported(ElementType type, const ConvShape& s, const char** why_not) {
   const char* why = nullptr;
   if (type != ElementType::float16 && type != ElementType::bfloat16) why = "the element type is not fp16 or bf16";
   else if (s.batch < 1 || s.height < 1 || s.width < 1) why = "an empty input";
@@ -214,14 +214,14 @@ bool fused_conv_device_supported(int device) {
   return major == 9 && minor == 0;  // sm_90a code runs on compute capability 9.0 alone
 }
 
-size_t fused_conv_workspace_bytes(ElementType type, const FusedConvShape& shape, FusedConvConfig config) {
+size_t fused_conv_workspace_bytes(ElementType type, const ConvShape& shape, FusedConvConfig config) {
   if (config == FusedConvConfig::automatic) config = fused_conv_config(type, shape);
   int64_t tiles = 0, padded = 0;
   partial_shape(shape, config, &tiles, &padded);
   return 2 * static_cast<size_t>(tiles * padded) * sizeof(float);
 }
 
-cudaError_t fused_conv_forward(ElementType type, const FusedConvShape& shape, const FusedConvForward& a,
+cudaError_t fused_conv_forward(ElementType type, const ConvShape& shape, const FusedConvForward& a,
                                cudaStream_t stream, FusedConvConfig config) {
   if (!fused_conv_supported(type, shape, nullptr)) return cudaErrorNotSupported;
   int device = 0;
