@@ -1,4 +1,5 @@
 // ResNet architecture, names, init and forward, checked against torchvision's numbers.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -598,9 +599,9 @@ TEST(ResNet, GradientsOnEachBatchNormBackendAreAsCloseToFloat32AsTheUnfusedModel
   }
 }
 
-/// The names of every autograd node `output` was computed through.
-std::set<std::string> autograd_node_names(const torch::Tensor& output) {
-  std::set<std::string> names;
+/// The names of every autograd node `output` was computed through, one entry a node.
+std::multiset<std::string> autograd_node_names(const torch::Tensor& output) {
+  std::multiset<std::string> names;
   std::vector<torch::autograd::Node*> pending{output.grad_fn().get()};
   std::set<torch::autograd::Node*> seen;
   while (!pending.empty()) {
@@ -613,10 +614,14 @@ std::set<std::string> autograd_node_names(const torch::Tensor& output) {
   return names;
 }
 
-bool any_name_contains(const std::set<std::string>& names, const std::string& part) {
-  for (const std::string& name : names)
-    if (name.find(part) != std::string::npos) return true;
-  return false;
+size_t count_names_containing(const std::multiset<std::string>& names, const std::string& part) {
+  return static_cast<size_t>(std::count_if(names.begin(), names.end(), [&](const std::string& name) {
+    return name.find(part) != std::string::npos;
+  }));
+}
+
+bool any_name_contains(const std::multiset<std::string>& names, const std::string& part) {
+  return count_names_containing(names, part) > 0;
 }
 
 TEST(ResNet, FusedConvolutionsChangeNothingWhereTheyDoNotRun) {
@@ -636,28 +641,35 @@ TEST(ResNet, FusedConvolutionsChangeNothingWhereTheyDoNotRun) {
 TEST(ResNet, FusedConvolutionsInABottleneckAreAsCloseToFloat32AsCudnns_CUDA) {
   LTRAIN_REQUIRE_KERNELS(ops::fused_conv_fit(torch::kCUDA));
   LTRAIN_REQUIRE_KERNELS(ops::ltrain_batch_norm_fit(torch::kCUDA));
-  // One bottleneck at 32x32 (64 -> 16 -> 16 -> 64 channels, identity shortcut): its two 1x1
-  // convolutions are taken, ahead of a ReLU and of an add + ReLU with a second output. One
-  // block, not a network: a randomly initialized ResNet-50's gradients move by half their norm
-  // with rounding alone, whichever kernels run.
+  // One bottleneck at 32x32 (C -> 16 -> 16 -> 64 channels): its two 1x1 convolutions are taken,
+  // ahead of a ReLU and of an add + ReLU with a second output; with 32 input channels its
+  // projection shortcut's 1x1 convolution too, ahead of a BatchNorm without ReLU. One block, not
+  // a network: a randomly initialized ResNet-50's gradients move by half their norm with rounding
+  // alone, whichever kernels run.
   struct Outcome {
     torch::Tensor y;
     std::vector<torch::Tensor> grads, running;
-    std::set<std::string> nodes;
+    std::multiset<std::string> nodes;
   };
   const testing::CudnnFlags repeatable(/*deterministic=*/false, /*benchmark=*/false);
-  auto run_block = [](std::optional<torch::ScalarType> half, bool fused) {
+  auto run_block = [](int64_t in_channels, std::optional<torch::ScalarType> half, bool fused) {
     auto backends = std::make_shared<ops::BatchNormBackends>();
     backends->conv_statistics = fused;
     torch::manual_seed(21);
-    auto block = std::make_shared<models::BottleneckImpl>(64, 16, 1, torch::nn::Sequential(nullptr), backends);
+    torch::nn::Sequential projection{nullptr};
+    if (in_channels != 64)
+      projection = torch::nn::Sequential(
+          torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, 64, 1).bias(false)),
+          models::BatchNorm2d(64, backends));
+    auto block = std::make_shared<models::BottleneckImpl>(in_channels, 16, 1, projection, backends);
     block->to(torch::kCUDA);
     for (auto& parameter : block->parameters())
       if (parameter.dim() == 4) parameter.set_data(parameter.contiguous(at::MemoryFormat::ChannelsLast));
     block->train();
     torch::manual_seed(22);
     const auto options = torch::TensorOptions().device(torch::kCUDA);
-    const torch::Tensor x0 = torch::randn({8, 64, 32, 32}, options).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor x0 =
+        torch::randn({8, in_channels, 32, 32}, options).contiguous(at::MemoryFormat::ChannelsLast);
     const torch::Tensor grad_y = torch::randn({8, 64, 32, 32}, options).contiguous(at::MemoryFormat::ChannelsLast);
     Outcome outcome;
     const torch::Tensor x = (half ? x0.to(*half) : x0).detach().requires_grad_(true);
@@ -674,22 +686,26 @@ TEST(ResNet, FusedConvolutionsInABottleneckAreAsCloseToFloat32AsCudnns_CUDA) {
       if (b.is_floating_point()) outcome.running.push_back(b.clone());
     return outcome;
   };
-  const Outcome reference = run_block(std::nullopt, false);
-  for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
-    SCOPED_TRACE(c10::toString(dtype));
-    const Outcome cudnn = run_block(dtype, false);
-    const Outcome fused = run_block(dtype, true);
-    EXPECT_TRUE(any_name_contains(fused.nodes, "ConvWithStatistics"));
-    EXPECT_FALSE(any_name_contains(cudnn.nodes, "ConvWithStatistics"));
-    const double unfused_error = overall_relative_difference(cudnn.grads, reference.grads);
-    const double fused_error = overall_relative_difference(fused.grads, reference.grads);
-    std::cout << c10::toString(dtype) << " bottleneck gradients against float32: fused " << fused_error << ", cuDNN's "
-              << unfused_error << "; outputs " << overall_relative_difference({fused.y}, {reference.y}) << " and "
-              << overall_relative_difference({cudnn.y}, {reference.y}) << "\n";
-    EXPECT_LT(fused_error, 1.5 * unfused_error + 1e-3);
-    EXPECT_LT(overall_relative_difference({fused.y}, {reference.y}),
-              1.5 * overall_relative_difference({cudnn.y}, {reference.y}) + 1e-3);
-    EXPECT_LT(overall_relative_difference(fused.running, reference.running), 1e-3);
+  for (const int64_t in_channels : {64, 32}) {
+    const size_t fused_convolutions = in_channels == 64 ? 2 : 3;
+    const Outcome reference = run_block(in_channels, std::nullopt, false);
+    for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + (in_channels == 64 ? ", identity" : ", projection"));
+      const Outcome cudnn = run_block(in_channels, dtype, false);
+      const Outcome fused = run_block(in_channels, dtype, true);
+      EXPECT_EQ(count_names_containing(fused.nodes, "ConvWithStatistics"), fused_convolutions);
+      EXPECT_FALSE(any_name_contains(cudnn.nodes, "ConvWithStatistics"));
+      const double unfused_error = overall_relative_difference(cudnn.grads, reference.grads);
+      const double fused_error = overall_relative_difference(fused.grads, reference.grads);
+      std::cout << c10::toString(dtype) << ", " << in_channels << " input channels, bottleneck gradients against "
+                << "float32: fused " << fused_error << ", cuDNN's " << unfused_error << "; outputs "
+                << overall_relative_difference({fused.y}, {reference.y}) << " and "
+                << overall_relative_difference({cudnn.y}, {reference.y}) << "\n";
+      EXPECT_LT(fused_error, 1.5 * unfused_error + 1e-3);
+      EXPECT_LT(overall_relative_difference({fused.y}, {reference.y}),
+                1.5 * overall_relative_difference({cudnn.y}, {reference.y}) + 1e-3);
+      EXPECT_LT(overall_relative_difference(fused.running, reference.running), 1e-3);
+    }
   }
 }
 

@@ -124,6 +124,11 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
   return ops::batch_norm(x, {}, /*relu=*/false, parameters(), is_training(), *backends_);
 }
 
+torch::Tensor BatchNorm2dImpl::forward_with_statistics(const ops::ConvWithStatistics& input) {
+  return ops::batch_norm(input.y, {}, /*relu=*/false, parameters(), is_training(), *backends_, nullptr,
+                         input.statistics);
+}
+
 torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual,
                                             torch::Tensor* second_output) {
   return ops::batch_norm(x, residual, /*relu=*/true, parameters(), is_training(), *backends_, second_output);
@@ -161,14 +166,27 @@ ops::ConvWithStatistics BatchNorm2dImpl::convolve(torch::nn::Conv2d& conv, const
 torch::Tensor ResidualBlockImpl::forward(torch::Tensor x) { return forward_block({std::move(x), {}}).y; }
 
 BlockOutput ResidualBlockImpl::forward_block(const BlockOutput& input) {
-  const torch::Tensor& shortcut_input = input.shortcut_input();
-  const torch::Tensor shortcut = downsample ? downsample->forward(shortcut_input) : shortcut_input;
+  const torch::Tensor shortcut_output = shortcut(input.shortcut_input());
   BlockOutput output;
   // A second output only where a gradient will flow back through it.
   const bool wants_second = torch::GradMode::is_enabled();
-  output.y = last_norm()->forward_relu(residual_branch(input.y), shortcut,
+  output.y = last_norm()->forward_relu(residual_branch(input.y), shortcut_output,
                                        wants_second ? &output.y_for_shortcut : nullptr);
   return output;
+}
+
+torch::Tensor ResidualBlockImpl::shortcut(const torch::Tensor& x) {
+  if (!downsample) return x;
+  // make_stages builds every projection as [Conv2d, BatchNorm2d]; anything else runs as it is.
+  std::shared_ptr<torch::nn::Conv2dImpl> conv;
+  std::shared_ptr<BatchNorm2dImpl> norm;
+  if (downsample->size() == 2) {
+    conv = std::dynamic_pointer_cast<torch::nn::Conv2dImpl>(downsample->ptr(0));
+    norm = std::dynamic_pointer_cast<BatchNorm2dImpl>(downsample->ptr(1));
+  }
+  if (!conv || !norm) return downsample->forward(x);
+  torch::nn::Conv2d conv_holder(conv);
+  return norm->forward_with_statistics(norm->convolve(conv_holder, x));
 }
 
 void ResidualBlockImpl::register_downsample(torch::nn::Sequential projection) {

@@ -246,10 +246,10 @@ struct ModelSection {
   /// The imagenet stem's max pooling on ltrain's own CUDA kernels where they apply (CUDA,
   /// channels_last; ops/max_pool.h): same values, a smaller arg-max; false: ATen's operator.
   bool ltrain_max_pool = true;
-  /// In training, the bottlenecks' 1x1 convolutions that a step gains by (ops/fused_conv.h: stride
-  /// 1, outputs of 32x32 or more; not the projection shortcuts') on ltrain's fused kernel, which
-  /// also sums the output and its square per channel for the BatchNorm after it, so that BatchNorm
-  /// reads the output once (CUDA, fp16/bf16, channels_last; a build with -DLTRAIN_FUSED_CONV=ON on
+  /// In training, the 1x1 convolutions that a step gains by (ops/fused_conv.h: stride 1, outputs of
+  /// 32x32 or more; the bottlenecks' first and last, and the projection shortcuts') on ltrain's
+  /// fused kernel, which also sums the output and its square per channel for the BatchNorm after
+  /// it, so that BatchNorm reads the output once (CUDA, fp16/bf16, channels_last; a build with -DLTRAIN_FUSED_CONV=ON on
   /// an sm_90 GPU, else one warning line and cuDNN's convolutions).
   bool fused_conv = false;
   /// Start from the weights in this safetensors file (torchvision's names, e.g. `ltrain export`

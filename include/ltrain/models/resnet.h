@@ -34,6 +34,10 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   /// [B,C,H,W] -> [B,C,H,W]: batch statistics (and running-statistics updates) in training,
   /// running statistics in evaluation.
   torch::Tensor forward(const torch::Tensor& x);
+  /// forward(input.y), taking the batch's statistics from input.statistics where they are defined
+  /// and the backend uses them (ops::batch_norm). Not an overload of forward(), which Sequential
+  /// needs to be unique.
+  torch::Tensor forward_with_statistics(const ops::ConvWithStatistics& input);
 
   /// relu(forward(x) + residual), or relu(forward(x)) with an undefined residual: a ResNet's
   /// BatchNorm-ReLU pairs. In training on CUDA with fp16/bf16 channels_last input, one kernel
@@ -104,6 +108,10 @@ class ResidualBlockImpl : public torch::nn::Module {
   void register_downsample(torch::nn::Sequential projection);
 
  private:
+  /// x itself, or downsample(x), its convolution handing its statistics to its BatchNorm as
+  /// BatchNorm2dImpl::convolve decides.
+  torch::Tensor shortcut(const torch::Tensor& x);
+
   torch::nn::Sequential downsample{nullptr};
 };
 
