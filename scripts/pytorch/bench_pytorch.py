@@ -47,7 +47,7 @@ from torchvision_models import ARCHS, NUM_CLASSES, SegmentCheckpointed, build_mo
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 MODES = ("eager", "compile", "graph")
-IMAGE_SIZE = 32
+IMAGE_SIZE = 32          # the default side of the random square images (--image-size)
 DATA_POOL = 4            # distinct pre-generated batches, cycled through
 GRAPH_SIDE_WARMUP = 3    # eager iterations on a side stream before capture (the docs use 3)
 PROFILED_STEPS = 5       # as ltrain bench step --profile
@@ -62,6 +62,7 @@ def parse_args(argv):
     p.add_argument("--stem", default="imagenet", choices=("imagenet", "cifar"),
                    help="cifar: 3x3 stride-1 conv1 and no maxpool")
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[256])
+    p.add_argument("--image-size", type=int, default=IMAGE_SIZE, help="side of the square images, in pixels")
     p.add_argument("--precision", nargs="+", default=["fp32", "tf32", "fp16", "bf16"], choices=PRECISIONS)
     p.add_argument("--channels-last", default="both", choices=("on", "off", "both"))
     p.add_argument("--modes", nargs="+", default=["eager"], choices=MODES)
@@ -114,10 +115,10 @@ def autocast(amp_dtype, cache_enabled=True):
     return torch.autocast("cuda", dtype=amp_dtype, cache_enabled=cache_enabled)
 
 
-def make_data(batch, channels_last, device):
-    """DATA_POOL random batches on the device: normalized-like images [B,3,32,32], labels [B]."""
+def make_data(batch, image_size, channels_last, device):
+    """DATA_POOL random batches on the device: normalized-like images [B,3,S,S], labels [B]."""
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    images = [torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE, device=device).contiguous(memory_format=fmt)
+    images = [torch.randn(batch, 3, image_size, image_size, device=device).contiguous(memory_format=fmt)
               for _ in range(DATA_POOL)]
     labels = [torch.randint(0, NUM_CLASSES, (batch,), device=device) for _ in range(DATA_POOL)]
     return images, labels
@@ -199,7 +200,7 @@ def run_config(cfg, warmup, steps, device, profile_dir=None):
     model = model.to(device=device, memory_format=fmt).train()
     criterion = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
-    images, labels = make_data(cfg["batch"], cfg["channels_last"], device)
+    images, labels = make_data(cfg["batch"], cfg["image_size"], cfg["channels_last"], device)
     use_scaler = cfg["precision"] == "fp16" and cfg["mode"] != "graph"
     scaler = torch.amp.GradScaler("cuda") if use_scaler else None
     extra = {}
@@ -351,7 +352,7 @@ def matmul_tflops(precision, n, warmup, iters, device):
 # ----------------------------------------------------------------------------------------------
 # Reporting
 
-def make_header(device, argv):
+def make_header(device, argv, image_size):
     props = torch.cuda.get_device_properties(device)
     return dict(tool="scripts/pytorch/bench_pytorch.py", argv=argv,
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -360,7 +361,7 @@ def make_header(device, argv):
                 cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
                 gpu=torch.cuda.get_device_name(device), gpu_mem_gib=round(props.total_memory / GIB, 1),
                 recipe=dict(optimizer="SGD", lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY,
-                            loss="CrossEntropyLoss", num_classes=NUM_CLASSES, image_size=IMAGE_SIZE,
+                            loss="CrossEntropyLoss", num_classes=NUM_CLASSES, image_size=image_size,
                             data="random, on device", cudnn_benchmark=True))
 
 
@@ -409,7 +410,8 @@ def configs(args):
                     for segments in args.checkpoint_segments:
                         for mode in args.modes:
                             yield dict(arch=arch, stem=args.stem, mode=mode, precision=precision,
-                                       channels_last=channels_last, checkpoint_segments=segments, batch=batch)
+                                       channels_last=channels_last, checkpoint_segments=segments, batch=batch,
+                                       image_size=args.image_size)
 
 
 def main(argv=None):
@@ -420,7 +422,7 @@ def main(argv=None):
         return 3
     device = torch.device("cuda", torch.cuda.current_device())
     torch.manual_seed(args.seed)
-    header = make_header(device, argv)
+    header = make_header(device, argv, args.image_size)
     if args.profile_dir:
         os.makedirs(args.profile_dir, exist_ok=True)
     print("bench_pytorch: torch %s, CUDA %s, cuDNN %s, %s" % (header["torch"], header["cuda"],

@@ -2,7 +2,7 @@
 """A lower bound on ResNet-50's training step from FLOPs and bytes moved, layer by layer.
 
     python3 scripts/report/step_model.py --batch 256 --stem imagenet --bandwidth-tbs B --matmul-tflops F \\
-        [--kernel-floor-us U] [--measured-img-per-s X] [--trace TRACE.json --steps 5]
+        [--kernel-floor-us U] [--measured-img-per-s X] [--trace TRACE.json --steps 5] [--fused-forward PAIRS.txt]
 
 Every layer of torchvision's ResNet-50 (bottlenecks [3, 4, 6, 3], 10 classes, square inputs of
 --image-size) is counted for one training step (forward, backward, SGD), with 16-bit activations:
@@ -26,6 +26,10 @@ The two rates are measurements, not data-sheet numbers: HBM bandwidth from a lar
 copy, the matmul rate from `ltrain bench matmul`. --kernel-floor-us is the shortest time a kernel
 takes inside a CUDA graph (launch and tail), read off a profile. --trace adds the measured GPU time
 of each kind of kernel from `ltrain bench step --profile` (Chrome trace) beside the bounds.
+--fused-forward takes the per-layer table of scripts/kernels/bench-fused-conv.sh (same workload) and
+charges the fused plan's forward convolutions what ltrain's convolution with the statistics epilogue
+measured there, where that is longer than their bound: the fused plan's bound with today's fused
+kernel in it, every other kernel of the plan still at its bound.
 """
 import argparse
 import collections
@@ -41,11 +45,14 @@ SGD_BYTES_PER_PARAMETER = 18
 class Layer:
     """One layer's share of a training step: FLOPs, bytes and kernel launches, per plan."""
 
-    def __init__(self, stage, name, kind, flops=0.0, kernels=None, bytes_=None):
+    def __init__(self, stage, name, kind, flops=0.0, kernels=None, bytes_=None, conv=None):
         self.stage, self.name, self.kind = stage, name, kind
         self.flops = flops                       # forward + backward
         self.kernels = kernels or {"today": 0, "fused": 0}
         self.bytes = bytes_ or {"today": 0.0, "fused": 0.0}
+        # A convolution's (c_in, c_out, k, stride, h_in) and its forward kernel's FLOPs and bytes.
+        self.conv = conv
+        self.forward_flops, self.forward_bytes = 0.0, 0.0
 
 
 def conv_layer(stage, name, n, h_in, c_in, c_out, k, stride, groups=1, first=False, fused_input=True):
@@ -60,7 +67,9 @@ def conv_layer(stage, name, n, h_in, c_in, c_out, k, stride, groups=1, first=Fal
     moved = (x + w + y) + (0 if first else y + w + x) + (y + x + w)
     kernels = 1 + (0 if first else 1) + 1
     layer = Layer(stage, name, "convolution", flops,
-                  {"today": kernels, "fused": kernels}, {"today": moved, "fused": moved})
+                  {"today": kernels, "fused": kernels}, {"today": moved, "fused": moved},
+                  conv=(c_in, c_out, k, stride, h_in))
+    layer.forward_flops, layer.forward_bytes = forward, x + w + y
     return layer, h_out
 
 
@@ -141,6 +150,43 @@ def kernel_seconds(flops, moved, kernels, rates):
     return max(flops / rates["flops"], moved / rates["bytes"], kernels * rates["floor"])
 
 
+def read_fused_forward(path):
+    """bench-fused-conv.sh's per-layer rows -> {(c_in, c_out, k, stride, side): fused + stats, seconds}.
+
+    A row reads `| 64->256, 1/1, 32 | 3 | cuDNN us | fused + stats us | ...`; the stem's input channels
+    are padded to 8 there (3 in the model)."""
+    times = {}
+    for line in open(path):
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 4 or "->" not in cells[0]:
+            continue
+        try:
+            channels, kernel, side = (part.strip() for part in cells[0].split(","))
+            c_in, c_out = (int(v) for v in channels.split("->"))
+            k, stride = (int(v) for v in kernel.split("/"))
+            fused_us = float(cells[3])
+        except ValueError:
+            continue
+        if fused_us >= 0:
+            times[(3 if c_in == 8 else c_in, c_out, k, stride, int(side))] = fused_us * 1e-6
+    return times
+
+
+def measured_forward_excess(layers, fused_forward, rates):
+    """Seconds the fused plan gains by charging each forward convolution its measured fused time where
+    longer than its bound; and the convolutions that the table has no row for."""
+    excess, missing = 0.0, []
+    for layer in layers:
+        if layer.conv is None:
+            continue
+        measured = fused_forward.get(layer.conv)
+        if measured is None:
+            missing.append(layer.name)
+            continue
+        excess += max(0.0, measured - kernel_seconds(layer.forward_flops, layer.forward_bytes, 1, rates))
+    return excess, missing
+
+
 def classify_kernel(name):
     lowered = name.lower()
     if any(key in lowered for key in ("conv", "xmma", "gemm", "wgrad", "dgrad", "cudnn::", "sm90_", "sm80_")):
@@ -176,6 +222,8 @@ def main():
     p.add_argument("--measured-img-per-s", type=float, help="the step's measured speed, to set beside the bounds")
     p.add_argument("--trace", help="Chrome trace of `ltrain bench step --profile`")
     p.add_argument("--steps", type=int, default=5, help="steps in --trace")
+    p.add_argument("--fused-forward", metavar="PAIRS.txt",
+                   help="bench-fused-conv.sh output for this workload: the fused plan with its measured forwards")
     args = p.parse_args()
     if args.batch < 1 or args.bandwidth_tbs <= 0 or args.matmul_tflops <= 0 or args.image_size < 8:
         sys.exit("step_model: --batch, --bandwidth-tbs, --matmul-tflops must be positive, --image-size at least 8")
@@ -218,6 +266,14 @@ def main():
         print(f"measured: {args.measured_img_per_s:,.0f} img/s ({measured * 1e3:.3f} ms a step), "
               f"{totals['today'] / measured:.0%} of the way to today's bound, "
               f"fused bound {measured / totals['fused']:.2f}x faster than measured")
+    if args.fused_forward:
+        excess, missing = measured_forward_excess(layers, read_fused_forward(args.fused_forward), rates)
+        if missing:
+            sys.exit(f"step_model: {args.fused_forward} has no row for {', '.join(missing)}: "
+                     "give bench-fused-conv.sh's output for the same stem, image size and batch")
+        with_measured = totals["fused"] + excess
+        print(f"fused, with ltrain's measured fused forwards: {with_measured * 1e3:.3f} ms "
+              f"({args.batch / with_measured:,.0f} img/s; the forwards add {excess * 1e3:.3f} ms to the fused bound)")
     if args.trace:
         measured = measured_by_kind(args.trace, args.steps)
         print("\n| kernels | measured GPU ms a step | bound today, ms |")
