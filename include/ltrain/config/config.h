@@ -249,8 +249,8 @@ struct ModelSection {
   /// In training, the 1x1 convolutions that a step gains by (ops/fused_conv.h: stride 1, outputs of
   /// 32x32 or more; the bottlenecks' first and last, and the projection shortcuts') on ltrain's
   /// fused kernel, which also sums the output and its square per channel for the BatchNorm after
-  /// it, so that BatchNorm reads the output once (CUDA, fp16/bf16, channels_last; a build with -DLTRAIN_FUSED_CONV=ON on
-  /// an sm_90 GPU, else one warning line and cuDNN's convolutions).
+  /// it, so that BatchNorm reads the output once (CUDA, fp16/bf16, channels_last; a build with
+  /// -DLTRAIN_FUSED_CONV=ON on an sm_90 GPU, else one warning line and cuDNN's convolutions).
   bool fused_conv = false;
   /// Start from the weights in this safetensors file (torchvision's names, e.g. `ltrain export`
   /// output or a torchvision state_dict saved from Python); "" starts from a fresh initialization.

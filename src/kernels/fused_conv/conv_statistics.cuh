@@ -236,9 +236,9 @@ struct GemmStatisticsKernel {
 #define LTRAIN_FUSED_CONV_INSTANCE(KERNEL, TYPE, ELEMENT, CONFIG, TILE_M, TILE_N, STAGES)                \
   namespace ltrain::kernels::fused_conv_detail {                                                       \
   template <>                                                                                          \
-  cudaError_t run_conv_statistics<TYPE, CONFIG>(const ConvShape& shape,                           \
-                                                   const ConvStatisticsArguments& arguments,            \
-                                                   cudaStream_t stream) {                               \
+  cudaError_t run_conv_statistics<TYPE, CONFIG>(const ConvShape& shape,                                \
+                                                const ConvStatisticsArguments& arguments,              \
+                                                cudaStream_t stream) {                                 \
     return KERNEL<ELEMENT, TILE_M, TILE_N, STAGES>::run(shape, arguments, stream);                     \
   }                                                                                                    \
   }
