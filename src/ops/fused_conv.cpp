@@ -30,7 +30,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 kernels::ConvShape shape_of(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride,
-                                 int64_t padding) {
+                            int64_t padding) {
   kernels::ConvShape shape;
   shape.batch = x.size(0);
   shape.in_channels = x.size(1);
