@@ -6,11 +6,13 @@
 #   scripts/gpu/bench-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
 #                             [--batch-sizes "256 512"] [--precision "fp32"] [--channels-last "off"]
 #                             [--segments "0"] [--graph "off"] [--steps 50] [--warmup 15] [--python-modes eager]
-#                             [--rounds 1] [--set KEY=VALUE]...
+#                             [--rounds 1] [--image-size 32] [--set KEY=VALUE]...
 # --segments lists model.checkpoint_segments values (0: activation checkpointing off); --graph
 # lists cuda_graph.train values for ltrain ("off on": eager and graphed rows); --python-modes
 # lists bench_pytorch.py modes (eager compile graph).
 # --set adds a config override to every ltrain run (repeatable), e.g. --set model.cudnn_batch_norm=false.
+# --image-size N sets the side of the square images on both sides (ltrain's data.image_size,
+# bench_pytorch.py --image-size); without it ltrain takes the config's and PyTorch 32 px.
 # --rounds N runs the whole grid N times, ltrain then Python in each round: the host's speed
 # drifts within a run (seen on the H200 host), and alternating keeps both sides under the same drift.
 set -euo pipefail
@@ -20,7 +22,7 @@ out="${1:?usage: scripts/gpu/bench-step.sh OUT [options]}"
 shift
 ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json
 batch_sizes="256 512" precisions="fp32" channels_last="off" segments="0" graph=off steps=50 warmup=15 python_modes=eager rounds=1
-extra_sets=()
+extra_sets=() python_size=()
 while (($#)); do
   case "$1" in
     --ltrain) ltrain="$2" ;;
@@ -35,6 +37,7 @@ while (($#)); do
     --warmup) warmup="$2" ;;
     --rounds) rounds="$2" ;;
     --set) extra_sets+=(--set "$2") ;;
+    --image-size) extra_sets+=(--set "data.image_size=$2") python_size=(--image-size "$2") ;;
     *) echo "bench-step: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -70,7 +73,7 @@ for round in $(seq 1 "$rounds"); do
   # shellcheck disable=SC2086
   python3 scripts/pytorch/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes $batch_sizes \
     --precision $precisions --channels-last "$python_layout" --checkpoint-segments $segments \
-    --modes $python_modes --steps "$steps" --warmup "$warmup" --json "$out/pytorch-$round.json"
+    --modes $python_modes "${python_size[@]}" --steps "$steps" --warmup "$warmup" --json "$out/pytorch-$round.json"
   ltrain_files+=("$out/ltrain-$round.jsonl")
   pytorch_files+=("$out/pytorch-$round.json")
 done
