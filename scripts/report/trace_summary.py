@@ -6,7 +6,8 @@
 TRACE.json comes from `ltrain bench step --profile TRACE.json` (5 steps) or from
 torch.profiler's export_chrome_trace (scripts/pytorch/bench_pytorch.py --profile-dir). Prints, per step:
 host operators by self time (time not spent in a nested operator), CUDA runtime calls (launches,
-synchronizations, allocations), and GPU kernels by count and time.
+synchronizations, allocations), GPU kernels by count and time, and GPU time by kernel family
+(torch.compile's Triton kernels, convolutions and matmuls, BatchNorm, copies and sets, the rest).
 """
 import argparse
 import collections
@@ -44,6 +45,43 @@ def self_times(ops):
         for done, own in stack:
             result[done["name"]] += own
     return result, counts, top_level
+
+
+# Kernel families, first match wins: Inductor names its Triton kernels after every operator they
+# fuse ("triton_poi_fused__native_batch_norm_legit_functional_convolution_backward_..."), so they
+# are told apart before any operator name is looked for.
+KERNEL_FAMILIES = (
+    ("Triton (torch.compile's fused kernels)", lambda name: name.startswith("triton")),
+    ("convolution and matmul (cuDNN, cuBLAS, CUTLASS)",
+     lambda name: any(mark in name for mark in ("xmma", "nvjet", "gemm", "cutlass", "cudnn", "implicit_conv"))),
+    ("BatchNorm (ATen's and ltrain's)", lambda name: "batch_norm" in name),
+)
+COPIES_AND_SETS = "copies and sets"
+OTHER_KERNELS = "other kernels"
+
+
+def kernel_family(event):
+    """The family of a GPU event (kernel, copy or set) for the by-family totals."""
+    if event.get("cat") in ("gpu_memcpy", "gpu_memset"):
+        return COPIES_AND_SETS
+    for family, matches in KERNEL_FAMILIES:
+        if matches(event["name"]):
+            return family
+    return OTHER_KERNELS
+
+
+def print_totals_by_family(events, per_step):
+    """GPU time and event count per kernel family, busiest first."""
+    by_family = collections.defaultdict(lambda: [0, 0.0])
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            by_family[kernel_family(e)][0] += 1
+            by_family[kernel_family(e)][1] += e["dur"]
+    print("\nGPU time by kernel family")
+    rows = [(family, f"{n * per_step:.1f}", f"{t * per_step / 1000:.3f}")
+            for family, (n, t) in sorted(by_family.items(), key=lambda kv: -kv[1][1])]
+    if rows:
+        print(table(rows, ("family", "count/step", "ms/step")))
 
 
 def table(rows, headers):
@@ -89,6 +127,8 @@ def main():
                          ("call", "calls/step", "ms/step"), 50, per_step, args.top)
     print_totals_by_name(events, ("kernel", "gpu_memcpy", "gpu_memset"), "GPU kernels, copies and sets",
                          "ms per step of GPU time", ("kernel", "count/step", "ms/step"), 90, per_step, args.top)
+    print_totals_by_family(events, per_step)
+
 
 if __name__ == "__main__":
     main()
