@@ -75,8 +75,9 @@ def print_totals_by_family(events, per_step):
     by_family = collections.defaultdict(lambda: [0, 0.0])
     for e in events:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
-            by_family[kernel_family(e)][0] += 1
-            by_family[kernel_family(e)][1] += e["dur"]
+            totals = by_family[kernel_family(e)]
+            totals[0] += 1
+            totals[1] += e["dur"]
     print("\nGPU time by kernel family")
     rows = [(family, f"{n * per_step:.1f}", f"{t * per_step / 1000:.3f}")
             for family, (n, t) in sorted(by_family.items(), key=lambda kv: -kv[1][1])]
