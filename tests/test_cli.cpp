@@ -19,6 +19,7 @@
 
 #include "ltrain/cli/dispatch.h"
 #include "ltrain/core/errors.h"
+#include "ltrain/core/torch_compat.h"
 #include "ltrain/io/tensor_file.h"
 #include "support.h"
 
@@ -668,6 +669,29 @@ TEST(Cli, TrainDryRunChecksEverythingAStartChecksAndWritesNothing) {
   EXPECT_NE(read_file(log).find("/nonexistent/data_batch_1.bin"), std::string::npos) << read_file(log);
   EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " checkpoint.resume=/nonexistent.ltc", log), 2);
   EXPECT_TRUE(one_line_with(log, "checkpoint.resume = \"/nonexistent.ltc\": no such checkpoint file"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+}
+
+// channels_last on the CPU trains a model as narrow as this LibTorch's convolutions allow, and a
+// narrower one is refused before anything runs (where LibTorch's oneDNN sets a limit).
+TEST(Cli, ChannelsLastOnTheCpuTrainsOnlyModelsItsConvolutionsCanRun) {
+  TempDir dir;
+  const std::string config = tiny_config(dir);
+  const auto log = dir.path() / "out";
+  const int64_t least = ltrain::compat::min_cpu_channels_last_channels();
+  EXPECT_EQ(run_ltrain("train --config " + config + " model.channels_last=true model.width=" +
+                           std::to_string(std::max<int64_t>(least, 4)),
+                       log),
+            0)
+      << read_file(log);
+  std::filesystem::remove_all(dir.path() / "runs");
+  if (least <= 4) return;  // no narrower width to refuse here
+  EXPECT_EQ(run_ltrain("train --config " + config + " model.channels_last=true", log), 2);
+  EXPECT_TRUE(one_line_with(log, "model.channels_last = true: channels_last on the CPU needs model.width " +
+                                     std::to_string(least) + " or more"));
+  EXPECT_NE(read_file(log).find("model.width is 4: set model.channels_last to false or widen the model"),
+            std::string::npos)
+      << read_file(log);
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
 }
 

@@ -77,7 +77,7 @@ TEST(ReproduceCards, PublishedFiguresByTheDriversName) {
 TEST(Reproduce, ReducedRunOnTheCpuWritesEveryClaimWithItsGuide) {
   TempDir dir;
   testing::write_file(dir.path() / "base.json", R"({"run": {"device": "cpu", "threads": 1},
-    "model": {"arch": "resnet18", "stem": "cifar", "width": 4},
+    "model": {"arch": "resnet18", "stem": "cifar", "width": 8},
     "data": {"source": "synthetic", "synthetic_train_size": 128, "synthetic_test_size": 32, "batch_size": 16}})");
   ReproduceOptions options;
   options.base_config = dir.path() / "base.json";
@@ -187,7 +187,7 @@ nlohmann::json saved_results(const fs::path& dir) {
 TEST(Reproduce, AnInterruptedRunKeepsItsMeasurementsAndTheNextContinuesThem) {
   TempDir dir;
   testing::write_file(dir.path() / "base.json", R"({"run": {"device": "cpu", "threads": 1},
-    "model": {"arch": "resnet18", "stem": "cifar", "width": 4},
+    "model": {"arch": "resnet18", "stem": "cifar", "width": 8},
     "data": {"source": "synthetic", "synthetic_train_size": 64, "synthetic_test_size": 16, "batch_size": 16}})");
   const fs::path report = dir.path() / "report";
   const std::vector<std::string> args{"reproduce",     "--config", (dir.path() / "base.json").string(),

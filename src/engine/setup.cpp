@@ -48,6 +48,23 @@ void check_precision_support(const config::LoadedConfig& loaded, const torch::De
                        device.str(), major, minor));
 }
 
+/// A channels_last model the CPU convolutions cannot run, as a config error line. The narrowest
+/// convolutions of every architecture have model.width channels (the stem's 3 input channels take
+/// no input gradient).
+void check_layout_support(const config::LoadedConfig& loaded, const torch::Device& device,
+                          std::vector<std::string>& problems) {
+  const config::ModelSection& model = loaded.config.model;
+  const int64_t least = compat::min_cpu_channels_last_channels();
+  if (!device.is_cpu() || !model.channels_last || model.width >= least) return;
+  problems.push_back(
+      config::config_error(loaded, "model.channels_last",
+                           fmt::format("channels_last on the CPU needs model.width {} or more with LibTorch {} (its "
+                                       "oneDNN overruns a buffer in the backward pass of narrower convolutions); "
+                                       "model.width is {}: set model.channels_last to false or widen the model",
+                                       least, compat::torch_version(), model.width))
+          .what());
+}
+
 /// CUDA graphs where they cannot run, as config error lines.
 void check_cuda_graph_support(const config::LoadedConfig& loaded, const torch::Device& device,
                               std::vector<std::string>& problems) {
@@ -86,6 +103,7 @@ torch::Device named_device(const config::LoadedConfig& loaded) {
 void check_device_fit(const config::LoadedConfig& loaded, const torch::Device& device) {
   std::vector<std::string> problems;
   check_precision_support(loaded, device, problems);
+  check_layout_support(loaded, device, problems);
   check_cuda_graph_support(loaded, device, problems);
   if (!problems.empty()) throw ConfigError(fmt::format("{}", fmt::join(problems, "\n")));
 }
