@@ -58,10 +58,10 @@ void check_layout_support(const config::LoadedConfig& loaded, const torch::Devic
   if (!device.is_cpu() || !model.channels_last || model.width >= least) return;
   problems.push_back(
       config::config_error(loaded, "model.channels_last",
-                           fmt::format("channels_last on the CPU needs model.width {} or more with LibTorch {} (its "
-                                       "oneDNN overruns a buffer in the backward pass of narrower convolutions); "
+                           fmt::format("channels_last on the CPU needs model.width {} or more (LibTorch's oneDNN "
+                                       "overruns a buffer in the backward pass of narrower convolutions); "
                                        "model.width is {}: set model.channels_last to false or widen the model",
-                                       least, compat::torch_version(), model.width))
+                                       least, model.width))
           .what());
 }
 

@@ -37,11 +37,10 @@ std::string torch_version();
 /// True when ltrain was compiled against a LibTorch with CUDA.
 constexpr bool built_with_cuda() { return LTRAIN_WITH_CUDA; }
 
-/// The fewest channels a convolution may have when it runs channels_last on the CPU: LibTorch
-/// 1.x's CPU convolutions run on oneDNN 2.x (Debian's 1.13 on its oneDNN 2.6.3), whose AVX2
-/// backward pass writes past its buffer for fewer than 8 channels in that layout (heap corruption,
-/// then a crash). 1 where no such limit is known (LibTorch 2.x, oneDNN 3).
-constexpr int64_t min_cpu_channels_last_channels() { return TORCH_VERSION_MAJOR < 2 ? 8 : 1; }
+/// The fewest channels a convolution may have when it runs channels_last on the CPU: the oneDNN
+/// backward pass of narrower ones writes past its buffer on AVX2 CPUs (heap corruption, then a
+/// crash), seen with Debian's LibTorch 1.13 (oneDNN 2.6.3) and with LibTorch 2.11.
+constexpr int64_t min_cpu_channels_last_channels() { return 8; }
 
 /// Number of usable CUDA devices (0 on a CPU build).
 int cuda_device_count();
