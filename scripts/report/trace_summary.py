@@ -56,13 +56,15 @@ KERNEL_FAMILIES = (
      lambda name: any(mark in name for mark in ("xmma", "nvjet", "gemm", "cutlass", "cudnn", "implicit_conv"))),
     ("BatchNorm (ATen's and ltrain's)", lambda name: "batch_norm" in name),
 )
+# The profiler's categories of GPU events: kernels, then copies and sets.
+GPU_EVENT_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 COPIES_AND_SETS = "copies and sets"
 OTHER_KERNELS = "other kernels"
 
 
 def kernel_family(event):
     """The family of a GPU event (kernel, copy or set) for the by-family totals."""
-    if event.get("cat") in ("gpu_memcpy", "gpu_memset"):
+    if event.get("cat") in GPU_EVENT_CATEGORIES[1:]:
         return COPIES_AND_SETS
     for family, matches in KERNEL_FAMILIES:
         if matches(event["name"]):
@@ -74,7 +76,7 @@ def print_totals_by_family(events, per_step):
     """GPU time and event count per kernel family, busiest first."""
     by_family = collections.defaultdict(lambda: [0, 0.0])
     for e in events:
-        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+        if e.get("cat") in GPU_EVENT_CATEGORIES:
             totals = by_family[kernel_family(e)]
             totals[0] += 1
             totals[1] += e["dur"]
@@ -126,7 +128,7 @@ def main():
 
     print_totals_by_name(events, ("cuda_runtime", "cuda_driver"), "CUDA runtime/driver calls", "ms per step",
                          ("call", "calls/step", "ms/step"), 50, per_step, args.top)
-    print_totals_by_name(events, ("kernel", "gpu_memcpy", "gpu_memset"), "GPU kernels, copies and sets",
+    print_totals_by_name(events, GPU_EVENT_CATEGORIES, "GPU kernels, copies and sets",
                          "ms per step of GPU time", ("kernel", "count/step", "ms/step"), 90, per_step, args.top)
     print_totals_by_family(events, per_step)
 
