@@ -684,7 +684,7 @@ TEST(Cli, ChannelsLastOnTheCpuTrainsOnlyModelsItsConvolutionsCanRun) {
                        log),
             0)
       << read_file(log);
-  std::filesystem::remove_all(dir.path() / "runs");
+  testing::remove_tree(dir.path() / "runs");
   EXPECT_EQ(run_ltrain("train --config " + config + " model.channels_last=true", log), 2);
   EXPECT_TRUE(one_line_with(log, "model.channels_last = true: channels_last on the CPU needs model.width " +
                                      std::to_string(least) + " or more"));
