@@ -4,9 +4,14 @@
 // and of each fused one (the fastest of cuDNN's first candidates, 20 runs replayed from a CUDA
 // graph), with the time summed over the network. On a GPU host, from the repository:
 //   bash scripts/kernels/bench-conv-graph.sh [--dtype fp16|bf16] [--batch 256] [--stem imagenet|cifar] [--size 32]
-//                                             [--candidates 4]
+//                                             [--candidates 4] [--layers FIRST-LAST]
+// --layers runs the distinct convolutions FIRST to LAST alone (1-based, in the table's order), so
+// that a study whose run-time compiled engines take long (224x224) can be run in parts; the sums
+// then cover those rows.
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -251,6 +256,7 @@ int main(int argc, char** argv) {
   bool imagenet_stem = true;
   int64_t image_size = 32;  // the images' side
   int candidates = 4;
+  size_t first_layer = 1, last_layer = SIZE_MAX;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--dtype") g_type = value == "bf16" ? ElementType::bfloat16 : ElementType::float16;
@@ -258,6 +264,10 @@ int main(int argc, char** argv) {
     else if (flag == "--stem") imagenet_stem = value != "cifar";
     else if (flag == "--candidates") candidates = std::atoi(value.c_str());
     else if (flag == "--size") image_size = std::atoll(value.c_str());
+    else if (flag == "--layers" && std::sscanf(value.c_str(), "%zu-%zu", &first_layer, &last_layer) != 2) {
+      std::fprintf(stderr, "--layers %s: give FIRST-LAST, as 4-21\n", value.c_str());
+      return 2;
+    }
   }
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -285,7 +295,10 @@ int main(int argc, char** argv) {
   // from every forward), each falling back to the plain graph where its fused one does not run.
   double plain_forward = 0, fused_forward = 0, plain_filter = 0, fused_filter = 0, data = 0;
   std::mt19937 rng(1);
-  for (const Layer& layer : resnet50_layers(batch, image_size, imagenet_stem)) {
+  const std::vector<Layer> layers = resnet50_layers(batch, image_size, imagenet_stem);
+  for (size_t row = 1; row <= layers.size(); ++row) {
+    if (row < first_layer || row > last_layer) continue;
+    const Layer& layer = layers[row - 1];
     const ConvShape& s = layer.shape;
     const size_t x_n = s.batch * s.in_channels * s.height * s.width;
     const size_t y_n = s.batch * s.out_channels * s.out_height() * s.out_width();
@@ -336,8 +349,11 @@ int main(int argc, char** argv) {
     fused_filter += layer.count * first_ran(us[4], us[3]);
     data += layer.count * us[5];
   }
-  std::printf("\nsum over the network, us: forward %.0f plain, %.0f fused; weight gradient %.0f plain, %.0f fused; "
+  const bool all_layers = first_layer <= 1 && last_layer >= layers.size();
+  std::printf("\nsum over %s, us: forward %.0f plain, %.0f fused; weight gradient %.0f plain, %.0f fused; "
               "data gradient %.0f\n",
+              all_layers ? "the network" : ("rows " + std::to_string(first_layer) + "-" +
+                                            std::to_string(std::min(last_layer, layers.size()))).c_str(),
               plain_forward, fused_forward, plain_filter, fused_filter, data);
   std::printf("numerics %s\n", numerics_ok ? "ok" : "WRONG");
   return numerics_ok ? 0 : 2;
