@@ -264,8 +264,9 @@ int main(int argc, char** argv) {
     else if (flag == "--stem") imagenet_stem = value != "cifar";
     else if (flag == "--candidates") candidates = std::atoi(value.c_str());
     else if (flag == "--size") image_size = std::atoll(value.c_str());
-    else if (flag == "--layers" && std::sscanf(value.c_str(), "%zu-%zu", &first_layer, &last_layer) != 2) {
-      std::fprintf(stderr, "--layers %s: give FIRST-LAST, as 4-24\n", value.c_str());
+    else if (flag == "--layers" && (std::sscanf(value.c_str(), "%zu-%zu", &first_layer, &last_layer) != 2 ||
+                                    first_layer < 1 || first_layer > last_layer)) {
+      std::fprintf(stderr, "--layers %s: give FIRST-LAST, 1 <= FIRST <= LAST, as 4-24\n", value.c_str());
       return 2;
     }
   }
