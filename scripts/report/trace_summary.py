@@ -56,15 +56,16 @@ KERNEL_FAMILIES = (
      lambda name: any(mark in name for mark in ("xmma", "nvjet", "gemm", "cutlass", "cudnn", "implicit_conv"))),
     ("BatchNorm (ATen's and ltrain's)", lambda name: "batch_norm" in name),
 )
-# The profiler's categories of GPU events: kernels, then copies and sets.
-GPU_EVENT_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# The profiler's categories of GPU events: copies and sets, and with kernels all of them.
+COPY_AND_SET_CATEGORIES = ("gpu_memcpy", "gpu_memset")
+GPU_EVENT_CATEGORIES = ("kernel",) + COPY_AND_SET_CATEGORIES
 COPIES_AND_SETS = "copies and sets"
 OTHER_KERNELS = "other kernels"
 
 
 def kernel_family(event):
     """The family of a GPU event (kernel, copy or set) for the by-family totals."""
-    if event.get("cat") in GPU_EVENT_CATEGORIES[1:]:
+    if event.get("cat") in COPY_AND_SET_CATEGORIES:
         return COPIES_AND_SETS
     for family, matches in KERNEL_FAMILIES:
         if matches(event["name"]):
