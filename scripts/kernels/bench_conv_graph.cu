@@ -297,8 +297,8 @@ int main(int argc, char** argv) {
   double plain_forward = 0, fused_forward = 0, plain_filter = 0, fused_filter = 0, data = 0;
   std::mt19937 rng(1);
   const std::vector<Layer> layers = resnet50_layers(batch, image_size, imagenet_stem);
-  for (size_t row = 1; row <= layers.size(); ++row) {
-    if (row < first_layer || row > last_layer) continue;
+  const size_t last_row = std::min(last_layer, layers.size());
+  for (size_t row = first_layer; row <= last_row; ++row) {
     const Layer& layer = layers[row - 1];
     const ConvShape& s = layer.shape;
     const size_t x_n = s.batch * s.in_channels * s.height * s.width;
@@ -350,11 +350,11 @@ int main(int argc, char** argv) {
     fused_filter += layer.count * first_ran(us[4], us[3]);
     data += layer.count * us[5];
   }
-  const bool all_layers = first_layer <= 1 && last_layer >= layers.size();
+  const bool all_layers = first_layer == 1 && last_row == layers.size();
   std::printf("\nsum over %s, us: forward %.0f plain, %.0f fused; weight gradient %.0f plain, %.0f fused; "
               "data gradient %.0f\n",
-              all_layers ? "the network" : ("rows " + std::to_string(first_layer) + "-" +
-                                            std::to_string(std::min(last_layer, layers.size()))).c_str(),
+              all_layers ? "the network"
+                         : ("rows " + std::to_string(first_layer) + "-" + std::to_string(last_row)).c_str(),
               plain_forward, fused_forward, plain_filter, fused_filter, data);
   std::printf("numerics %s\n", numerics_ok ? "ok" : "WRONG");
   return numerics_ok ? 0 : 2;
