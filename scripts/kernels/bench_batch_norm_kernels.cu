@@ -51,7 +51,7 @@ int main() {
     for (float** p : {&m.w, &m.b, &m.rm, &m.rv, &m.sm, &m.si, &m.gw, &m.gb}) { cudaMalloc(p, c.channels * 4); cudaMemset(*p, 0, c.channels * 4); }
     BatchNormForward f; f.x = m.x; f.residual = m.r; f.y = m.y; f.weight = m.w; f.bias = m.b; f.running_mean = m.rm; f.running_var = m.rv;
     f.saved_mean = m.sm; f.saved_inv_std = m.si;
-    BatchNormBackward g; g.x = m.x; g.y = m.y; g.grad_y = m.dy; g.grad_x = m.dx; g.grad_residual = m.dr; g.weight = m.w; g.saved_mean = m.sm;
+    BatchNormBackward g; g.x = m.x; g.y = m.y; g.grad_y = m.dy; g.grad_x = m.dx; g.grad_residual = m.dr; g.weight = m.w; g.bias = m.b; g.saved_mean = m.sm;
     g.saved_inv_std = m.si; g.grad_weight = m.gw; g.grad_bias = m.gb;
     accumulators_for(s);  // made before any capture
     const LaunchPlan plan = checked_plan_for(type, act, shape);

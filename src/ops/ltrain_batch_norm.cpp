@@ -93,9 +93,10 @@ class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
                                                  current_stream_of(x)),
                      "BatchNorm kernel, forward");
     }
-    // The ReLU's gradient needs the output's sign; without a ReLU nothing needs the output.
+    // The ReLU's gradient needs the output's sign (or, streamed, the bias to recompute it); without
+    // a ReLU nothing needs the output.
     const bool has_relu = activation_of(activation) != BatchNormActivation::none;
-    context->save_for_backward({x, has_relu ? y : torch::Tensor(), weight, saved_mean, saved_inv_std});
+    context->save_for_backward({x, has_relu ? y : torch::Tensor(), weight, bias, saved_mean, saved_inv_std});
     context->saved_data["activation"] = activation;
     // An output nobody used passes no gradient, rather than a tensor of zeros to read.
     context->set_materialize_grads(false);
@@ -112,8 +113,9 @@ class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
     const torch::Tensor& x = saved[0];
     const torch::Tensor& y = saved[1];
     const torch::Tensor& weight = saved[2];
-    const torch::Tensor& saved_mean = saved[3];
-    const torch::Tensor& saved_inv_std = saved[4];
+    const torch::Tensor& bias = saved[3];
+    const torch::Tensor& saved_mean = saved[4];
+    const torch::Tensor& saved_inv_std = saved[5];
     const BatchNormActivation activation = activation_of(context->saved_data["activation"].toInt());
 
     // One gradient per forward argument: x, residual_or_x, activation, second_output,
@@ -142,6 +144,7 @@ class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
     arguments.grad_x = grad_x.data_ptr();
     arguments.grad_residual = add_residual ? grad_residual.data_ptr() : nullptr;
     arguments.weight = weight.data_ptr<float>();
+    arguments.bias = bias.data_ptr<float>();
     arguments.saved_mean = saved_mean.data_ptr<float>();
     arguments.saved_inv_std = saved_inv_std.data_ptr<float>();
     arguments.grad_weight = grad_weight.data_ptr<float>();

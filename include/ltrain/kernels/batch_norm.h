@@ -17,8 +17,12 @@
 //   timing (float atomics): not bitwise deterministic.
 // - streaming: tensors too large for one resident grid at 8 rows a thread (about 4M elements on an
 //   H200) are read twice instead of held: the grid's reduction between a first pass that sums and a
-//   second, last row first (the likeliest in L2), that writes. The backward stores g (the gradient
-//   after the activation) in the first pass and reads it back in the second.
+//   second, last row first (the likeliest in L2), that writes. After add+ReLU the backward stores g
+//   (the gradient after the activation, grad_residual's value) in the first pass and reads it back
+//   in the second.
+//   After a ReLU alone the streaming backward reads no y and stores no g: both passes recompute the
+//   forward's y from x, which they read anyway, and the saved statistics, bit for bit, for the
+//   ReLU's mask.
 // Where the convolution that wrote x also summed it and its square per channel
 // (kernels/fused_conv.h), batch_norm_forward_given_statistics takes the statistics from those
 // sums: no reduction at all, and x is read once even where it is streamed.
@@ -89,7 +93,7 @@ struct BatchNormForward {
 
 struct BatchNormBackward {
   const void* x = nullptr;       // the forward's input [rows, channels]
-  const void* y = nullptr;       // the forward's output (its sign masks the ReLU); unused for none
+  const void* y = nullptr;       // the forward's output, whose sign masks the ReLU; unused for none
   const void* grad_y = nullptr;  // [rows, channels]
   // [rows, channels] or null; add_relu only: a second gradient of y, added to grad_y as it is
   // loaded (rounded to the element type once, as an add kernel would): where y reaches two
@@ -98,6 +102,7 @@ struct BatchNormBackward {
   void* grad_x = nullptr;        // written [rows, channels]
   void* grad_residual = nullptr; // written for add_relu: grad_y where y > 0
   const float* weight = nullptr;
+  const float* bias = nullptr;   // relu only: with x and the saved statistics, y again (streaming)
   const float* saved_mean = nullptr;
   const float* saved_inv_std = nullptr;
   float* grad_weight = nullptr;  // written [channels]
