@@ -439,9 +439,9 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
 
 // Streaming: for tensors larger than one resident grid holds in registers (Reduction::streaming).
 // Each thread reads its rows kStreamRows at a time and sums them, the whole grid meets as in
-// Reduction::grid, and the second pass reads the rows again, last row first: what the first pass
-// read last is the likeliest to be still in L2 (50 MB on an H200, beside 34 MB for a 16.8M-element
-// fp16 tensor).
+// Reduction::grid, and the second pass reads the rows again. The first pass goes last row first, to
+// find in L2 (50 MB on an H200, beside 34 MB for a 16.8M-element fp16 tensor) what the kernel before
+// it wrote last, and the second first row first, to find there what the first pass read last.
 constexpr int kStreamRows = 4;
 // Launch bounds of 2 blocks an SM (up to 128 registers): at 3 (80 registers) the backward spills,
 // at 2 no streaming kernel does. 512 threads an SM, each with kStreamRows 16-byte loads of every
@@ -454,7 +454,7 @@ __device__ inline int streamed_rows_of(const Place& place, const BatchNormShape&
   return static_cast<int>((shape.rows + rows_per_step - 1) / rows_per_step);
 }
 
-/// The first row of the last group of kStreamRows (where the second pass starts).
+/// The first row of the last group of kStreamRows (where the first pass starts).
 __device__ inline int last_stream_step(int streamed_rows) {
   return streamed_rows == 0 ? -1 : (streamed_rows - 1) / kStreamRows * kStreamRows;
 }
@@ -473,15 +473,15 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
   float shift[kVector];  // as in forward_kernel: sums around each channel's first value
   unpack<T>(load_raw<T>(a.x, place.first_channel), shift);
   float sum[kVector] = {}, sum_of_squares[kVector] = {};
-  for (int step = 0; step < streamed_rows; step += kStreamRows) {
+  for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
     uint4 x_rows[kStreamRows];
 #pragma unroll
-    for (int j = 0; j < kStreamRows; ++j) {
+    for (int j = kStreamRows - 1; j >= 0; --j) {
       const int64_t at = element_of(place, step + j, shape);
       if (at >= 0) x_rows[j] = load_raw<T>(a.x, at);
     }
 #pragma unroll
-    for (int j = 0; j < kStreamRows; ++j)
+    for (int j = kStreamRows - 1; j >= 0; --j)
       if (element_of(place, step + j, shape) >= 0) add_shifted_row<T>(x_rows[j], shift, sum, sum_of_squares);
   }
   float scale[kVector], offset[kVector];
@@ -489,17 +489,17 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
   load_channels(a.bias, place, offset);
   sum_over_rows<Reduction::grid>(sum, sum_of_squares, place, shape.channels, accumulators);
   normalize_statistics(sum, sum_of_squares, shift, place, shape, a, scale, offset);
-  for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
+  for (int step = 0; step < streamed_rows; step += kStreamRows) {
     uint4 x_rows[kStreamRows], residual_rows[kStreamRows];
 #pragma unroll
-    for (int j = kStreamRows - 1; j >= 0; --j) {
+    for (int j = 0; j < kStreamRows; ++j) {
       const int64_t at = element_of(place, step + j, shape);
       if (at < 0) continue;
       x_rows[j] = load_raw<T>(a.x, at);
       if (kActivation == BatchNormActivation::add_relu) residual_rows[j] = load_raw<T>(a.residual, at);
     }
 #pragma unroll
-    for (int j = kStreamRows - 1; j >= 0; --j) {
+    for (int j = 0; j < kStreamRows; ++j) {
       const int64_t at = element_of(place, step + j, shape);
       if (at >= 0) store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[j], residual_rows[j], scale, offset));
     }
@@ -523,10 +523,10 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
     forward_affine(a, place, mean, inv_std, scale, offset);
   }
   float sum[kVector] = {}, sum_times_centered[kVector] = {};
-  for (int step = 0; step < streamed_rows; step += kStreamRows) {
+  for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
     uint4 gradient_rows[kStreamRows], x_rows[kStreamRows];
 #pragma unroll
-    for (int j = 0; j < kStreamRows; ++j) {
+    for (int j = kStreamRows - 1; j >= 0; --j) {
       const int64_t at = element_of(place, step + j, shape);
       if (at < 0) continue;
       gradient_rows[j] = incoming_gradient<T, kSecondGradient>(a, at);
@@ -534,7 +534,7 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
       if (kActivation == BatchNormActivation::add_relu) mask_by_relu<T>(gradient_rows[j], load_raw<T>(a.y, at));
     }
 #pragma unroll
-    for (int j = 0; j < kStreamRows; ++j) {
+    for (int j = kStreamRows - 1; j >= 0; --j) {
       const int64_t at = element_of(place, step + j, shape);
       if (at < 0) continue;
       if (kActivation == BatchNormActivation::relu) mask_by_relu_of_x<T>(gradient_rows[j], x_rows[j], scale, offset);
@@ -548,10 +548,10 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
   sum_over_rows<Reduction::grid>(sum, sum_times_centered, place, shape.channels, accumulators);
   float gain[kVector], slope[kVector], constant[kVector];
   input_gradient_coefficients(sum, sum_times_centered, inv_std, weight, place, shape, a, gain, slope, constant);
-  for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
+  for (int step = 0; step < streamed_rows; step += kStreamRows) {
     uint4 gradient_rows[kStreamRows], x_rows[kStreamRows];
 #pragma unroll
-    for (int j = kStreamRows - 1; j >= 0; --j) {
+    for (int j = 0; j < kStreamRows; ++j) {
       const int64_t at = element_of(place, step + j, shape);
       if (at < 0) continue;
       gradient_rows[j] = kActivation == BatchNormActivation::add_relu ? load_stored<T>(a.grad_residual, at)
@@ -559,7 +559,7 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
       x_rows[j] = load_raw<T>(a.x, at);
     }
 #pragma unroll
-    for (int j = kStreamRows - 1; j >= 0; --j) {
+    for (int j = 0; j < kStreamRows; ++j) {
       const int64_t at = element_of(place, step + j, shape);
       if (at < 0) continue;
       if (kActivation == BatchNormActivation::relu) mask_by_relu_of_x<T>(gradient_rows[j], x_rows[j], scale, offset);
@@ -570,7 +570,8 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
 
 // With the statistics given: the sums of x and x^2 over the rows came from the convolution that
 // wrote x (kernels/fused_conv.h), so no block waits for another. Each block turns the sums into its
-// channels' scale and offset, then streams its rows once, kStreamRows at a time; any grid size.
+// channels' scale and offset, then streams its rows once, kStreamRows at a time, last row first
+// (as the streaming kernels' first pass); any grid size.
 template <typename T, BatchNormActivation kActivation>
 __global__ void __launch_bounds__(kThreads) given_statistics_forward_kernel(BatchNormShape shape, BatchNormForward a) {
   const Place place = place_of(shape.channels);
@@ -584,17 +585,17 @@ __global__ void __launch_bounds__(kThreads) given_statistics_forward_kernel(Batc
   const float no_shift[kVector] = {};
   normalize_statistics(sum, sum_of_squares, no_shift, place, shape, a, scale, offset);
   const int streamed_rows = streamed_rows_of(place, shape);
-  for (int step = 0; step < streamed_rows; step += kStreamRows) {
+  for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
     uint4 x_rows[kStreamRows], residual_rows[kStreamRows];
 #pragma unroll
-    for (int j = 0; j < kStreamRows; ++j) {
+    for (int j = kStreamRows - 1; j >= 0; --j) {
       const int64_t at = element_of(place, step + j, shape);
       if (at < 0) continue;
       x_rows[j] = load_raw<T>(a.x, at);
       if (kActivation == BatchNormActivation::add_relu) residual_rows[j] = load_raw<T>(a.residual, at);
     }
 #pragma unroll
-    for (int j = 0; j < kStreamRows; ++j) {
+    for (int j = kStreamRows - 1; j >= 0; --j) {
       const int64_t at = element_of(place, step + j, shape);
       if (at >= 0) store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[j], residual_rows[j], scale, offset));
     }

@@ -16,8 +16,9 @@
 //   two sets of accumulators for the launch after it. The sums' order varies with the blocks'
 //   timing (float atomics): not bitwise deterministic.
 // - streaming: tensors too large for one resident grid at 8 rows a thread (about 4M elements on an
-//   H200) are read twice instead of held: the grid's reduction between a first pass that sums and a
-//   second, last row first (the likeliest in L2), that writes. After add+ReLU the backward stores g
+//   H200) are read twice instead of held: the grid's reduction between a first pass that sums, last
+//   row first (what the kernel before it wrote last is the likeliest in L2), and a second, first row
+//   first (what the first pass read last), that writes. After add+ReLU the backward stores g
 //   (the gradient after the activation, grad_residual's value) in the first pass and reads it back
 //   in the second.
 //   After a ReLU alone the streaming backward reads no y and stores no g: both passes recompute the
