@@ -79,6 +79,37 @@ TEST(TensorFile, SafetensorsRejectsGarbage) {
   }
 }
 
+/// A safetensors file of one float32 entry with `shape` (JSON text) over 4 bytes of data.
+std::string safetensors_claiming(const std::string& shape) {
+  std::string header = R"({"w": {"dtype": "F32", "shape": )" + shape + R"(, "data_offsets": [0, 4]}})";
+  std::string bytes(8, '\0');
+  for (size_t i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  return bytes + header + std::string(4, '\0');
+}
+
+TEST(TensorFile, AShapeTheDataCannotHoldIsRefusedBeforeAnythingIsAllocated) {
+  TempDir dir;
+  const auto file = dir.path() / "w.safetensors";
+  const std::string refused = file.string() + ": not a valid safetensors file (entry \"w\" is malformed or points "
+                                              "outside the file)";
+  // 2^64 - 1 (-1 as a signed size), a product past 2^64, 8 GiB and 2^62 elements: each over 4 bytes.
+  for (const char* shape : {"[18446744073709551615]", "[4611686018427387904, 4611686018427387904]",
+                            "[2147483648, 1]", "[4611686018427387904]", "[2, 1]", "[-1]"}) {
+    write_file(file, safetensors_claiming(shape));
+    try {
+      read_safetensors(file);
+      ADD_FAILURE() << shape << ": no error";
+    } catch (const DataError& e) {
+      EXPECT_EQ(std::string(e.what()), refused) << shape;
+    }
+  }
+  // The shapes that fit: one float32, as a scalar, as [1] and as [1, 1, 1].
+  for (const char* shape : {"[]", "[1]", "[1, 1, 1]"}) {
+    write_file(file, safetensors_claiming(shape));
+    EXPECT_EQ(read_safetensors(file).at(0).second.numel(), 1) << shape;
+  }
+}
+
 TEST(TensorFile, ArchiveRoundTrip) {
   TempDir dir;
   TensorArchive archive{{{"kind", "test"}, {"step", 12}}, sample_tensors()};

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <regex>
 #include <thread>
@@ -296,6 +297,62 @@ TEST(Resume, AutoSkipsDamagedCheckpointsAndRefusesAnotherModel) {
   const TrainResult resumed = train(resumable_run(dir.path(), "run", {"checkpoint.resume=auto"}));
   EXPECT_EQ(resumed.steps, 24);
   EXPECT_NE(read_file(resumed.run_dir / "train.log").find("step-00000009.ltc"), std::string::npos);
+}
+
+TEST(Resume, AutoSkipsACheckpointWhoseHeaderOrGeneratorStateLtrainDidNotWrite) {
+  TempDir dir;
+  train_until_signal(resumable_run(dir.path(), "run"), 6);
+  const fs::path checkpoints = dir.path() / "run" / "checkpoints";
+  const fs::path newest = checkpoints / checkpoint_file_name(6);
+  const io::TensorArchive original = io::read_archive(newest);
+  // Each rewritten with a valid checksum: only what the header holds tells it from ltrain's own.
+  const std::vector<std::pair<std::string, std::function<void(io::TensorArchive&)>>> crafted{
+      {"\"epoch\" is no count", [](io::TensorArchive& a) { a.info["epoch"] = "one"; }},
+      {"\"step\" is no count", [](io::TensorArchive& a) { a.info["step"] = -6; }},
+      {"config section \"model\" is no object", [](io::TensorArchive& a) { a.info["config"]["model"] = "resnet18"; }},
+      {"\"config\" is no object", [](io::TensorArchive& a) { a.info["config"] = nlohmann::json::array(); }},
+      {"\"progress\" is no object", [](io::TensorArchive& a) { a.info["progress"] = 3; }},
+      {"progress.best_epoch is no plain value", [](io::TensorArchive& a) { a.info["progress"]["best_epoch"] = {1}; }},
+  };
+  for (const auto& [why, craft] : crafted) {
+    io::TensorArchive archive = original;
+    craft(archive);
+    io::write_archive(newest, archive);
+    try {
+      read_checkpoint(newest);
+      ADD_FAILURE() << why << ": read";
+    } catch (const DataError& error) {
+      EXPECT_EQ(std::string(error.what()),
+                newest.string() + ": checkpoint header is malformed (" + why + "); use an earlier checkpoint");
+    }
+    const auto found = newest_valid_checkpoint(checkpoints);
+    ASSERT_TRUE(found.has_value());
+    EXPECT_EQ(found->file, checkpoints / checkpoint_file_name(3)) << why;
+  }
+  // A generator state of another form is refused before LibTorch sees it.
+  io::TensorArchive archive = original;
+  for (auto& [name, tensor] : archive.tensors)
+    if (name == "rng/cpu") tensor = tensor.to(torch::kFloat32);
+  io::write_archive(newest, archive);
+  try {
+    train(resumable_run(dir.path(), "run", {"checkpoint.resume=" + newest.string()}));
+    FAIL() << "resumed from a float32 generator state";
+  } catch (const DataError& error) {
+    EXPECT_NE(std::string(error.what()).find(newest.string() + ": its cpu random generator state is malformed"),
+              std::string::npos)
+        << error.what();
+  }
+  // A progress value of the wrong type ends the resume with a line naming the file.
+  archive = original;
+  archive.info["progress"]["has_best_metric"] = 2;
+  io::write_archive(newest, archive);
+  try {
+    train(resumable_run(dir.path(), "run", {"checkpoint.resume=" + newest.string()}));
+    FAIL() << "resumed from a progress of the wrong type";
+  } catch (const DataError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              newest.string() + ": its training progress holds a value of the wrong type; use an earlier checkpoint");
+  }
 }
 
 TEST(Resume, KeepLastAndBestCheckpoint) {

@@ -425,6 +425,12 @@ TEST(TensorBoard, TruncationKeepsWhatAResumeAtTheStepDoesNotWriteAgain) {
   // A resume at 4 from a checkpoint taken before the evaluation: the epoch row goes too.
   truncate_metrics(dir.path(), 4, /*epoch_row_at_step_kept=*/false);
   EXPECT_EQ(collect(read_event_file(files[0])).scalars.size(), 4u);
+
+  // Rows ltrain did not write (a step or kind of another type, a hand edit) go as a torn line does.
+  std::ofstream(dir.path() / "metrics.jsonl", std::ios::app)
+      << R"({"kind": "step", "epoch": 1, "step": "x"})" << "\n" << R"({"kind": 3, "step": 1})" << "\n";
+  truncate_metrics(dir.path(), 4, /*epoch_row_at_step_kept=*/false);
+  EXPECT_EQ(jsonl_rows(dir.path() / "metrics.jsonl").size(), 3u);
 }
 
 TEST(TensorBoard, AShortRunsEventFileHoldsItsMetricsConfigAndProvenance) {

@@ -38,6 +38,39 @@ std::string utc_now() {
 
 bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
 
+/// A saved random generator state must have the live one's form (bytes, as many): LibTorch's
+/// set_state would refuse anything else with an error of its own.
+void check_rng_state(const torch::Tensor& saved, const torch::Tensor& live, const std::string& generator,
+                     const fs::path& file) {
+  if (saved.scalar_type() == live.scalar_type() && saved.dim() == 1 && saved.numel() == live.numel()) return;
+  throw DataError(fmt::format("{}: its {} random generator state is malformed ({} {} values, where this build keeps "
+                              "{}); use an earlier checkpoint",
+                              file.string(), generator, saved.numel(), c10::toString(saved.scalar_type()),
+                              live.numel()));
+}
+
+/// A checkpoint's header (its "info" object) as ltrain writes it: counters are integers of 0 or
+/// more, the config an object of sections, metrics and progress objects of plain values. The
+/// checksum only proves that the bytes are as written; this proves they are what ltrain wrote.
+void check_header_types(const nlohmann::json& info, const fs::path& file) {
+  auto malformed = [&](const std::string& what) {
+    return DataError(
+        fmt::format("{}: checkpoint header is malformed ({}); use an earlier checkpoint", file.string(), what));
+  };
+  for (const char* key : {"checkpoint_version", "epoch", "step", "epoch_steps_done"})
+    if (info.contains(key) && !info[key].is_number_unsigned()) throw malformed(fmt::format("\"{}\" is no count", key));
+  const nlohmann::json& config = info["config"];
+  if (!config.is_object()) throw malformed("\"config\" is no object");
+  for (const auto& [section, keys] : config.items())
+    if (!keys.is_object()) throw malformed(fmt::format("config section \"{}\" is no object", section));
+  for (const char* key : {"metrics", "progress"}) {
+    if (!info.contains(key)) continue;
+    if (!info[key].is_object()) throw malformed(fmt::format("\"{}\" is no object", key));
+    for (const auto& [name, value] : info[key].items())
+      if (value.is_structured()) throw malformed(fmt::format("{}.{} is no plain value", key, name));
+  }
+}
+
 std::vector<fs::path> step_checkpoints(const fs::path& folder) {
   std::vector<fs::path> files;
   std::error_code error;
@@ -84,17 +117,19 @@ Checkpoint read_checkpoint(const fs::path& file) {
     throw DataError(fmt::format("{}: {}; give the path of a checkpoint file (RUN/checkpoints/step-N.ltc)", file.string(),
                                 problem));
   io::TensorArchive archive = io::read_archive(file);
-  if (archive.info.value("kind", "") != kKind || !archive.info.contains("config"))
+  const nlohmann::json& info = archive.info;
+  if (!info.is_object() || info.value("kind", nlohmann::json()) != kKind || !info.contains("config"))
     throw DataError(fmt::format("{}: an ltrain archive, but not a training checkpoint", file.string()));
+  check_header_types(info, file);
   Checkpoint checkpoint;
   CheckpointMeta& meta = checkpoint.meta;
-  meta.version = archive.info.value("checkpoint_version", int64_t{1});
-  meta.epoch = archive.info.value("epoch", int64_t{0});
-  meta.step = archive.info.value("step", int64_t{0});
-  meta.epoch_steps_done = archive.info.value("epoch_steps_done", int64_t{0});
-  meta.config = archive.info["config"];
-  meta.metrics = archive.info.value("metrics", nlohmann::json::object());
-  meta.progress = archive.info.value("progress", nlohmann::json::object());
+  meta.version = info.value("checkpoint_version", int64_t{1});
+  meta.epoch = info.value("epoch", int64_t{0});
+  meta.step = info.value("step", int64_t{0});
+  meta.epoch_steps_done = info.value("epoch_steps_done", int64_t{0});
+  meta.config = info["config"];
+  meta.metrics = info.value("metrics", nlohmann::json::object());
+  meta.progress = info.value("progress", nlohmann::json::object());
   const std::vector<std::pair<const char*, NamedTensors*>> sections{{kModelPrefix, &checkpoint.model},
                                                                            {kOptimizerPrefix, &checkpoint.optimizer},
                                                                            {kScalerPrefix, &checkpoint.scaler},
@@ -136,13 +171,16 @@ void restore_training_state(const Checkpoint& checkpoint, const fs::path& file, 
   }
   const torch::Tensor* cpu = find_tensor(checkpoint.rng, kCpuRng);
   if (!cpu) throw DataError(fmt::format("{}: has no CPU random generator state", file.string()));
+  check_rng_state(*cpu, compat::cpu_rng_state(), kCpuRng, file);
   compat::set_cpu_rng_state(*cpu);
   const NamedTensors weights = state_dict(model);
   if (!weights.empty() && weights.front().second.is_cuda()) {
     const torch::Device device = weights.front().second.device();
     // A checkpoint from the CPU or another GPU index leaves this GPU's generator as seeded.
-    if (const torch::Tensor* cuda = find_tensor(checkpoint.rng, device.str()))
+    if (const torch::Tensor* cuda = find_tensor(checkpoint.rng, device.str())) {
+      check_rng_state(*cuda, compat::cuda_rng_state(device.index()), device.str(), file);
       compat::set_cuda_rng_state(device.index(), *cuda);
+    }
   }
 }
 

@@ -436,7 +436,13 @@ void Trainer::restore_or_share_weights() {
   if (start_.resume) {
     const Checkpoint& checkpoint = start_.resume->checkpoint;
     restore_training_state(checkpoint, start_.resume->file, *model, run_.optimizer(), run_.scaler());
-    sums_ = RunningSums::from_json(checkpoint.meta.progress);
+    try {
+      sums_ = RunningSums::from_json(checkpoint.meta.progress);
+    } catch (const nlohmann::json::exception&) {
+      throw DataError(fmt::format(
+          "{}: its training progress holds a value of the wrong type; use an earlier checkpoint",
+          start_.resume->file.string()));
+    }
     resumed_train_seconds_ = sums_.train_seconds + sums_.epoch_seconds;
     first_epoch_ = checkpoint.meta.epoch + 1;
     first_index_ = checkpoint.meta.epoch_steps_done;

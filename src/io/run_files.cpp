@@ -74,7 +74,10 @@ void truncate_metrics(const fs::path& run_dir, int64_t step, bool epoch_row_at_s
   });
   filter_lines(run_dir / "metrics.jsonl", /*header=*/false, [&](const std::string& line) {
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    return row.is_object() && keep(row.value("kind", ""), row.value("step", int64_t{0}));
+    if (!row.is_object()) return false;  // a torn last line goes
+    const nlohmann::json kind = row.value("kind", nlohmann::json("")), row_step = row.value("step", nlohmann::json(0));
+    // A row ltrain did not write (a kind or step of another type) goes as a torn line does.
+    return kind.is_string() && row_step.is_number_integer() && keep(kind.get<std::string>(), row_step.get<int64_t>());
   });
   filter_event_files(run_dir,
                      [&](const EventRecord& record) { return keep(row_kind_of_tag(record.first_tag), record.step); });

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -77,13 +78,19 @@ bool tensor_from_bytes(const char* bytes, size_t available, const std::string& d
                        uint64_t end, torch::Tensor* out) {
   torch::ScalarType type;
   if (!dtype_from_name(dtype, &type) || !shape.is_array() || end < begin || end > available) return false;
+  // The shape must fit the byte range before anything is allocated: a header may claim any size.
   std::vector<int64_t> sizes;
+  uint64_t bytes_claimed = c10::elementSize(type);
   for (const auto& dim : shape) {
     if (!dim.is_number_unsigned()) return false;
-    sizes.push_back(dim.get<int64_t>());
+    const auto size = dim.get<uint64_t>();
+    if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+        __builtin_mul_overflow(bytes_claimed, size, &bytes_claimed))
+      return false;
+    sizes.push_back(static_cast<int64_t>(size));
   }
+  if (bytes_claimed != end - begin) return false;
   torch::Tensor tensor = torch::empty(sizes, torch::TensorOptions().dtype(type));
-  if (byte_size(tensor) != end - begin) return false;
   if (end > begin) std::memcpy(tensor.data_ptr(), bytes + begin, end - begin);
   *out = tensor;
   return true;
