@@ -448,6 +448,16 @@ TEST(Config, StringsWithNulOrInvalidUtf8OrPastTheLimitAreRefused) {
             file + ": run.out_dir = \"" + std::string(79, 'n') + "...: longer than 4096 bytes; use a shorter one");
 }
 
+TEST(Config, ARawNulByteIsRefusedWhereverItIs) {
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  // After a complete document: what follows (here a wrong type) must not go unread.
+  const std::string after = std::string("{\"run\": {\"epochs\": 1}}") + '\0' + "{\"optim\": {\"lr\": \"x\"}}";
+  EXPECT_EQ(error_of(dir, after), file + ": not valid JSON: a NUL byte at line 1, column 23: JSON is text; remove it");
+  const std::string inside = std::string("{\"run\":\n {\"name\": \"a") + '\0' + "\"}}";
+  EXPECT_EQ(error_of(dir, inside), file + ": not valid JSON: a NUL byte at line 2, column 13: JSON is text; remove it");
+}
+
 TEST(Config, StringsWithControlCharactersAreRefusedWrittenRawOrEscaped) {
   TempDir dir;
   const std::string file = (dir.path() / "run.json").string();

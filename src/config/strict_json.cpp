@@ -250,6 +250,15 @@ std::string string_problem(const std::string& text) {
 template <class Json>
 std::optional<Json> parse_strictly(const std::string& text, const std::string& source, const std::string& prefix,
                                    std::string& syntax_error) {
+  // nlohmann's lexer takes a NUL byte for the end of its input: what follows one would go unread.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+    const auto before = text.begin() + static_cast<std::ptrdiff_t>(nul);
+    const size_t line_start = text.rfind('\n', nul);
+    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), before, '\n'));
+    const size_t column = line_start == std::string::npos ? nul + 1 : nul - line_start;
+    syntax_error = fmt::format("a NUL byte at line {}, column {}: JSON is text; remove it", line, column);
+    return std::nullopt;
+  }
   std::istringstream stream(text);
   StrictBuilder<Json> builder(text, *stream.rdbuf(), source, prefix);
   if (!Json::sax_parse(stream, &builder)) {
