@@ -1,5 +1,9 @@
 // ltrain-core, the program that the ltrain launcher (app/launcher.cpp) runs: the library's dispatcher
 // runs the command; main maps what it throws to exit codes.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <sstream>
 #include <string>
 
@@ -21,6 +25,18 @@ void take_stop_signals(int /*argc*/, char** /*argv*/, char** /*environment*/) {
   ltrain::interrupt::unblock_stop_signals();
 }
 
+/// What a command printed must reach standard output: a schema cut short by a full disk, or lost
+/// to a closed stdout, ends with exit code 4 and one line, not with 0.
+int checked_output(int code) {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int error_number = errno;
+  if (flushed && !std::ferror(stdout) && !std::cout.fail()) return code;
+  spdlog::error("cannot write to standard output ({}): free disk space or send the output elsewhere",
+                error_number != 0 ? std::strerror(error_number) : "a write failed");
+  return code == 0 ? static_cast<int>(ltrain::ExitCode::runtime) : code;
+}
+
 }  // namespace
 
 // Run by the dynamic loader before any shared library's initializers: LibTorch's take a few hundred
@@ -32,7 +48,7 @@ int main(int argc, char** argv) {
   take_stop_signals(argc, argv, nullptr);  // again (no effect) where a loader skipped the array
   ltrain::log::init_console(false);
   try {
-    return ltrain::cli::dispatch(argc, argv);
+    return checked_output(ltrain::cli::dispatch(argc, argv));
   } catch (const ltrain::UserError& error) {
     // One problem per line (a config's checks report them all at once), each a line of its own.
     std::istringstream problems(error.what());

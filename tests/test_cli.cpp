@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/wait.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -342,6 +343,15 @@ TEST(Dispatch, ExportRefusesToReplaceAFileWithoutForce) {
                                              ": the file exists; add --force to replace it, or give another --out");
   }
   EXPECT_EQ(read_file(out), "keep me");
+  // A switch given as false is off.
+  std::vector<std::string> not_forced = words;
+  not_forced.push_back("--force=false");
+  try {
+    dispatched(not_forced);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& error) {
+    EXPECT_EQ(error.code(), ExitCode::output_exists) << error.what();
+  }
   // With --force it goes on to the checkpoint (missing here: a data error).
   std::vector<std::string> forced = words;
   forced.push_back("--force");
@@ -756,6 +766,11 @@ TEST(Cli, BadInputsGetOneLineAndTheirExitCode) {
   EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " --set model.init_from=/proc/self/mem", log), 2);
   EXPECT_TRUE(one_line_with(log, "model.init_from = \"/proc/self/mem\": cannot be read (Input/output error)"));
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
+  // A results folder where a file is.
+  write_file(dir.path() / "a-file", "");
+  EXPECT_EQ(run_ltrain("reproduce --config " + config + " --out " + (dir.path() / "a-file").string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, "--out " + (dir.path() / "a-file").string() +
+                                     ": cannot create this results folder (Not a directory); choose another --out"));
 }
 
 // data.root left at its default is found from another working directory in the ltrain folder the
@@ -808,6 +823,22 @@ TEST(Cli, CheckpointsAndOutputsThatAreNotRegularFilesAreRefused) {
   EXPECT_TRUE(S_ISFIFO(info.st_mode));
   EXPECT_EQ(run_ltrain_within(20, "export --checkpoint none.ltc --out " + dir.path().string(), log), 2);
   EXPECT_TRUE(one_line_with(log, ": is a directory, not a file; give the path of a new or regular file"));
+  // lr-find's --out too, before the test runs; a file there stays without --force.
+  const std::string lr_find = "lr-find --config " + tiny_config(dir) + " --steps 3 --out ";
+  EXPECT_EQ(run_ltrain_within(20, lr_find + pipe, log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain lr-find --out " + pipe +
+                                     ": is a FIFO (named pipe), not a file; give the path of a new or regular file "
+                                     "(.csv)"));
+  ASSERT_EQ(::stat(pipe.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISFIFO(info.st_mode));
+  const auto kept = dir.path() / "kept.csv";
+  write_file(kept, "keep me");
+  EXPECT_EQ(run_ltrain_within(20, lr_find + kept.string(), log), 6);
+  EXPECT_TRUE(one_line_with(log, "ltrain lr-find --out " + kept.string() +
+                                     ": the file exists; add --force to replace it, or give another --out"));
+  EXPECT_EQ(read_file(kept), "keep me");
+  EXPECT_EQ(run_ltrain_within(20, lr_find + kept.string() + " --force", log), 0) << read_file(log);
+  EXPECT_EQ(read_file(kept).substr(0, 26), "step,lr,loss,smoothed_loss");
 }
 
 TEST(Cli, LaunchRefusesPortsAndProcessCountsOutOfRange) {
@@ -886,6 +917,36 @@ TEST(Cli, TrainEvalExportOnSyntheticData) {
   EXPECT_EQ(tensors.back().first, "fc.bias");
   EXPECT_EQ(metadata.at("model.arch"), "resnet18");
   EXPECT_EQ(metadata.at("format"), "pt");
+
+  // Never over the checkpoint it reads, even with --force.
+  const std::string saved = read_file(checkpoint);
+  EXPECT_EQ(run_ltrain("export --checkpoint " + checkpoint.string() + " --out " + checkpoint.string() + " --force",
+                       dir.path() / "x.out"),
+            2);
+  EXPECT_TRUE(one_line_with(dir.path() / "x.out", "ltrain export --out " + checkpoint.string() +
+                                                      ": that is the checkpoint it reads; give another --out"));
+  EXPECT_EQ(read_file(checkpoint), saved);
+  // A saved or given run.threads past this machine's is what it can give, not a hang or a crash.
+  ASSERT_EQ(run_ltrain_within(60, "eval --checkpoint " + checkpoint.string() + " --set run.threads=2147483648",
+                              dir.path() / "eval.out"),
+            0)
+      << read_file(dir.path() / "eval.out");
+  EXPECT_NE(read_file(dir.path() / "eval.out").find("run.threads = 2147483648: this machine has "), std::string::npos);
+}
+
+TEST(Cli, OutputThatCannotReachStandardOutputEndsWithExitCodeFour) {
+  TempDir dir;
+  const auto log = dir.path() / "err";
+  const std::vector<std::string> commands{"config --schema", "train --print-config --config " + tiny_config(dir)};
+  for (const std::string& command : commands) {
+    const std::string shell = std::string(LTRAIN_EXECUTABLE) + " " + command + " > /dev/full 2> '" + log.string() + "'";
+    const int status = std::system(shell.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << command;
+    EXPECT_EQ(WEXITSTATUS(status), 4) << command;
+    // Why is the system's word (errno) where the write that failed was the last; the line stays one.
+    EXPECT_TRUE(one_line_with(log, "cannot write to standard output (")) << read_file(log);
+    EXPECT_NE(read_file(log).find("): free disk space or send the output elsewhere"), std::string::npos);
+  }
 }
 
 // A trained run's export, read by the safetensors package into torchvision's own model

@@ -601,6 +601,7 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
   const auto started = std::chrono::system_clock::now();
   const config::LoadedConfig base = config::load_file(options.base_config, options.overrides);
   const torch::Device device = engine::resolve_device(base);
+  files::create_results_folder(out_dir, "--out");
   const env::Environment environment = env::probe();
   ReproduceReport report;
   report.provenance = io::provenance(base.files, config::to_json(base.config), started);

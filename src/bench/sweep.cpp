@@ -391,11 +391,7 @@ SweepResult run_sweep(const fs::path& sweep_file, const fs::path& out_dir, const
   const auto started = std::chrono::system_clock::now();
   SweepRunner runner(prepare(sweep_file, overrides), out_dir);
   const std::vector<Settings> points = expand(runner.prepared());  // its errors before anything is written
-  std::error_code error;
-  fs::create_directories(out_dir, error);
-  if (error || !fs::is_directory(out_dir, error))
-    throw ConfigError(fmt::format("{}: cannot create this results folder ({}); choose another --out", out_dir.string(),
-                                  error ? error.message() : "something else is there"));
+  files::create_results_folder(out_dir, "--out");
   if (!fresh) {
     std::map<std::string, json> earlier = earlier_points(out_dir);
     if (!earlier.empty())

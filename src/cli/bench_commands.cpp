@@ -47,7 +47,7 @@ int run_bench_step(int argc, char** argv) {
   const int64_t steps = (*args)["steps"].as<int64_t>();
   if (warmup < 0 || steps < 1) throw ConfigError("ltrain bench step: --warmup must be >= 0 and --steps >= 1");
   const bench::StepBenchResult result = bench::bench_steps(loaded, warmup, steps, profile_trace);
-  if (args->count("json")) {
+  if (flag(*args, "json")) {
     std::cout << bench::to_json(result).dump() << "\n";
   } else {
     std::cout << fmt::format("{} batch {}{}: {:.2f} ms/step, {:.0f} img/s, peak memory {}\n", result.device,
@@ -106,7 +106,7 @@ int run_bench_matmul(int argc, char** argv) {
   const std::vector<config::PrecisionMode> precisions = precision_list((*args)["precision"].as<std::string>());
   const torch::Device device = device_option((*args)["device"].as<std::string>());
   for (const auto& result : bench::bench_matmul(device, precisions, n, warmup, iters)) {
-    if (args->count("json")) {
+    if (flag(*args, "json")) {
       std::cout << bench::to_json(result).dump() << "\n";
     } else if (result.error.empty()) {
       std::cout << fmt::format("{} matmul n={} {:<5} ({}): {:.4g} TFLOP/s ({:.3f} ms per product)\n", device.str(), n,
@@ -238,7 +238,7 @@ int run_sweep(int argc, char** argv) {
                           "every point):\n" +
                               config::describe_keys(config::sweep_keys()));
   if (!args) return 0;
-  if (args->count("schema")) {
+  if (flag(*args, "schema")) {
     std::cout << config::sweep_schema().dump(2) << "\n";
     return 0;
   }
@@ -255,7 +255,7 @@ int run_sweep(int argc, char** argv) {
   } else {
     file = required(*args, "config", "ltrain sweep");
   }
-  if (args->count("dry-run")) {
+  if (flag(*args, "dry-run")) {
     if (generated) {
       const bench::SweepPlan plan = plan_grid_sweep(*generated, every_point);
       std::cout << fmt::format("--base {} --grid: mode {}, {} point(s)\n", file.string(), plan.mode, plan.points.size());
@@ -275,7 +275,7 @@ int run_sweep(int argc, char** argv) {
     file = out / "sweep.json";  // the sweep, rerun as a file: ltrain sweep --config OUT/sweep.json
     write_sweep_file(file, *generated);
   }
-  const bench::SweepResult result = bench::run_sweep(file, out, every_point, args->count("fresh") > 0);
+  const bench::SweepResult result = bench::run_sweep(file, out, every_point, flag(*args, "fresh"));
   std::cout << bench::write_sweep_results(result, out);
   const auto failed = std::count_if(result.points.begin(), result.points.end(),
                                     [](const auto& point) { return !point.error.empty(); });
@@ -354,8 +354,8 @@ int run_reproduce(int argc, char** argv) {
   if (args->count("image-sizes")) settings.image_sizes = image_sizes((*args)["image-sizes"].as<std::string>());
   settings.matmul_size = (*args)["matmul-size"].as<int64_t>();
   settings.matmul_products = (*args)["matmul-iters"].as<int64_t>();
-  settings.batch_search = !args->count("no-batch-search");
-  settings.fresh = args->count("fresh") > 0;
+  settings.batch_search = !flag(*args, "no-batch-search");
+  settings.fresh = flag(*args, "fresh");
   if (settings.warmup < 0 || settings.steps < 1 || settings.rounds < 1 || settings.rounds > 100 ||
       settings.matmul_size < 1 || settings.matmul_products < 1)
     throw ConfigError("ltrain reproduce: --steps, --matmul-size and --matmul-iters must be >= 1, --rounds "

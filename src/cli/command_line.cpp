@@ -36,14 +36,14 @@ void add_set_option(cxxopts::Options& options, const char* bare) {
 std::optional<cxxopts::ParseResult> parse(cxxopts::Options& options, int argc, char** argv,
                                           const std::string& extra_help) {
   cxxopts::ParseResult result = options.parse(argc, argv);
-  if (result.count("help")) {
+  if (flag(result, "help")) {
     std::cout << options.help({""}) << extra_help;
     return std::nullopt;
   }
   if (!result.unmatched().empty())
     throw ConfigError(fmt::format("unexpected argument \"{}\"; see {} --help", result.unmatched().front(),
                                   options.program()));
-  if (result.count("verbose")) spdlog::set_level(spdlog::level::debug);
+  if (flag(result, "verbose")) spdlog::set_level(spdlog::level::debug);
   return result;
 }
 
@@ -53,6 +53,10 @@ std::vector<std::filesystem::path> config_files(const cxxopts::ParseResult& args
     if (argument.key() == "config") files.emplace_back(argument.value());
   if (files.empty()) throw ConfigError(fmt::format("{} needs --config; see {} --help", program, program));
   return files;
+}
+
+bool flag(const cxxopts::ParseResult& args, const std::string& name) {
+  return args.count(name) > 0 && args[name].as<bool>();
 }
 
 std::string required(const cxxopts::ParseResult& args, const std::string& name, const std::string& program) {

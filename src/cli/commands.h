@@ -51,6 +51,9 @@ std::optional<cxxopts::ParseResult> parse(cxxopts::Options& options, int argc, c
 /// ConfigError when there is none.
 std::vector<std::filesystem::path> config_files(const cxxopts::ParseResult& args, const std::string& program);
 
+/// Whether the switch --`name` is on: given, and not as --`name`=false.
+bool flag(const cxxopts::ParseResult& args, const std::string& name);
+
 /// The value of option --`name`; ConfigError when it was not given.
 std::string required(const cxxopts::ParseResult& args, const std::string& name, const std::string& program);
 

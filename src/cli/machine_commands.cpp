@@ -32,11 +32,11 @@ int run_doctor(int argc, char** argv) {
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
   const engine::DoctorReport report = engine::doctor_report();
-  if (args->count("json")) std::cout << engine::to_json(report).dump(2) << "\n";
+  if (flag(*args, "json")) std::cout << engine::to_json(report).dump(2) << "\n";
   else std::cout << engine::to_text(report);
   if (args->count("device")) {
     const torch::Device device = device_option((*args)["device"].as<std::string>());
-    if (!args->count("json")) std::cout << fmt::format("device {}: usable\n", device.str());
+    if (!flag(*args, "json")) std::cout << fmt::format("device {}: usable\n", device.str());
   }
   return 0;
 }

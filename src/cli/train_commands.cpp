@@ -15,6 +15,21 @@
 #include "ltrain/engine/trainer.h"
 
 namespace ltrain::cli {
+namespace {
+
+/// Refuses --out before any work is done: a path that is no regular file (a device, a FIFO, a
+/// folder), since writing replaces it with a new file, or a file that exists, without --force.
+void check_output_file(const cxxopts::ParseResult& args, const std::string& program, const std::string& kind) {
+  const std::string out = args["out"].as<std::string>();
+  if (const std::string problem = files::not_writable_as_regular_file(out); !problem.empty())
+    throw ConfigError(fmt::format("{} --out {}: {}; give the path of a new or regular file ({})", program, out,
+                                  problem, kind));
+  if (std::filesystem::exists(out) && !flag(args, "force"))
+    throw OutputExists(
+        fmt::format("{} --out {}: the file exists; add --force to replace it, or give another --out", program, out));
+}
+
+}  // namespace
 
 cxxopts::Options train_options() {
   cxxopts::Options options = command_options("ltrain train", "Train a model from a JSON run config.");
@@ -36,14 +51,14 @@ int run_train(int argc, char** argv) {
   const auto args = parse(options, argc, argv,
                           "\nConfig keys (JSON key == --set key == bare KEY=VALUE):\n" + config::describe_keys());
   if (!args) return 0;
-  if (args->count("json")) log::use_json_console();
+  if (flag(*args, "json")) log::use_json_console();
   const auto loaded =
       config::load_files(config_files(*args, options.program()), overrides(*args, options.program()));
-  if (args->count("print-config")) {
+  if (flag(*args, "print-config")) {
     std::cout << config::to_json(loaded.config).dump(2) << "\n";
     return 0;
   }
-  if (args->count("dry-run")) {
+  if (flag(*args, "dry-run")) {
     const engine::RunPlan plan = engine::plan_run(loaded);
     std::cout << "dry run: " << engine::to_text(loaded.config, plan) << "; nothing was written\n";
     return 0;
@@ -65,7 +80,8 @@ cxxopts::Options lr_find_options() {
                                 cxxopts::value<int64_t>()->default_value(std::to_string(defaults.steps)), "N")(
       "start-lr", "learning rate of the first step", cxxopts::value<double>()->default_value("1e-7"), "LR")(
       "end-lr", "learning rate of the last step", cxxopts::value<double>()->default_value("10"), "LR")(
-      "out", "also write step,lr,loss,smoothed_loss as CSV to this file", cxxopts::value<std::string>(), "FILE");
+      "out", "also write step,lr,loss,smoothed_loss as CSV to this file", cxxopts::value<std::string>(), "FILE")(
+      "force", "replace --out when it exists (otherwise exit code 6 and nothing run)");
   add_set_option(options);
   return options;
 }
@@ -74,6 +90,7 @@ int run_lr_find(int argc, char** argv) {
   cxxopts::Options options = lr_find_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
+  if (args->count("out")) check_output_file(*args, options.program(), ".csv");
   engine::LrFindOptions find;
   find.steps = (*args)["steps"].as<int64_t>();
   find.start_lr = (*args)["start-lr"].as<double>();
@@ -119,7 +136,7 @@ int run_eval(int argc, char** argv) {
   const engine::CheckpointEvaluation evaluation =
       engine::evaluate_checkpoint(path, overrides(*args, options.program()));
   const engine::EvalResult& result = evaluation.result;
-  if (args->count("json")) {
+  if (flag(*args, "json")) {
     std::cout << nlohmann::json{{"checkpoint", path},
                                 {"step", evaluation.step},
                                 {"data", config::data_summary(evaluation.data)},
@@ -153,14 +170,10 @@ int run_export(int argc, char** argv) {
   if (!args) return 0;
   const std::string path = required(*args, "checkpoint", "ltrain export");
   const std::string out = required(*args, "out", "ltrain export");
-  // Writing replaces the target with a new file: only ever a regular file, never a device or a FIFO.
-  if (const std::string problem = files::not_writable_as_regular_file(out); !problem.empty())
-    throw ConfigError(fmt::format("ltrain export --out {}: {}; give the path of a new or regular file (.safetensors)",
-                                  out, problem));
-  if (std::filesystem::exists(out) && !args->count("force"))
-    throw OutputExists(fmt::format("ltrain export --out {}: the file exists; add --force to replace it, or give "
-                                   "another --out",
-                                   out));
+  check_output_file(*args, options.program(), ".safetensors");
+  std::error_code error;
+  if (std::filesystem::equivalent(path, out, error))
+    throw ConfigError(fmt::format("ltrain export --out {}: that is the checkpoint it reads; give another --out", out));
   const size_t tensors = engine::export_weights(path, out);
   std::cout << fmt::format("wrote {} ({} tensors)\n", out, tensors);
   return 0;
@@ -176,7 +189,7 @@ int run_config(int argc, char** argv) {
   cxxopts::Options options = config_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
-  if (!args->count("schema")) throw ConfigError("ltrain config needs --schema; see ltrain config --help");
+  if (!flag(*args, "schema")) throw ConfigError("ltrain config needs --schema; see ltrain config --help");
   std::cout << config::json_schema().dump(2) << "\n";
   return 0;
 }

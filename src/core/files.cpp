@@ -68,7 +68,16 @@ std::string not_a_readable_file(const std::filesystem::path& path) {
   return std::string("cannot be read (") + std::strerror(error) + "): not a file with contents of its own";
 }
 
+void create_results_folder(const std::filesystem::path& folder, const std::string& option) {
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  if (error || !std::filesystem::is_directory(folder, error))
+    throw ConfigError(fmt::format("{} {}: cannot create this results folder ({}); choose another {}", option,
+                                  folder.string(), error ? error.message() : "something else is there", option));
+}
+
 std::string not_writable_as_regular_file(const std::filesystem::path& path) {
+  if (path.empty()) return "an empty path";
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) return errno == ENOENT ? "" : describe_errno(errno);
   return S_ISREG(info.st_mode) ? "" : describe_kind(info.st_mode);

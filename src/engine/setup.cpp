@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "ltrain/amp/precision.h"
 #include "ltrain/core/build_info.h"
@@ -134,7 +135,15 @@ void apply_runtime_settings(const config::RunConfig& config) {
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   // LibTorch's default counts physical cores only (1 on a 2-vCPU machine); use every core.
   const int64_t cores = cpu_cores();
-  torch::set_num_threads(static_cast<int>(config.run.threads > 0 ? config.run.threads : cores));
+  // Training refuses more (check_threads); evaluating a checkpoint from a larger machine, whose
+  // saved run.threads this one cannot give, runs with the most it can.
+  int64_t threads = config.run.threads > 0 ? config.run.threads : cores;
+  if (threads > kThreadsPerCore * cores) {
+    spdlog::warn("run.threads = {}: this machine has {} CPU cores; using {} threads", threads, cores,
+                 kThreadsPerCore * cores);
+    threads = kThreadsPerCore * cores;
+  }
+  torch::set_num_threads(static_cast<int>(threads));
   // LibTorch lets cuDNN use TF32 by default; only TF32 modes do here.
   const bool tf32 = amp::plan_precision(config.precision).tf32;
   compat::set_tf32(/*matmul=*/tf32, /*convolutions=*/tf32);

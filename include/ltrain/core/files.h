@@ -52,6 +52,10 @@ class WriteError : public RunError {
 /// `error_number`: "FILE: cannot write (No space left on device): free disk space ...".
 WriteError write_error(const std::filesystem::path& file, const std::string& action, int error_number);
 
+/// Creates `folder` and its parents for a command's results. ConfigError naming it (`option`, as
+/// "--out") and why, when it cannot be made or something other than a folder is there.
+void create_results_folder(const std::filesystem::path& folder, const std::string& option);
+
 /// A file opened for appending, written with write(2): no buffer hides a failure.
 class AppendFile {
  public:
