@@ -121,14 +121,15 @@ void check_device_fit(const config::LoadedConfig& loaded) { check_device_fit(loa
 namespace {
 /// The CPU cores the OS reports (at least 1).
 int64_t cpu_cores() { return static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())); }
+/// The most threads run.threads may give on this machine.
+int64_t most_threads() { return kThreadsPerCore * cpu_cores(); }
 }  // namespace
 
 void check_threads(const config::LoadedConfig& loaded) {
-  const int64_t cores = cpu_cores();
-  if (loaded.config.run.threads > kThreadsPerCore * cores)
+  if (loaded.config.run.threads > most_threads())
     throw config::config_error(loaded, "run.threads",
                                fmt::format("this machine has {} CPU cores; use at most {} threads (0: one per core)",
-                                           cores, kThreadsPerCore * cores));
+                                           cpu_cores(), most_threads()));
 }
 
 void apply_runtime_settings(const config::RunConfig& config) {
@@ -138,10 +139,9 @@ void apply_runtime_settings(const config::RunConfig& config) {
   // Training refuses more (check_threads); evaluating a checkpoint from a larger machine, whose
   // saved run.threads this one cannot give, runs with the most it can.
   int64_t threads = config.run.threads > 0 ? config.run.threads : cores;
-  if (threads > kThreadsPerCore * cores) {
-    spdlog::warn("run.threads = {}: this machine has {} CPU cores; using {} threads", threads, cores,
-                 kThreadsPerCore * cores);
-    threads = kThreadsPerCore * cores;
+  if (threads > most_threads()) {
+    spdlog::warn("run.threads = {}: this machine has {} CPU cores; using {} threads", threads, cores, most_threads());
+    threads = most_threads();
   }
   torch::set_num_threads(static_cast<int>(threads));
   // LibTorch lets cuDNN use TF32 by default; only TF32 modes do here.
