@@ -119,6 +119,42 @@ TEST(CudaGraph, GraphedStepsMatchEagerSteps_CUDA) {
   }
 }
 
+TEST(CudaGraph, BranchesGiveTheLossesAndWeightsOfOneStreamBitForBit_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // The weight gradients on the branch stream (cuda_graph.branches) run the kernels of the one-stream
+  // step on the same inputs: with deterministic cuDNN every loss and weight is the same bit for bit,
+  // through warm-up, capture and replays, a skipped fp16 step, accumulation (float32 weights: each
+  // weight gradient joined at once, since autograd adds the second micro-batch's to the first) and
+  // recomputed segments.
+  const std::vector<std::vector<std::string>> variants{
+      {"precision.mode=fp16", "model.channels_last=true"},
+      {"precision.mode=bf16", "model.channels_last=true", "model.arch=resnet50", "model.width=8"},
+      {"precision.mode=fp16", "optim.accumulation_steps=2", "model.checkpoint_segments=2"},
+      {"precision.mode=fp32", "optim.accumulation_steps=2"},
+  };
+  for (const auto& variant : variants) {
+    std::vector<std::string> one_stream = variant, branched = variant;
+    one_stream.push_back("cuda_graph.train=true");
+    branched.insert(branched.end(), {"cuda_graph.train=true", "cuda_graph.branches=true"});
+    const auto a_config = graph_test_config(one_stream), b_config = graph_test_config(branched);
+    const int64_t images = a_config.config.data.batch_size * a_config.config.optim.accumulation_steps;
+    const std::vector<data::Batch> batches = random_batches(6, images);
+    const bool fp16 = a_config.config.precision.mode == config::PrecisionMode::fp16;
+    const std::vector<double> lrs(batches.size(), a_config.config.optim.lr);
+    const StepRecord a = run_steps(a_config, batches, lrs, fp16 ? 4 : -1);
+    const StepRecord b = run_steps(b_config, batches, lrs, fp16 ? 4 : -1);
+    std::string name;
+    for (const auto& setting : variant) name += setting + " ";
+    EXPECT_TRUE(a.graphed && b.graphed) << name;
+    EXPECT_EQ(a.losses, b.losses) << name;
+    EXPECT_EQ(a.scales, b.scales) << name;
+    EXPECT_EQ(a.skipped_steps, fp16 ? 1 : 0) << name;
+    EXPECT_EQ(a.skipped_steps, b.skipped_steps) << name;
+    ASSERT_EQ(a.weights.size(), b.weights.size());
+    for (size_t i = 0; i < a.weights.size(); ++i) EXPECT_TRUE(torch::equal(a.weights[i], b.weights[i])) << name << i;
+  }
+}
+
 TEST(CudaGraph, ReplayReadsTheLearningRateWrittenBeforeIt_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   const auto loaded = graph_test_config({"cuda_graph.train=true", "precision.mode=bf16", "optim.weight_decay=0"});

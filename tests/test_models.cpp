@@ -661,7 +661,9 @@ TEST(ResNet, FusedConvolutionsInABottleneckAreAsCloseToFloat32AsCudnns_CUDA) {
       projection = torch::nn::Sequential(
           torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, 64, 1).bias(false)),
           models::BatchNorm2d(64, backends));
-    auto block = std::make_shared<models::BottleneckImpl>(in_channels, 16, 1, projection, backends);
+    models::LayerBackends layer_backends;
+    layer_backends.batch_norm = backends;
+    auto block = std::make_shared<models::BottleneckImpl>(in_channels, 16, 1, projection, layer_backends);
     block->to(torch::kCUDA);
     for (auto& parameter : block->parameters())
       if (parameter.dim() == 4) parameter.set_data(parameter.contiguous(at::MemoryFormat::ChannelsLast));

@@ -14,11 +14,18 @@
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/models/resnet.h"
+#include "ltrain/core/gpu.h"
 #include "ltrain/ops/batch_norm.h"
+#include "ltrain/ops/convolution.h"
 #include "ltrain/ops/gradient_kernels.h"
 #include "ltrain/ops/max_pool.h"
 #include "ltrain/optim/optimizer.h"
 #include "support.h"
+
+#if LTRAIN_WITH_CUDA
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace ltrain {
 namespace {
@@ -623,6 +630,62 @@ TEST(Ops, TheModelAndTheOptimizerRunLtrainKernelsExactlyWhereTheyFit_CUDA) {
   for (const kernels::KernelFit& fit :
        {ops::ltrain_batch_norm_fit(cuda), ops::ltrain_max_pool_fit(cuda), ops::ltrain_gradient_kernels_fit(cuda)})
     EXPECT_EQ(fit.runs, fit.reason.empty()) << fit.reason;
+}
+
+TEST(Convolution, IsTorchsConvolutionWhereNoOtherBackendTakesIt) {
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({2, 8, 9, 9}, torch::requires_grad());
+  const torch::Tensor weight = torch::randn({16, 4, 3, 3}, torch::requires_grad());
+  const torch::Tensor grad_y = torch::randn({2, 16, 5, 5});
+  const torch::Tensor y_expected = torch::conv2d(x, weight, {}, /*stride=*/2, /*padding=*/1, /*dilation=*/1, /*groups=*/2);
+  const torch::autograd::variable_list grads_expected = torch::autograd::grad({y_expected}, {x, weight}, {grad_y});
+  // On the CPU the weight-gradient branch is not taken; the statistics need ltrain's fused kernel.
+  ops::ConvolutionBackends branched;
+  branched.weight_gradient_branch = true;
+  for (const ops::ConvolutionBackends& backends : {ops::ConvolutionBackends{}, branched}) {
+    const ops::ConvWithStatistics out = ops::convolution(x, weight, {2, 1, 2}, backends, /*with_statistics=*/true);
+    EXPECT_FALSE(out.statistics.defined());
+    EXPECT_TRUE(torch::equal(out.y, y_expected));
+    const torch::autograd::variable_list grads = torch::autograd::grad({out.y}, {x, weight}, {grad_y});
+    EXPECT_TRUE(torch::equal(grads[0], grads_expected[0]));
+    EXPECT_TRUE(torch::equal(grads[1], grads_expected[1]));
+  }
+}
+
+TEST(Convolution, TheWeightGradientRunsOnTheBranchBesideTheDataGradient_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+#if LTRAIN_WITH_CUDA
+  const testing::CudnnFlags repeatable(/*deterministic=*/true, /*benchmark=*/false);
+  const torch::Device device(torch::kCUDA);
+  const auto half = torch::TensorOptions().device(device).dtype(torch::kHalf);
+  torch::manual_seed(5);
+  auto channels_last = [](const torch::Tensor& t) { return t.contiguous(at::MemoryFormat::ChannelsLast); };
+  const torch::Tensor x_data = channels_last(torch::randn({8, 64, 16, 16}, half));     // [B,C,H,W] fp16
+  const torch::Tensor weight_data = channels_last(torch::randn({64, 64, 3, 3}, half) * 0.05);
+  const torch::Tensor grad_y = channels_last(torch::randn({8, 64, 16, 16}, half));
+
+  const torch::Tensor x_one = x_data.clone().requires_grad_(true);
+  const torch::Tensor weight_one = weight_data.clone().requires_grad_(true);
+  torch::conv2d(x_one, weight_one, {}, 1, 1).backward(grad_y);
+
+  const torch::Tensor x = x_data.clone().requires_grad_(true);
+  const torch::Tensor weight = weight_data.clone().requires_grad_(true);
+  ops::ConvolutionBackends branched;
+  branched.weight_gradient_branch = true;
+  // The branch is held up first: whatever the backward pass queues there waits behind it.
+  gpu::fork_to_branch(device, [] { at::cuda::sleep(1LL << 29); }, {});
+  const torch::Tensor y = ops::convolution(x, weight, {1, 1, 1}, branched).y;
+  y.backward(grad_y);
+  c10::cuda::getCurrentCUDAStream().synchronize();
+  EXPECT_FALSE(gpu::branch_done(device)) << "the weight gradient ran on the backward pass's own stream";
+  EXPECT_TRUE(torch::equal(x.grad(), x_one.grad()));
+
+  gpu::join_branch(device);
+  c10::cuda::getCurrentCUDAStream().synchronize();
+  EXPECT_TRUE(gpu::branch_done(device));
+  EXPECT_TRUE(torch::equal(y, torch::conv2d(x_one, weight_one, {}, 1, 1)));
+  EXPECT_TRUE(torch::equal(weight.grad(), weight_one.grad()));
+#endif
 }
 
 }  // namespace

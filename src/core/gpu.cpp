@@ -1,6 +1,8 @@
 #include "ltrain/core/gpu.h"
 
+#include <array>
 #include <chrono>
+#include <mutex>
 
 #include "ltrain/core/errors.h"
 
@@ -52,6 +54,45 @@ void run_on_side_stream(const torch::Device& device, const std::function<void()>
   }
   current_waits_for(device, side);
 }
+
+namespace {
+/// The branch stream of each device, made once and kept for the process (as LibTorch keeps its
+/// stream pools): a stream of its own rather than one of the pool's, which the current stream may
+/// be. Created non-blocking at the lowest priority, so that where the GPU chooses (eager steps),
+/// the current stream's critical path goes first.
+c10::cuda::CUDAStream branch_stream(const torch::Device& device) {
+  static std::mutex mutex;
+  static std::array<cudaStream_t, 64> streams{};
+  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  TORCH_CHECK(index >= 0 && static_cast<size_t>(index) < streams.size(), "branch stream: device index ", index);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (streams[index] == nullptr) {
+    const c10::cuda::CUDAGuard device_guard(index);
+    int least_priority = 0, greatest_priority = 0;
+    C10_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+    C10_CUDA_CHECK(cudaStreamCreateWithPriority(&streams[index], cudaStreamNonBlocking, least_priority));
+  }
+  return c10::cuda::getStreamFromExternal(streams[index], index);
+}
+}  // namespace
+
+void fork_to_branch(const torch::Device& device, const std::function<void()>& work,
+                    const std::vector<torch::Tensor>& used) {
+  const c10::cuda::CUDAStream branch = branch_stream(device);
+  at::cuda::CUDAEvent queued;
+  queued.record(c10::cuda::getCurrentCUDAStream(branch.device_index()));
+  queued.block(branch);
+  {
+    const c10::cuda::CUDAStreamGuard on_branch(branch);
+    work();
+  }
+  for (const torch::Tensor& tensor : used)
+    if (tensor.defined()) c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), branch);
+}
+
+void join_branch(const torch::Device& device) { current_waits_for(device, branch_stream(device)); }
+
+bool branch_done(const torch::Device& device) { return branch_stream(device).query(); }
 
 struct CudaGraph::Impl {
   at::cuda::CUDAGraph graph;
@@ -115,6 +156,11 @@ namespace {
 }  // namespace
 
 void run_on_side_stream(const torch::Device&, const std::function<void()>&) { no_cuda(); }
+void fork_to_branch(const torch::Device&, const std::function<void()>&, const std::vector<torch::Tensor>&) {
+  no_cuda();
+}
+void join_branch(const torch::Device&) { no_cuda(); }
+bool branch_done(const torch::Device&) { no_cuda(); }
 
 double elapsed_ms(const torch::Device&, const std::function<void()>& work) { return clock_ms(work); }
 

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "ltrain/amp/autocast.h"
+#include "ltrain/core/gpu.h"
 #include "ltrain/engine/setup.h"
 
 namespace ltrain::engine {
@@ -61,6 +62,19 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   if (config.cuda_graph.train) graph_.emplace(config.cuda_graph.warmup_steps, memory_format_);
+  branches_ = config.cuda_graph.train && config.cuda_graph.branches && device.is_cuda();
+  convolution_backends_before_ = model_->convolution_backends();
+  if (branches_) {
+    ops::ConvolutionBackends backends = convolution_backends_before_;
+    backends.weight_gradient_branch = true;
+    // The reducer's hooks copy each gradient into its bucket inside the backward pass.
+    backends.join_each_weight_gradient = reducer_ != nullptr;
+    model_->set_convolution_backends(backends);
+  }
+}
+
+TrainStep::~TrainStep() {
+  if (branches_) model_->set_convolution_backends(convolution_backends_before_);
 }
 
 void TrainStep::run(const data::Batch& batch) {
@@ -93,6 +107,7 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
     const bool last_micro_batch = micro + 1 == images.size();
     if (reducer_ && last_micro_batch) reducer_->arm(/*accumulated=*/micro > 0);
     scaler_.scale_loss(loss / static_cast<double>(accumulation_steps_)).backward();
+    if (branches_) gpu::join_branch(images[micro].device());  // every weight gradient is complete
     if (low_precision_weights_ && !low_precision_gradients_)
       low_precision_weights_->collect_gradients(/*first_micro_batch=*/micro == 0);
     if (reducer_ && last_micro_batch) reducer_->finish();  // every rank now holds the mean gradients

@@ -9,7 +9,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "ltrain/core/torch_compat.h"
 #include "ltrain/ops/batch_norm.h"
 #include "ltrain/ops/max_pool.h"
 
@@ -68,8 +67,7 @@ struct Stages {
 /// shortcut whenever stride or channels change. Modules are created in torchvision's order
 /// (a block's downsample before its convs), so the random init draws come in the same order.
 template <class Block>
-Stages make_stages(int64_t width, const ArchSpec& spec,
-                   const std::shared_ptr<const ops::BatchNormBackends>& batch_norm_backends) {
+Stages make_stages(int64_t width, const ArchSpec& spec, const LayerBackends& backends) {
   const std::array<int64_t, 4>& blocks_per_stage = spec.blocks_per_stage;
   Stages stages{{}, width};
   int64_t in_channels = width;  // the stem's output
@@ -82,13 +80,12 @@ Stages make_stages(int64_t width, const ArchSpec& spec,
       torch::nn::Sequential projection{nullptr};
       if (stride != 1 || in_channels != out_channels)
         projection = torch::nn::Sequential(conv_no_bias(in_channels, out_channels, 1, stride),
-                                           BatchNorm2d(out_channels, batch_norm_backends));
+                                           BatchNorm2d(out_channels, backends.batch_norm));
       if constexpr (std::is_same_v<Block, BottleneckImpl>) {
-        layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection),
-                                                 batch_norm_backends, spec.shape));
-      } else {
         layer->push_back(
-            std::make_shared<Block>(in_channels, planes, stride, std::move(projection), batch_norm_backends));
+            std::make_shared<Block>(in_channels, planes, stride, std::move(projection), backends, spec.shape));
+      } else {
+        layer->push_back(std::make_shared<Block>(in_channels, planes, stride, std::move(projection), backends));
       }
       in_channels = out_channels;
     }
@@ -140,25 +137,20 @@ torch::Tensor BatchNorm2dImpl::forward_relu(const ops::ConvWithStatistics& input
                          input.statistics);
 }
 
-ops::ConvWithStatistics BatchNorm2dImpl::convolve(torch::nn::Conv2d& conv, const torch::Tensor& x) const {
-  const bool uses_statistics =
-      backends_->conv_statistics && backends_->ltrain && !backends_->sum_over_ranks && is_training();
-  if (uses_statistics) {
-    const auto& options = conv->options;
-    // Every convolution of the model comes from conv_no_bias, which pads by kernel / 2.
-    const int64_t padding = conv->weight.size(2) / 2;
-    torch::Tensor conv_weight = conv->weight;
-    // Under autocast without the step's low-precision copies (amp/low_precision_weights.h), the
-    // cast autocast's own convolution would make.
-    if (conv_weight.scalar_type() == torch::kFloat32 && x.is_cuda() && compat::autocast_enabled(torch::kCUDA) &&
-        compat::autocast_dtype(torch::kCUDA) == x.scalar_type())
-      conv_weight = conv_weight.to(x.scalar_type());
-    if (options.groups() == 1) {
-      ops::ConvWithStatistics fused = ops::conv_with_statistics(x, conv_weight, options.stride()->at(0), padding);
-      if (fused.y.defined()) return fused;
-    }
-  }
-  return {conv->forward(x), {}};
+bool BatchNorm2dImpl::takes_conv_statistics() const {
+  return backends_->conv_statistics && backends_->ltrain && !backends_->sum_over_ranks && is_training();
+}
+
+ops::ConvWithStatistics convolve(const torch::nn::Conv2d& conv, const torch::Tensor& x,
+                                 const ops::ConvolutionBackends& backends, const BatchNorm2dImpl* next_norm) {
+  const auto& options = conv->options;
+  ops::ConvolutionParameters parameters;
+  parameters.stride = options.stride()->at(0);
+  // Every convolution of the model comes from conv_no_bias, which pads by kernel / 2.
+  parameters.padding = conv->weight.size(2) / 2;
+  parameters.groups = options.groups();
+  const bool with_statistics = next_norm != nullptr && next_norm->takes_conv_statistics();
+  return ops::convolution(x, conv->weight, parameters, backends, with_statistics);
 }
 
 // ---- Residual blocks ---------------------------------------------------------------------------
@@ -185,8 +177,7 @@ torch::Tensor ResidualBlockImpl::shortcut(const torch::Tensor& x) {
     norm = std::dynamic_pointer_cast<BatchNorm2dImpl>(downsample->ptr(1));
   }
   if (!conv || !norm) return downsample->forward(x);
-  torch::nn::Conv2d conv_holder(conv);
-  return norm->forward_with_statistics(norm->convolve(conv_holder, x));
+  return norm->forward_with_statistics(convolve(torch::nn::Conv2d(conv), x, norm.get()));
 }
 
 void ResidualBlockImpl::register_downsample(torch::nn::Sequential projection) {
@@ -194,17 +185,18 @@ void ResidualBlockImpl::register_downsample(torch::nn::Sequential projection) {
 }
 
 BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
-                               const std::shared_ptr<const ops::BatchNormBackends>& batch_norm_backends) {
+                               const LayerBackends& backends)
+    : ResidualBlockImpl(backends) {
   conv1 = register_module("conv1", conv_no_bias(in_channels, planes, 3, stride));
-  bn1 = register_module("bn1", BatchNorm2d(planes, batch_norm_backends));
+  bn1 = register_module("bn1", BatchNorm2d(planes, backends.batch_norm));
   conv2 = register_module("conv2", conv_no_bias(planes, planes, 3, 1));
-  bn2 = register_module("bn2", BatchNorm2d(planes, batch_norm_backends));
+  bn2 = register_module("bn2", BatchNorm2d(planes, backends.batch_norm));
   register_downsample(std::move(projection));
 }
 
 ops::ConvWithStatistics BasicBlockImpl::residual_branch(torch::Tensor x) {
-  x = bn1->forward_relu(conv1->forward(x));  // [B,planes,H/s,W/s]
-  return {conv2->forward(x), {}};
+  x = bn1->forward_relu(convolve(conv1, x).y);  // [B,planes,H/s,W/s]
+  return convolve(conv2, x);
 }
 
 int64_t BottleneckShape::inner_channels(int64_t planes) const {
@@ -212,28 +204,30 @@ int64_t BottleneckShape::inner_channels(int64_t planes) const {
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
-                               const std::shared_ptr<const ops::BatchNormBackends>& batch_norm_backends,
-                               BottleneckShape shape) {
+                               const LayerBackends& backends, BottleneckShape shape)
+    : ResidualBlockImpl(backends) {
   const int64_t inner = shape.inner_channels(planes);
   conv1 = register_module("conv1", conv_no_bias(in_channels, inner, 1, 1));
-  bn1 = register_module("bn1", BatchNorm2d(inner, batch_norm_backends));
+  bn1 = register_module("bn1", BatchNorm2d(inner, backends.batch_norm));
   conv2 = register_module("conv2", conv_no_bias(inner, inner, 3, stride, shape.groups));  // v1.5: stride here
-  bn2 = register_module("bn2", BatchNorm2d(inner, batch_norm_backends));
+  bn2 = register_module("bn2", BatchNorm2d(inner, backends.batch_norm));
   conv3 = register_module("conv3", conv_no_bias(inner, planes * expansion, 1, 1));
-  bn3 = register_module("bn3", BatchNorm2d(planes * expansion, batch_norm_backends));
+  bn3 = register_module("bn3", BatchNorm2d(planes * expansion, backends.batch_norm));
   register_downsample(std::move(projection));
 }
 
 ops::ConvWithStatistics BottleneckImpl::residual_branch(torch::Tensor x) {
-  x = bn1->forward_relu(bn1->convolve(conv1, x));  // [B,inner,H,W]
-  x = bn2->forward_relu(conv2->forward(x));         // [B,inner,H/s,W/s]
-  return bn3->convolve(conv3, x);                    // [B,4*planes,H/s,W/s]
+  x = bn1->forward_relu(convolve(conv1, x, bn1.get()));  // [B,inner,H,W]
+  x = bn2->forward_relu(convolve(conv2, x).y);            // [B,inner,H/s,W/s]
+  return convolve(conv3, x, bn3.get());                   // [B,4*planes,H/s,W/s]
 }
 
 // ---- ResNet ------------------------------------------------------------------------------------
 
 ResNetImpl::ResNetImpl(const config::ModelSection& options)
-    : options_(options), batch_norm_backends_(std::make_shared<ops::BatchNormBackends>()) {
+    : options_(options),
+      batch_norm_backends_(std::make_shared<ops::BatchNormBackends>()),
+      convolution_backends_(std::make_shared<ops::ConvolutionBackends>()) {
   batch_norm_backends_->ltrain = options_.ltrain_batch_norm;
   batch_norm_backends_->cudnn = options_.cudnn_batch_norm;
   batch_norm_backends_->conv_statistics = options_.fused_conv;
@@ -247,8 +241,9 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options)
   bn1 = register_module("bn1", BatchNorm2d(width, batch_norm_backends_));
 
   const ArchSpec spec = arch_spec(options_.arch);
-  Stages stages = spec.bottleneck ? make_stages<BottleneckImpl>(width, spec, batch_norm_backends_)
-                                  : make_stages<BasicBlockImpl>(width, spec, batch_norm_backends_);
+  const LayerBackends backends{batch_norm_backends_, convolution_backends_};
+  Stages stages = spec.bottleneck ? make_stages<BottleneckImpl>(width, spec, backends)
+                                  : make_stages<BasicBlockImpl>(width, spec, backends);
   const std::array<torch::nn::Sequential*, 4> layer_members{&layer1, &layer2, &layer3, &layer4};
   for (size_t stage = 0; stage < layer_members.size(); ++stage)
     *layer_members[stage] = register_module("layer" + std::to_string(stage + 1), stages.layers[stage]);
@@ -263,6 +258,10 @@ ResNetImpl::ResNetImpl(const config::ModelSection& options)
 
 void ResNetImpl::synchronize_batch_norm(std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks) {
   batch_norm_backends_->sum_over_ranks = std::move(sum_over_ranks);
+}
+
+void ResNetImpl::set_convolution_backends(const ops::ConvolutionBackends& backends) {
+  *convolution_backends_ = backends;
 }
 
 void ResNetImpl::count_training_batch() {
@@ -299,7 +298,7 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
 }
 
 torch::Tensor ResNetImpl::forward_stem(torch::Tensor images) {
-  torch::Tensor x = bn1->forward_relu(conv1->forward(images));
+  torch::Tensor x = bn1->forward_relu(convolve(conv1, images, *convolution_backends_).y);
   if (options_.stem == config::Stem::imagenet) x = ops::max_pool2d(x, 3, 2, 1, {options_.ltrain_max_pool});
   return x;
 }

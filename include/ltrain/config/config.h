@@ -548,12 +548,18 @@ struct CudaGraphSection {
   /// Eager training steps before the capture, on a side stream: cuDNN autotuning and lazy set-up
   /// happen there. They train like any other step.
   int64_t warmup_steps = 3;
+  /// With `train`: each convolution's weight gradient on a second stream, forked and joined
+  /// inside the captured step, so that the graph runs it beside the data gradient and the rest
+  /// of the backward pass. The same kernels on the same inputs: the same numbers.
+  bool branches = false;
 
   template <class V>
   void visit(V& v) {
     v("train", train, "capture the whole training step as one CUDA graph and replay it");
     v("eval", eval, "capture evaluation's forward pass as a CUDA graph");
     v("warmup_steps", warmup_steps, "eager training steps before the capture", at_least(1));
+    v("branches", branches,
+      "with train: each convolution's weight gradient on a second stream, beside the rest of the backward pass");
   }
 };
 

@@ -5,6 +5,7 @@
 // refused before that, in engine::resolve_device).
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -17,6 +18,19 @@ bool cuda_graphs_available();
 /// any work queued on it later. PyTorch asks for a few such warm-up runs before a capture: cuDNN
 /// autotuning, lazy initialisation and the autograd engine's device threads happen there.
 void run_on_side_stream(const torch::Device& device, const std::function<void()>& work);
+
+/// The step's branch: a second stream of `device` (one per device, made on first use) for work off
+/// the critical path. fork_to_branch runs `work` there after everything queued so far on the
+/// current stream, and leaves the current stream free to go on; join_branch makes the current
+/// stream wait for everything queued on the branch so far. Inside a capture the two become parallel
+/// branches of the graph, which the GPU runs side by side. `used` are tensors the work reads that
+/// the current stream made and may free before the branch reads them: their memory is not reused
+/// until the branch's work is done (the caching allocator's record_stream).
+void fork_to_branch(const torch::Device& device, const std::function<void()>& work,
+                    const std::vector<torch::Tensor>& used);
+void join_branch(const torch::Device& device);
+/// Whether everything queued on the branch of `device` so far has run (no wait).
+bool branch_done(const torch::Device& device);
 
 /// Milliseconds that `work` takes on `device`: between two CUDA events on the current stream
 /// (waits for them), or on the CPU between two clock reads around it.

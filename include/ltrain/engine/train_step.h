@@ -3,7 +3,8 @@
 // scaled backward (fp16), accumulation over micro-batches, unscale/clip, the optimizer step (skipped
 // on the device after inf/NaN gradients) and the scaler update. Loss, accuracy, skipped steps and
 // the scale are kept on the device and read only when the loop asks (at log intervals).
-// With cuda_graph.train the step's device work is captured once as a CUDA graph and replayed.
+// With cuda_graph.train the step's device work is captured once as a CUDA graph and replayed; with
+// cuda_graph.branches too, each convolution's weight gradient runs on a second stream inside it.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "ltrain/dist/grad_reducer.h"
 #include "ltrain/engine/batch_graph.h"
 #include "ltrain/models/resnet.h"
+#include "ltrain/ops/convolution.h"
 #include "ltrain/optim/optimizer.h"
 
 namespace ltrain::engine {
@@ -40,6 +42,10 @@ class TrainStep {
   /// pass and the totals are summed over them.
   TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::GradScaler& scaler, const config::RunConfig& config,
             dist::Group* group = nullptr);
+  /// Gives the model back its convolution backends as they were before the step (no branch).
+  ~TrainStep();
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
 
   /// One optimizer step over `batch`: [K*B] images as K = optim.accumulation_steps micro-batches
   /// of B. Enqueues work only. With cuda_graph.train the first cuda_graph.warmup_steps calls run
@@ -78,6 +84,10 @@ class TrainStep {
   torch::Tensor correct_;   // [] int64 on the device
   int64_t images_ = 0;
   std::optional<BatchGraph> graph_;  // with cuda_graph.train
+  // With cuda_graph.branches (and a graph on CUDA): the model's convolutions queue their weight
+  // gradients on the step's branch stream, which each backward pass ends by joining.
+  bool branches_ = false;
+  ops::ConvolutionBackends convolution_backends_before_;
   dist::Group* group_;
   std::unique_ptr<dist::GradientReducer> reducer_;  // with a group
 };

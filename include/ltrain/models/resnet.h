@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -13,7 +14,7 @@
 #include "ltrain/config/config.h"
 #include "ltrain/models/activation_checkpoint.h"
 #include "ltrain/ops/batch_norm.h"
-#include "ltrain/ops/fused_conv.h"
+#include "ltrain/ops/convolution.h"
 
 namespace ltrain::models {
 
@@ -52,10 +53,9 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   torch::Tensor forward_relu(const ops::ConvWithStatistics& input, const torch::Tensor& residual = {},
                              torch::Tensor* second_output = nullptr);
 
-  /// conv(x), with its output's statistics where the model asks for them (model.fused_conv), this
-  /// layer is training on a backend that uses them, and ops::conv_with_statistics takes the
-  /// convolution; statistics undefined otherwise.
-  ops::ConvWithStatistics convolve(torch::nn::Conv2d& conv, const torch::Tensor& x) const;
+  /// Whether the convolution before this layer should hand it its output's statistics: the model
+  /// asks for them (model.fused_conv) and this layer is training on a backend that uses them.
+  bool takes_conv_statistics() const;
 
   const ops::BatchNormBackends& backends() const { return *backends_; }
 
@@ -70,6 +70,19 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   std::shared_ptr<const ops::BatchNormBackends> backends_;
 };
 TORCH_MODULE(BatchNorm2d);
+/// The backends every layer of a model computes on, decided once for the model and shared by its
+/// layers.
+struct LayerBackends {
+  std::shared_ptr<const ops::BatchNormBackends> batch_norm = std::make_shared<const ops::BatchNormBackends>();
+  std::shared_ptr<const ops::ConvolutionBackends> convolution = std::make_shared<const ops::ConvolutionBackends>();
+};
+
+/// conv(x) through ops::convolution on `backends`, with its output's statistics where `next_norm`
+/// (the BatchNorm the output feeds, or null) takes them and ltrain's fused convolution computes
+/// them; statistics undefined otherwise.
+ops::ConvWithStatistics convolve(const torch::nn::Conv2d& conv, const torch::Tensor& x,
+                                 const ops::ConvolutionBackends& backends, const BatchNorm2dImpl* next_norm = nullptr);
+
 /// What a residual block hands the next one: its output `y` for the next block's convolution,
 /// and `y_for_shortcut` for the next block's shortcut: the same values, but a second autograd
 /// output of the BatchNorm kernel that made y, where ltrain's kernel made it (undefined
@@ -98,18 +111,30 @@ class ResidualBlockImpl : public torch::nn::Module {
   virtual BatchNorm2d& last_norm() = 0;
 
  protected:
+  explicit ResidualBlockImpl(LayerBackends backends) : backends_(std::move(backends)) {}
+
   /// The residual branch up to its last convolution, before last_norm():
   /// [B,C_in,H,W] -> [B,C_out,H/stride,W/stride], with that convolution's statistics for
-  /// last_norm() where it computed them (BatchNorm2dImpl::convolve).
+  /// last_norm() where it computed them (convolve()).
   virtual ops::ConvWithStatistics residual_branch(torch::Tensor x) = 0;
 
   /// Registers the projection shortcut (may be empty). Called last by the subclass constructors,
   /// because torchvision registers `downsample` after the branch's convs and norms.
   void register_downsample(torch::nn::Sequential projection);
 
+  /// conv(x) on the model's convolution backends, with statistics for `next_norm` where it takes
+  /// them (models::convolve).
+  ops::ConvWithStatistics convolve(const torch::nn::Conv2d& conv, const torch::Tensor& x,
+                                   const BatchNorm2dImpl* next_norm = nullptr) const {
+    return models::convolve(conv, x, *backends_.convolution, next_norm);
+  }
+
+  /// The model's, shared by its layers.
+  LayerBackends backends_;
+
  private:
-  /// x itself, or downsample(x), its convolution handing its statistics to its BatchNorm as
-  /// BatchNorm2dImpl::convolve decides.
+  /// x itself, or downsample(x), its convolution handing its statistics to its BatchNorm where
+  /// that takes them.
   torch::Tensor shortcut(const torch::Tensor& x);
 
   torch::nn::Sequential downsample{nullptr};
@@ -123,7 +148,7 @@ class BasicBlockImpl : public ResidualBlockImpl {
 
   /// `projection`: the shortcut's conv+BN, or an empty holder when x can be added unchanged.
   BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
-                 const std::shared_ptr<const ops::BatchNormBackends>& batch_norm_backends);
+                 const LayerBackends& backends);
 
   BatchNorm2d& last_norm() override { return bn2; }
 
@@ -154,7 +179,7 @@ class BottleneckImpl : public ResidualBlockImpl {
 
   /// `projection`: the shortcut's conv+BN, or an empty holder when x can be added unchanged.
   BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, torch::nn::Sequential projection,
-                 const std::shared_ptr<const ops::BatchNormBackends>& batch_norm_backends, BottleneckShape shape = {});
+                 const LayerBackends& backends, BottleneckShape shape = {});
 
   BatchNorm2d& last_norm() override { return bn3; }
 
@@ -199,6 +224,11 @@ class ResNetImpl : public torch::nn::Module {
   /// Makes every BatchNorm a SyncBatchNorm through `sum_over_ranks` (ops::BatchNormBackends).
   void synchronize_batch_norm(std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks);
 
+  /// How every convolution of the model runs from now on (ops::ConvolutionBackends); whoever
+  /// turns the weight-gradient branch on joins it after each backward pass.
+  void set_convolution_backends(const ops::ConvolutionBackends& backends);
+  const ops::ConvolutionBackends& convolution_backends() const { return *convolution_backends_; }
+
  private:
   /// torchvision's init: kaiming-normal (fan_out, relu) convs, BN weight 1 / bias 0, optional zero
   /// last-BN per block. Linear keeps LibTorch's default init (the same as PyTorch's).
@@ -207,6 +237,8 @@ class ResNetImpl : public torch::nn::Module {
   config::ModelSection options_;
   /// From model.ltrain_batch_norm and model.cudnn_batch_norm; every BatchNorm of the model holds it.
   std::shared_ptr<ops::BatchNormBackends> batch_norm_backends_;
+  /// Every convolution of the model reads it (set_convolution_backends).
+  std::shared_ptr<ops::ConvolutionBackends> convolution_backends_;
   /// model.checkpoint_segments > 0: the blocks in checkpoint_sequential's runs (the last one is
   /// not checkpointed).
   std::vector<BlockSegment> checkpoint_segments_;

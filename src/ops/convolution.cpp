@@ -1,0 +1,105 @@
+#include "ltrain/ops/convolution.h"
+
+#include <array>
+#include <utility>
+
+#include "ltrain/core/gpu.h"
+#include "ltrain/core/torch_compat.h"
+
+namespace ltrain::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// What CUDA autocast's convolution casts: a floating-point CUDA tensor other than float64, to
+/// autocast's dtype. Elsewhere, or with autocast off, the tensor as it is.
+torch::Tensor cast_as_autocast(const torch::Tensor& t) {
+  if (!t.is_cuda() || !compat::autocast_enabled(torch::kCUDA)) return t;
+  const torch::ScalarType dtype = compat::autocast_dtype(torch::kCUDA);
+  if (!t.is_floating_point() || t.scalar_type() == torch::kDouble || t.scalar_type() == dtype) return t;
+  return t.to(dtype);
+}
+
+/// Whether autograd keeps `grad` as the .grad of `weight` as it is: the strides agree wherever a
+/// size is not 1 (autograd's layout contract for gradients); otherwise it copies it.
+bool keeps_as_grad(const torch::Tensor& grad, const torch::Tensor& weight) {
+  if (!weight.is_non_overlapping_and_dense()) return grad.is_contiguous();
+  for (int64_t d = 0; d < weight.dim(); ++d)
+    if (weight.size(d) != 1 && grad.stride(d) != weight.stride(d)) return false;
+  return true;
+}
+
+/// The weight gradient would be read by autograd inside the backward pass, on the stream that
+/// queued the convolution's backward and without waiting for the branch: added to a gradient the
+/// weight already holds, passed on to a weight that is no leaf, or copied into the weight's layout.
+bool autograd_reads_weight_gradient(const torch::Tensor& weight, const torch::Tensor& grad_weight) {
+  return !weight.is_leaf() || weight.grad().defined() || !keeps_as_grad(grad_weight, weight);
+}
+
+/// torch's convolution, whose backward queues the weight gradient on the step's branch stream.
+class BranchedConvolutionFunction : public torch::autograd::Function<BranchedConvolutionFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* context, const torch::Tensor& x, const torch::Tensor& weight,
+                               int64_t stride, int64_t padding, int64_t groups, bool join_each) {
+    context->save_for_backward({x, weight});
+    context->saved_data["stride"] = stride;
+    context->saved_data["padding"] = padding;
+    context->saved_data["groups"] = groups;
+    context->saved_data["join_each"] = join_each;
+    return torch::conv2d(x, weight, {}, stride, padding, /*dilation=*/1, groups);
+  }
+
+  static variable_list backward(AutogradContext* context, variable_list grad_outputs) {
+    // One gradient per forward argument: x, weight, stride, padding, groups, join_each.
+    variable_list grads(6);
+    const torch::Tensor& grad_y = grad_outputs[0];
+    if (!grad_y.defined()) return grads;
+    const variable_list saved = context->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const int64_t stride = context->saved_data["stride"].toInt();
+    const int64_t padding = context->saved_data["padding"].toInt();
+    const int64_t groups = context->saved_data["groups"].toInt();
+    // The same two cuDNN products as torch's convolution backward, asked for one at a time.
+    auto gradient = [&](bool of_input) {
+      const std::array<bool, 3> wanted{of_input, !of_input, false};
+      auto products = at::convolution_backward(grad_y, x, weight, c10::nullopt, {stride, stride},
+                                               {padding, padding}, {1, 1}, /*transposed=*/false, {0, 0}, groups,
+                                               wanted);
+      return of_input ? std::get<0>(products) : std::get<1>(products);
+    };
+    if (context->needs_input_grad(1)) {
+      // Forked before the data gradient is queued: the branch waits for grad_y alone.
+      gpu::fork_to_branch(
+          x.device(), [&] { grads[1] = gradient(/*of_input=*/false); }, {x, grad_y});
+      if (context->saved_data["join_each"].toBool() || autograd_reads_weight_gradient(weight, grads[1]))
+        gpu::join_branch(x.device());
+    }
+    if (context->needs_input_grad(0)) grads[0] = gradient(/*of_input=*/true);
+    return grads;
+  }
+};
+
+}  // namespace
+
+ConvWithStatistics convolution(const torch::Tensor& x, const torch::Tensor& weight,
+                               const ConvolutionParameters& parameters, const ConvolutionBackends& backends,
+                               bool with_statistics) {
+  if (with_statistics && parameters.groups == 1) {
+    // Under autocast without the step's low-precision weight copies (amp/low_precision_weights.h),
+    // the cast torch's own convolution would make.
+    ConvWithStatistics fused = conv_with_statistics(cast_as_autocast(x), cast_as_autocast(weight), parameters.stride,
+                                                    parameters.padding);
+    if (fused.y.defined()) return fused;
+  }
+  const bool branched = backends.weight_gradient_branch && x.is_cuda() && torch::GradMode::is_enabled() &&
+                        (x.requires_grad() || weight.requires_grad());
+  if (!branched) return {torch::conv2d(x, weight, {}, parameters.stride, parameters.padding, 1, parameters.groups), {}};
+  return {BranchedConvolutionFunction::apply(cast_as_autocast(x), cast_as_autocast(weight), parameters.stride,
+                                             parameters.padding, parameters.groups,
+                                             backends.join_each_weight_gradient),
+          {}};
+}
+
+}  // namespace ltrain::ops
