@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <tuple>
 
 #include "ltrain/amp/grad_scaler.h"
 #include "ltrain/config/load.h"
@@ -134,8 +135,8 @@ TEST(CudaGraph, BranchesGiveTheLossesAndWeightsOfOneStreamBitForBit_CUDA) {
   };
   for (const auto& variant : variants) {
     std::vector<std::string> one_stream = variant, branched = variant;
-    one_stream.push_back("cuda_graph.train=true");
-    branched.insert(branched.end(), {"cuda_graph.train=true", "cuda_graph.branches=true"});
+    one_stream.insert(one_stream.end(), {"cuda_graph.train=true", "cuda_graph.branches=off"});
+    branched.insert(branched.end(), {"cuda_graph.train=true", "cuda_graph.branches=on"});
     const auto a_config = graph_test_config(one_stream), b_config = graph_test_config(branched);
     const int64_t images = a_config.config.data.batch_size * a_config.config.optim.accumulation_steps;
     const std::vector<data::Batch> batches = random_batches(6, images);
@@ -152,6 +153,29 @@ TEST(CudaGraph, BranchesGiveTheLossesAndWeightsOfOneStreamBitForBit_CUDA) {
     EXPECT_EQ(a.skipped_steps, b.skipped_steps) << name;
     ASSERT_EQ(a.weights.size(), b.weights.size());
     for (size_t i = 0; i < a.weights.size(); ++i) EXPECT_TRUE(torch::equal(a.weights[i], b.weights[i])) << name << i;
+  }
+}
+
+TEST(CudaGraph, AutoBranchesTheStepsWhoseFirstStageIsSmall_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // cuda_graph.branches=auto: the branch for a batch of 32 at the cifar stem (32 x 32 x 32 first-stage
+  // positions), not for 512 (512 x 32 x 32), nor in an eager step; the model gets its one-stream
+  // convolutions back with the step.
+  for (const auto& [batch, graphed, branched] : {std::tuple<int64_t, bool, bool>{32, true, true},
+                                                 std::tuple<int64_t, bool, bool>{512, true, false},
+                                                 std::tuple<int64_t, bool, bool>{32, false, false}}) {
+    const auto loaded = graph_test_config({"precision.mode=bf16", "model.channels_last=true",
+                                           "cuda_graph.train=" + std::string(graphed ? "true" : "false")});
+    engine::apply_runtime_settings(loaded.config);
+    models::ResNet model = engine::build_model(loaded, torch::kCUDA);
+    auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+    amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
+    {
+      engine::TrainStep step(model, *optimizer, scaler, loaded.config);
+      step.run(random_batches(1, batch).front());
+      EXPECT_EQ(model->convolution_backends().weight_gradient_branch, branched) << batch << " " << graphed;
+    }
+    EXPECT_FALSE(model->convolution_backends().weight_gradient_branch);
   }
 }
 

@@ -166,6 +166,18 @@ TEST(ResNet, OutputShapeForEveryDepthAndStem) {
   }
 }
 
+TEST(ResNet, FirstStageSideIsTheStemOutputs) {
+  torch::manual_seed(0);
+  for (Stem stem : {Stem::imagenet, Stem::cifar}) {
+    ResNet model(model_options(Arch::resnet18, 8, stem));
+    model->eval();
+    for (int64_t side : {16, 24, 32, 33, 57}) {
+      const torch::Tensor stem_output = model->forward_stem(torch::randn({1, 3, side, side}));  // [1,8,h,h]
+      EXPECT_EQ(model->first_stage_side(side), stem_output.size(2)) << ltrain::config::to_string(stem) << " " << side;
+    }
+  }
+}
+
 TEST(ResNet, AcceptsNonSquareInputsAndOtherClassCounts) {
   torch::manual_seed(0);
   const torch::Tensor images = torch::randn({2, 3, 40, 57});

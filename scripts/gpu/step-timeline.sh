@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How busy ltrain's graphed ResNet-50 step keeps the GPU, with the backward's weight gradients on
-# one stream (cuda_graph.branches=false) and on a second one (true), on a GPU host: for each
+# one stream (cuda_graph.branches=off) and on a second one (on), on a GPU host: for each
 # workload and setting, `ltrain bench step` times steps and profiles 5 more (CUPTI, a Chrome trace),
 # alternating the two settings over the rounds; scripts/report/step_timeline.py turns the traces
 # into the table. Writes OUT/<workload>-branches-<off|on>-r<R>.{json,trace.json}, OUT/rates.md (img/s
@@ -55,7 +55,7 @@ for round in $(seq 1 "$rounds"); do
     [ $((round % 2)) -eq 1 ] || order="on off"
     for branches in $order; do
       name="$workload-branches-$branches-r$round"
-      "$ltrain" bench step --config "$config" "${set_args[@]}" --set "cuda_graph.branches=$([ "$branches" = on ] && echo true || echo false)" \
+      "$ltrain" bench step --config "$config" "${set_args[@]}" --set "cuda_graph.branches=$branches" \
         --warmup 15 --steps "$steps" --json --profile "$out/$name.trace.json" >"$out/$name.json"
       measured=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['images_per_second'], r['peak_memory_bytes'])" "$out/$name.json")
       printf '%s\t%s\t%s\t%s\t%s\n' "$workload" "$round" "$branches" $measured | tee -a "$out/rates.tsv"

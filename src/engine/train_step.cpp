@@ -62,19 +62,32 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   if (config.cuda_graph.train) graph_.emplace(config.cuda_graph.warmup_steps, memory_format_);
-  branches_ = config.cuda_graph.train && config.cuda_graph.branches && device.is_cuda();
+  // The branch pays only inside a graph: eager steps are bound by the host issuing kernels.
+  branch_setting_ = graph_ && device.is_cuda() ? config.cuda_graph.branches : config::StepBranches::off;
   convolution_backends_before_ = model_->convolution_backends();
-  if (branches_) {
-    ops::ConvolutionBackends backends = convolution_backends_before_;
-    backends.weight_gradient_branch = true;
-    // The reducer's hooks copy each gradient into its bucket inside the backward pass.
-    backends.join_each_weight_gradient = reducer_ != nullptr;
-    model_->set_convolution_backends(backends);
-  }
 }
 
-TrainStep::~TrainStep() {
-  if (branches_) model_->set_convolution_backends(convolution_backends_before_);
+TrainStep::~TrainStep() { model_->set_convolution_backends(convolution_backends_before_); }
+
+bool TrainStep::branches_pay(const torch::Tensor& images) const {
+  // The largest first stage (positions per micro-batch) at which the branch measured faster, the
+  // recipes' 512 images at 16x16 (docs/BENCHMARKS.md, "The step as branches"); larger maps fill
+  // the GPU from one stream.
+  constexpr int64_t kMostFirstStagePositions = 512 * 16 * 16;
+  const int64_t micro_batch = images.size(0) / accumulation_steps_;
+  return micro_batch * model_->first_stage_side(images.size(2)) * model_->first_stage_side(images.size(3)) <=
+         kMostFirstStagePositions;
+}
+
+void TrainStep::choose_branches(const torch::Tensor& images) {
+  branch_shape_ = images.sizes().vec();
+  branches_ = branch_setting_ == config::StepBranches::on ||
+              (branch_setting_ == config::StepBranches::automatic && branches_pay(images));
+  ops::ConvolutionBackends backends = convolution_backends_before_;
+  backends.weight_gradient_branch = branches_;
+  // The reducer's hooks copy each gradient into its bucket inside the backward pass.
+  backends.join_each_weight_gradient = reducer_ != nullptr;
+  model_->set_convolution_backends(backends);
 }
 
 void TrainStep::run(const data::Batch& batch) {
@@ -83,6 +96,7 @@ void TrainStep::run(const data::Batch& batch) {
     enqueue(batch.images, batch.labels);
     return;
   }
+  if (batch.images.sizes() != torch::IntArrayRef(branch_shape_)) choose_branches(batch.images);
   // Where the optimizer writes the copies, the capture left the weights' cast out; anything that
   // changed the weights since (a checkpoint load, say) needs it now.
   if (low_precision_weights_ && low_precision_weights_->copies_written_by_optimizer())

@@ -303,6 +303,12 @@ torch::Tensor ResNetImpl::forward_stem(torch::Tensor images) {
   return x;
 }
 
+int64_t ResNetImpl::first_stage_side(int64_t image_side) const {
+  if (options_.stem != config::Stem::imagenet) return image_side;
+  const int64_t after_conv = (image_side - 1) / 2 + 1;  // 7x7, stride 2, padding 3
+  return (after_conv - 1) / 2 + 1;                      // 3x3 max pool, stride 2, padding 1
+}
+
 torch::Tensor ResNetImpl::forward_head(torch::Tensor features) {
   // flatten (a reshape), not view: correct whatever the memory format of the pooled map.
   torch::Tensor pooled = torch::flatten(torch::adaptive_avg_pool2d(features, {1, 1}), 1);  // [B,C]

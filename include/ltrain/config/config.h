@@ -36,6 +36,7 @@ enum class PrecisionMode { fp32, tf32, fp16, bf16 };
 enum class BestMetric { none, test_acc, test_loss };
 enum class DistBackend { automatic, gloo, nccl };
 enum class GradientDtype { fp32, bf16, fp16 };
+enum class StepBranches { automatic, on, off };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> names
@@ -93,6 +94,11 @@ template <>
 struct EnumNames<BestMetric> {
   static constexpr std::array<std::pair<BestMetric, const char*>, 3> names{
       {{BestMetric::none, "none"}, {BestMetric::test_acc, "test_acc"}, {BestMetric::test_loss, "test_loss"}}};
+};
+template <>
+struct EnumNames<StepBranches> {
+  static constexpr std::array<std::pair<StepBranches, const char*>, 3> names{
+      {{StepBranches::automatic, "auto"}, {StepBranches::on, "on"}, {StepBranches::off, "off"}}};
 };
 template <>
 struct EnumNames<DistBackend> {
@@ -550,8 +556,10 @@ struct CudaGraphSection {
   int64_t warmup_steps = 3;
   /// With `train`: each convolution's weight gradient on a second stream, forked and joined
   /// inside the captured step, so that the graph runs it beside the data gradient and the rest
-  /// of the backward pass. The same kernels on the same inputs: the same numbers.
-  bool branches = false;
+  /// of the backward pass. The same kernels on the same inputs: the same numbers. "auto": for the
+  /// batch shapes where it was measured faster, those whose first-stage feature maps are small
+  /// (engine::TrainStep::branches_pay).
+  StepBranches branches = StepBranches::automatic;
 
   template <class V>
   void visit(V& v) {
@@ -559,7 +567,8 @@ struct CudaGraphSection {
     v("eval", eval, "capture evaluation's forward pass as a CUDA graph");
     v("warmup_steps", warmup_steps, "eager training steps before the capture", at_least(1));
     v("branches", branches,
-      "with train: each convolution's weight gradient on a second stream, beside the rest of the backward pass");
+      "with train: each convolution's weight gradient on a second stream, beside the rest of the backward pass "
+      "(auto: where the first stage's feature maps are small)");
   }
 };
 

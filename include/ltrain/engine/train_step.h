@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -84,9 +85,19 @@ class TrainStep {
   torch::Tensor correct_;   // [] int64 on the device
   int64_t images_ = 0;
   std::optional<BatchGraph> graph_;  // with cuda_graph.train
-  // With cuda_graph.branches (and a graph on CUDA): the model's convolutions queue their weight
-  // gradients on the step's branch stream, which each backward pass ends by joining.
+  /// Whether the weight gradients of a step over `images` [K*B,3,H,W] run on the branch where
+  /// cuda_graph.branches is auto: where the first stage's feature maps of a micro-batch hold few
+  /// positions (B x H' x W'), whose kernels leave SMs idle on one stream.
+  bool branches_pay(const torch::Tensor& images) const;
+  /// Turns the branch on or off for the graph of `images`' shape (before its warm-up steps).
+  void choose_branches(const torch::Tensor& images);
+
+  // With cuda_graph.branches on for the current batch shape (a graph on CUDA): the model's
+  // convolutions queue their weight gradients on the step's branch stream, which each backward
+  // pass ends by joining.
+  config::StepBranches branch_setting_;
   bool branches_ = false;
+  std::vector<int64_t> branch_shape_;  // the batch shape branches_ was chosen for
   ops::ConvolutionBackends convolution_backends_before_;
   dist::Group* group_;
   std::unique_ptr<dist::GradientReducer> reducer_;  // with a group

@@ -210,6 +210,10 @@ class ResNetImpl : public torch::nn::Module {
   /// [B,3,H,W] -> [B,width,H/4,W/4] (imagenet) or [B,width,H,W] (cifar).
   torch::Tensor forward_stem(torch::Tensor images);
 
+  /// The side of layer1's feature maps for images of side `image_side`: the stem's output
+  /// (imagenet: a stride-2 convolution and a stride-2 max pool; cifar: the images' own side).
+  int64_t first_stage_side(int64_t image_side) const;
+
   /// Global average pool + fc: [B,C,h,w] -> [B,num_classes].
   torch::Tensor forward_head(torch::Tensor features);
 
