@@ -68,6 +68,13 @@ class TrainStep {
   /// The step's device work on `images` [K*B,3,32,32] float32 and `labels` [K*B] int64, with no
   /// host sync and no host state that changes between steps (it may be captured once and replayed).
   void enqueue(const torch::Tensor& images, const torch::Tensor& labels);
+  /// Whether the weight gradients of a step over `images` [K*B,3,H,W] run on the branch where
+  /// cuda_graph.branches is auto: where the first stage's feature maps of a micro-batch hold few
+  /// positions (B x H' x W'), whose kernels leave SMs idle on one stream.
+  bool branches_pay(const torch::Tensor& images) const;
+  /// Turns the branch on or off for the graph of `images`' shape (before its warm-up steps).
+  void choose_branches(const torch::Tensor& images);
+
   models::ResNet model_;
   optim::Optimizer& optimizer_;
   amp::GradScaler& scaler_;
@@ -85,13 +92,6 @@ class TrainStep {
   torch::Tensor correct_;   // [] int64 on the device
   int64_t images_ = 0;
   std::optional<BatchGraph> graph_;  // with cuda_graph.train
-  /// Whether the weight gradients of a step over `images` [K*B,3,H,W] run on the branch where
-  /// cuda_graph.branches is auto: where the first stage's feature maps of a micro-batch hold few
-  /// positions (B x H' x W'), whose kernels leave SMs idle on one stream.
-  bool branches_pay(const torch::Tensor& images) const;
-  /// Turns the branch on or off for the graph of `images`' shape (before its warm-up steps).
-  void choose_branches(const torch::Tensor& images);
-
   // With cuda_graph.branches on for the current batch shape (a graph on CUDA): the model's
   // convolutions queue their weight gradients on the step's branch stream, which each backward
   // pass ends by joining.
