@@ -18,7 +18,9 @@ holds 5 steps and nothing else on the GPU):
   overlap        share of the span in which two or more kernels run at once
   streams        the streams with kernels; critical_ms, the busiest stream's kernel time a step: the
                  step cannot be shorter with those kernels kept on those streams (the trace holds no
-                 dependencies, so this is the bound it shows)
+                 dependencies, so this is the bound it shows). A replayed graph with parallel
+                 branches runs them on streams the driver picks, not on the captured ones: there the
+                 two columns say only that work ran side by side.
 Prints one Markdown row per trace (the file name says which) and, with --json, writes the numbers.
 Blocks per SM come from the trace's "blocks per SM" where the profiler wrote it, else from the
 grid over --sms.
