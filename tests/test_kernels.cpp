@@ -12,6 +12,7 @@
 #include "ltrain/amp/autocast.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/device_report.h"
+#include "ltrain/device/gpu_profile.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/kernels/device_fit.h"
 #include "support.h"
@@ -19,22 +20,13 @@
 namespace ltrain {
 namespace {
 
-using kernels::ComputeCapability;
-using kernels::DeviceLimits;
-using kernels::ImageKind;
+using device::DeviceLimits;
 using kernels::KernelFacts;
 using testing::read_file;
 using testing::run_ltrain;
 using testing::TempDir;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
-
-/// The default list of a build with nvcc 13 (cmake/CudaArchitectures.cmake).
-const char* const kDefaultList = "80-real,86-real,89-real,90-real,100-real,120";
-
-std::string loaded_code(ComputeCapability gpu, const std::string& list) {
-  return kernels::describe_image(kernels::image_for(gpu, kernels::parse_architectures(list)));
-}
 
 /// An H200 as the driver describes it.
 DeviceLimits h200() {
@@ -62,44 +54,6 @@ KernelFacts kernel(int registers, int64_t shared_bytes, int ptx = 90) {
   return facts;
 }
 
-TEST(DeviceFit, ReadsCMakeArchitectureLists) {
-  const auto list = kernels::parse_architectures("80-real;86-real,90a-real;120");
-  ASSERT_EQ(list.size(), 4u);
-  EXPECT_EQ(list[0].code, 80);
-  EXPECT_TRUE(list[0].machine_code);
-  EXPECT_FALSE(list[0].ptx);
-  EXPECT_EQ(list[2].variant, 'a');
-  EXPECT_TRUE(list[3].machine_code && list[3].ptx);
-  EXPECT_EQ(kernels::describe_architectures(list), "sm_80, sm_86, sm_90a, sm_120 + PTX compute_120");
-  EXPECT_EQ(kernels::describe_architectures(kernels::parse_architectures("80-virtual")), "PTX compute_80");
-  // Words CMake resolves itself, and nonsense, leave the driver as the only judge.
-  EXPECT_TRUE(kernels::parse_architectures("all-major").empty());
-  EXPECT_TRUE(kernels::parse_architectures("native").empty());
-  EXPECT_TRUE(kernels::parse_architectures("86-realish").empty());
-  EXPECT_TRUE(kernels::parse_architectures("").empty());
-}
-
-TEST(DeviceFit, PicksTheCodeTheDriverLoadsForEachGpu) {
-  // The default build: machine code for every card the guides name, PTX for what comes after.
-  EXPECT_EQ(loaded_code({8, 9}, kDefaultList), "sm_89 machine code");  // RTX 4090 / 4090 D
-  EXPECT_EQ(loaded_code({12, 0}, kDefaultList), "sm_120 machine code");  // RTX 5090
-  EXPECT_EQ(loaded_code({8, 0}, kDefaultList), "sm_80 machine code");  // A100
-  EXPECT_EQ(loaded_code({9, 0}, kDefaultList), "sm_90 machine code");  // H100 / H200
-  EXPECT_EQ(loaded_code({8, 7}, kDefaultList), "sm_86 machine code");  // same major, highest minor not above
-  EXPECT_EQ(loaded_code({10, 3}, kDefaultList), "sm_100 machine code");
-  EXPECT_EQ(loaded_code({12, 1}, kDefaultList), "sm_120 machine code");
-  EXPECT_EQ(loaded_code({13, 0}, kDefaultList), "PTX compute_120, compiled for this GPU when loaded");
-  EXPECT_EQ(loaded_code({7, 5}, kDefaultList), "no image");  // a T4: older than every entry
-  // The builds that prove the other paths on an H200: PTX only, and no image at all.
-  EXPECT_EQ(loaded_code({9, 0}, "80-virtual"), "PTX compute_80, compiled for this GPU when loaded");
-  EXPECT_EQ(loaded_code({9, 0}, "89-real"), "no image");
-  // Machine code of another major version never runs; 'a' code only on its exact capability.
-  EXPECT_EQ(loaded_code({9, 0}, "86-real;100-real"), "no image");
-  EXPECT_EQ(loaded_code({9, 0}, "90a-real"), "sm_90a machine code");
-  EXPECT_EQ(loaded_code({10, 0}, "90a-real"), "no image");
-  EXPECT_EQ(loaded_code({10, 3}, "100f-virtual"), "PTX compute_100f, compiled for this GPU when loaded");
-}
-
 TEST(DeviceFit, CountsResidentBlocksWithinEveryLimit) {
   const DeviceLimits gpu = h200();
   // 128 registers: 256 threads take 32768 of 65536.
@@ -110,7 +64,7 @@ TEST(DeviceFit, CountsResidentBlocksWithinEveryLimit) {
   EXPECT_EQ(kernels::resident_blocks_per_multiprocessor(kernel(65, 0), 256, gpu), 3);
   // Shared memory: 100 KiB a block (+1 KiB kept per block) fits twice in 228 KiB, once in 100 KiB.
   EXPECT_EQ(kernels::resident_blocks_per_multiprocessor(kernel(32, 100 * 1024), 256, gpu), 2);
-  const DeviceLimits rtx4090 = kernels::within_profile(gpu, *kernels::find_gpu_profile("rtx4090"));
+  const DeviceLimits rtx4090 = device::within_profile(gpu, *device::find_gpu_profile("rtx4090"));
   EXPECT_EQ(kernels::resident_blocks_per_multiprocessor(kernel(32, 100 * 1024), 256, rtx4090), 0);
   // Threads: 1536 a multiprocessor on the 4090, 6 blocks of 256 where the H200 holds 8.
   EXPECT_EQ(kernels::resident_blocks_per_multiprocessor(kernel(32, 0), 256, gpu), 8);
@@ -120,29 +74,6 @@ TEST(DeviceFit, CountsResidentBlocksWithinEveryLimit) {
   missing.loaded = false;
   EXPECT_EQ(kernels::resident_blocks_per_multiprocessor(missing, 256, gpu), 0);
   EXPECT_EQ(kernels::resident_blocks_per_multiprocessor(kernel(32, 0), 2048, gpu), 0);
-}
-
-TEST(DeviceFit, ProfilesNarrowALargerGpuToTheCardsLimits) {
-  for (const std::string name : {"rtx4090", "rtx4090d", "rtx5090", "a100", "h100"})
-    EXPECT_NE(kernels::find_gpu_profile(name), nullptr) << name;
-  EXPECT_EQ(kernels::find_gpu_profile("rtx4080"), nullptr);
-  EXPECT_EQ(kernels::gpu_profile_names(), "rtx4090, rtx4090d, rtx5090, a100, h100");
-
-  const DeviceLimits rtx4090 = kernels::within_profile(h200(), *kernels::find_gpu_profile("rtx4090"));
-  EXPECT_EQ(rtx4090.multiprocessors, 128);
-  EXPECT_EQ(rtx4090.shared_memory_per_multiprocessor, 100 * 1024);
-  EXPECT_EQ(rtx4090.threads_per_multiprocessor, 1536);
-  EXPECT_FALSE(rtx4090.cluster_launch);
-  EXPECT_TRUE(rtx4090.cooperative_launch);
-  EXPECT_EQ(rtx4090.memory_bytes, 24 * kGiB);
-  EXPECT_EQ(rtx4090.capability.code(), 90);  // the GPU's own: it decides which code loads
-  EXPECT_EQ(rtx4090.profile, "rtx4090");
-  EXPECT_EQ(kernels::within_profile(h200(), *kernels::find_gpu_profile("rtx4090d")).multiprocessors, 114);
-  // A profile cannot add what the GPU lacks: the 5090's 170 multiprocessors are 132 on an H200.
-  const DeviceLimits rtx5090 = kernels::within_profile(h200(), *kernels::find_gpu_profile("rtx5090"));
-  EXPECT_EQ(rtx5090.multiprocessors, 132);
-  EXPECT_EQ(rtx5090.memory_bytes, 32 * kGiB);
-  EXPECT_TRUE(rtx5090.cluster_launch);
 }
 
 TEST(DeviceFit, ClustersNeedAGpuWithThemAndCodeForSm90) {
@@ -159,13 +90,13 @@ TEST(DeviceFit, ClustersNeedAGpuWithThemAndCodeForSm90) {
   ada.cluster_launch = false;
   EXPECT_EQ(kernels::cluster_fit(kernel(64, 0, 89), ada).reason,
             "compute capability 8.9 has no thread-block clusters (9.0 and later have them)");
-  const DeviceLimits rtx4090 = kernels::within_profile(gpu, *kernels::find_gpu_profile("rtx4090"));
+  const DeviceLimits rtx4090 = device::within_profile(gpu, *device::find_gpu_profile("rtx4090"));
   EXPECT_EQ(kernels::cluster_fit(kernel(64, 0, 90), rtx4090).reason,
             "LTRAIN_GPU_PROFILE=rtx4090 plans for a card without them");
 }
 
 TEST(DeviceFit, SaysWhyAFamilyOfKernelsDoesNotRun) {
-  const auto built = kernels::parse_architectures("89-real");
+  const auto built = device::parse_architectures("89-real");
   const DeviceLimits gpu = h200();
   EXPECT_TRUE(kernels::fit_of({kernel(128, 4096), kernel(96, 4096)}, 256, kernels::Cooperation::grid_or_cluster, gpu,
                               built)
@@ -176,7 +107,7 @@ TEST(DeviceFit, SaysWhyAFamilyOfKernelsDoesNotRun) {
   EXPECT_FALSE(no_image.runs);
   EXPECT_EQ(no_image.reason, "no kernel image for compute capability 9.0 in this build (it carries sm_89)");
   const kernels::KernelFit too_big = kernels::fit_of({kernel(32, 120 * 1024)}, 256, kernels::Cooperation::none,
-                                                     kernels::within_profile(gpu, *kernels::find_gpu_profile("rtx4090")),
+                                                     device::within_profile(gpu, *device::find_gpu_profile("rtx4090")),
                                                      built);
   EXPECT_EQ(too_big.reason,
             "a block of 256 threads using 32 registers each and 122880 bytes of shared memory does not fit on one "
@@ -206,7 +137,7 @@ class ScopedEnvironment {
 
 TEST(GpuProfile, AnUnknownNameStopsEveryCommandButTheDoctorWithOneLine) {
   TempDir dir;
-  const ScopedEnvironment profile(kernels::kGpuProfileVariable, "rtx4080");
+  const ScopedEnvironment profile(device::kGpuProfileVariable, "rtx4080");
   EXPECT_EQ(run_ltrain("train --config " LTRAIN_SOURCE_DIR "/configs/quickstart.json", dir.path() / "out"), 2);
   EXPECT_NE(read_file(dir.path() / "out")
                 .find("LTRAIN_GPU_PROFILE=\"rtx4080\" names no GPU profile: use one of rtx4090, rtx4090d, rtx5090, "
@@ -227,7 +158,7 @@ TEST(GpuProfile, DoctorReportsEachGpusCodeAndFastPaths) {
   TempDir dir;
   ASSERT_EQ(run_ltrain("doctor --json", dir.path() / "out"), 0) << read_file(dir.path() / "out");
   const nlohmann::json report = nlohmann::json::parse(read_file(dir.path() / "out"));
-  EXPECT_EQ(report["build"]["cuda_architectures"], kernels::built_architectures());
+  EXPECT_EQ(report["build"]["cuda_architectures"], device::built_architectures());
   EXPECT_EQ(report["build"]["cuda_architectures"] == "", !compat::built_with_cuda());
   for (const auto& gpu : report["gpus"]) {
     EXPECT_TRUE(gpu["kernel_code"].is_string());
@@ -304,7 +235,7 @@ TEST(GpuMemory, ALimitMakesLargerAllocationsFailAsOutOfMemory_CUDA) {
     EXPECT_TRUE(compat::is_out_of_memory(error)) << error.what();
   }
   // Back to the whole GPU, or to the memory of the card a GPU profile plans for.
-  const kernels::GpuProfile* profile = kernels::active_gpu_profile();
+  const device::GpuProfile* profile = device::active_gpu_profile();
   EXPECT_EQ(engine::limit_gpu_memory(testing::config_from({}).config, cuda),
             profile == nullptr ? total : std::min(total, profile->limits.memory_bytes));
   const torch::Tensor fits = torch::empty({2 * limit}, torch::TensorOptions().dtype(torch::kUInt8).device(cuda));

@@ -40,11 +40,11 @@ if [[ ${FUSED_CONV_BUILD:-1} != 0 ]]; then
     fi
     nvcc "${flags[@]}" "${@:3}" -c "$1" -o "$2" & pids+=($!)
   }
-  # The BatchNorm kernels and the device checks they decide from. device_fit.cpp is plain C++: told
-  # the one architecture built here, as CMake's LTRAIN_CUDA_ARCHITECTURES tells it, and with fmt
-  # header-only so that the binary needs no libfmt where it runs.
+  # The BatchNorm kernels and the device checks they decide from. device_fit.cpp and src/device/ are
+  # plain C++: told the one architecture built here, as CMake's LTRAIN_CUDA_ARCHITECTURES tells it,
+  # and with fmt header-only so that the binary needs no libfmt where it runs.
   for source in src/kernels/batch_norm.cu src/kernels/batch_norm_kernels.cu src/kernels/device_limits.cu \
-                src/kernels/device_fit.cpp; do
+                src/kernels/device_fit.cpp src/device/architectures.cpp src/device/gpu_profile.cpp; do
     name=$(basename "$source")
     compile "$source" "$objects/${name%.*}.o" '-DLTRAIN_CUDA_ARCHITECTURES="90a-real"' -DFMT_HEADER_ONLY
   done

@@ -3,7 +3,8 @@
 // the plan batch_norm.cu picks, then the grid reduction and clusters of 1, 2, 4 and 8 blocks.
 // Includes the kernels' source to reach their internal launcher. On a GPU host, from the repository:
 //   nvcc -std=c++17 -arch=sm_90 -Iinclude -Isrc/kernels -DLTRAIN_CUDA_ARCHITECTURES='"90"' -o /tmp/bench-bn \
-//     scripts/kernels/bench_batch_norm_kernels.cu src/kernels/device_limits.cu src/kernels/device_fit.cpp -lfmt
+//     scripts/kernels/bench_batch_norm_kernels.cu src/kernels/device_limits.cu src/kernels/device_fit.cpp
+//     src/device/architectures.cpp src/device/gpu_profile.cpp -lfmt   (one command)
 //   /tmp/bench-bn
 #include "../../src/kernels/batch_norm.cu"
 #include "../../src/kernels/batch_norm_kernels.cu"

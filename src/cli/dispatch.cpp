@@ -12,7 +12,7 @@
 #include "ltrain/core/build_info.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
-#include "ltrain/engine/setup.h"
+#include "ltrain/device/gpu_profile.h"
 
 namespace ltrain::cli {
 
@@ -210,7 +210,7 @@ int dispatch(int argc, char** argv) {
   }
   // The doctor reports a bad LTRAIN_GPU_PROFILE among its warnings; the launcher's children check it;
   // completion scripts are text.
-  if (word != "doctor" && word != "launch" && word != "completion") engine::check_gpu_profile_setting();
+  if (word != "doctor" && word != "launch" && word != "completion") device::check_gpu_profile_setting();
   const std::string second = argc >= 3 ? argv[2] : "";
   const Command* command = find_command(word, second);
   if (command == nullptr) return explain_first_word(word, second);

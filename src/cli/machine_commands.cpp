@@ -9,9 +9,9 @@
 
 #include "ltrain/config/load.h"
 #include "ltrain/core/errors.h"
+#include "ltrain/device/gpu_profile.h"
 #include "ltrain/dist/launch.h"
 #include "ltrain/engine/device_report.h"
-#include "ltrain/kernels/device_fit.h"
 
 namespace ltrain::cli {
 
@@ -21,7 +21,7 @@ cxxopts::Options doctor_options() {
       "What this machine and build offer: LibTorch, CUDA runtime and driver, cuDNN, NCCL, how "
       "ltrain was built, and for each GPU the code its kernels load and which fast paths run "
       "there (and why not); warns about mismatches. LTRAIN_GPU_PROFILE="
-      + kernels::gpu_profile_names() + " plans the kernels for that card's limits.");
+      + device::gpu_profile_names() + " plans the kernels for that card's limits.");
   options.add_options()("device", "also check that this device can be used (cpu, cuda, cuda:N)",
                         cxxopts::value<std::string>(), "D")("json", "print the report as JSON");
   return options;

@@ -1,13 +1,13 @@
 #include "ltrain/engine/device_report.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ltrain/kernels/device_fit.h"
+#include "ltrain/device/architectures.h"
+#include "ltrain/device/gpu_profile.h"
 #include "ltrain/ops/batch_norm.h"
 #include "ltrain/ops/fused_conv.h"
 #include "ltrain/ops/gradient_kernels.h"
@@ -35,30 +35,28 @@ kernels::KernelFit image_fit(int index) {
 }
 
 GpuReport report_gpu(const env::Gpu& gpu, const env::Environment& environment) {
-  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu.index));
-  const kernels::ComputeCapability capability{gpu.major, gpu.minor};
-  const std::vector<kernels::CompiledArchitecture> built = kernels::parse_architectures(kernels::built_architectures());
+  const torch::Device cuda(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu.index));
+  const device::ComputeCapability capability{gpu.major, gpu.minor};
+  const std::vector<device::CompiledArchitecture> built = device::parse_architectures(device::built_architectures());
   GpuReport report;
   report.index = gpu.index;
-  report.kernel_code = built.empty() ? kernels::built_architectures()
-                                     : kernels::describe_image(kernels::image_for(capability, built));
+  report.kernel_code = built.empty() ? device::built_architectures()
+                                     : device::describe_image(device::image_for(capability, built));
   report.kernels_load = image_fit(gpu.index).runs;
-  report.memory_limit_bytes = gpu.memory_bytes;
-  if (const kernels::GpuProfile* profile = kernels::active_gpu_profile())
-    report.memory_limit_bytes = std::min(report.memory_limit_bytes, profile->limits.memory_bytes);
+  report.memory_limit_bytes = device::memory_within_profile(gpu.memory_bytes);
 
-  report.fast_paths.push_back(path_of("ltrain's BatchNorm kernels", ops::ltrain_batch_norm_fit(device)));
-  report.fast_paths.push_back(path_of("thread-block clusters in them", ops::ltrain_batch_norm_cluster_fit(device)));
+  report.fast_paths.push_back(path_of("ltrain's BatchNorm kernels", ops::ltrain_batch_norm_fit(cuda)));
+  report.fast_paths.push_back(path_of("thread-block clusters in them", ops::ltrain_batch_norm_cluster_fit(cuda)));
   report.fast_paths.push_back(
       ops::cudnn_batch_norm_built()
           ? FastPath{"cuDNN's fused BatchNorm", environment.cudnn != 0,
                      environment.cudnn != 0 ? "" : "cuDNN is not loaded"}
           : FastPath{"cuDNN's fused BatchNorm", false, "not in this build: cudnn.h was not found when it was built"});
-  report.fast_paths.push_back(path_of("ltrain's max pooling kernels", ops::ltrain_max_pool_fit(device)));
+  report.fast_paths.push_back(path_of("ltrain's max pooling kernels", ops::ltrain_max_pool_fit(cuda)));
   report.fast_paths.push_back(
-      path_of("ltrain's convolutions with BatchNorm statistics (model.fused_conv)", ops::fused_conv_fit(device)));
+      path_of("ltrain's convolutions with BatchNorm statistics (model.fused_conv)", ops::fused_conv_fit(cuda)));
   report.fast_paths.push_back(
-      path_of("ltrain's SGD and inf/NaN check kernels", ops::ltrain_gradient_kernels_fit(device)));
+      path_of("ltrain's SGD and inf/NaN check kernels", ops::ltrain_gradient_kernels_fit(cuda)));
   const bool nccl_built = std::find(environment.c10d_backends.begin(), environment.c10d_backends.end(), "nccl") !=
                           environment.c10d_backends.end();
   report.fast_paths.push_back({"NCCL for several GPUs", nccl_built && environment.nccl != 0,
@@ -78,9 +76,8 @@ std::string yes_or_why(const FastPath& path) {
 DoctorReport doctor_report() {
   DoctorReport report;
   report.environment = env::probe();
-  report.cuda_architectures = kernels::built_architectures();
-  const char* profile = std::getenv(kernels::kGpuProfileVariable);
-  report.gpu_profile = profile == nullptr ? "" : profile;
+  report.cuda_architectures = device::built_architectures();
+  report.gpu_profile = device::gpu_profile_setting();
   for (const env::Gpu& gpu : report.environment.gpus) report.gpus.push_back(report_gpu(gpu, report.environment));
   report.warnings = env::warnings(report.environment);
   for (std::string& warning : fast_path_warnings(report)) report.warnings.push_back(std::move(warning));
@@ -89,13 +86,11 @@ DoctorReport doctor_report() {
 
 std::vector<std::string> fast_path_warnings(const DoctorReport& report) {
   std::vector<std::string> out;
-  if (!report.gpu_profile.empty() && report.gpu_profile != "none" &&
-      kernels::find_gpu_profile(report.gpu_profile) == nullptr)
-    out.push_back(fmt::format("{}=\"{}\" names no GPU profile: use one of {}, or unset it", kernels::kGpuProfileVariable,
-                              report.gpu_profile, kernels::gpu_profile_names()));
+  if (std::string problem = device::gpu_profile_problem(report.gpu_profile); !problem.empty())
+    out.push_back(std::move(problem));
   if (!report.environment.cuda_build) return out;
   const std::string carried =
-      kernels::describe_architectures(kernels::parse_architectures(report.cuda_architectures));
+      device::describe_architectures(device::parse_architectures(report.cuda_architectures));
   for (size_t i = 0; i < report.gpus.size() && i < report.environment.gpus.size(); ++i) {
     const env::Gpu& gpu = report.environment.gpus[i];
     if (!report.gpus[i].kernels_load)
@@ -118,19 +113,13 @@ std::string to_text(const DoctorReport& report) {
       e.c10d_backends.empty() ? std::string("none") : fmt::format("{}", fmt::join(e.c10d_backends, ", ")));
   if (e.cuda_build)
     text += fmt::format("CUDA kernels built for {}\n",
-                        kernels::describe_architectures(kernels::parse_architectures(report.cuda_architectures)));
+                        device::describe_architectures(device::parse_architectures(report.cuda_architectures)));
   text += fmt::format("CUDA runtime {} | NVIDIA driver {} (supports CUDA {}) | cuDNN {} | NCCL {} | {} CPU threads\n",
                       env::cuda_version_text(e.cuda_runtime), e.nvidia_driver.empty() ? "none" : e.nvidia_driver,
                       env::cuda_version_text(e.cuda_driver), env::cudnn_version_text(e.cudnn),
                       env::nccl_version_text(e.nccl), e.cpu_threads);
-  if (const kernels::GpuProfile* profile = kernels::find_gpu_profile(report.gpu_profile)) {
-    const kernels::DeviceLimits& card = profile->limits;
-    text += fmt::format("{}={}: kernels plan for an {} ({} multiprocessors, {} KiB of shared memory each, {} "
-                        "thread-block clusters, {:.0f} GiB)\n",
-                        kernels::kGpuProfileVariable, profile->name, profile->card, card.multiprocessors,
-                        card.shared_memory_per_multiprocessor / 1024, card.cluster_launch ? "with" : "no",
-                        card.memory_bytes / kGiB);
-  }
+  if (const device::GpuProfile* profile = device::find_gpu_profile(report.gpu_profile))
+    text += device::describe_gpu_profile(*profile) + "\n";
   for (size_t i = 0; i < e.gpus.size(); ++i) {
     const env::Gpu& gpu = e.gpus[i];
     text += fmt::format("GPU {}: {} | compute capability {}.{} | {} SMs | {:.1f} GiB | TF32 {} | bf16 {}\n", gpu.index,

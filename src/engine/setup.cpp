@@ -1,9 +1,7 @@
 #include "ltrain/engine/setup.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
-#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -17,8 +15,8 @@
 #include "ltrain/core/errors.h"
 #include "ltrain/core/files.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/device/gpu_profile.h"
 #include "ltrain/io/tensor_file.h"
-#include "ltrain/kernels/device_fit.h"
 
 namespace ltrain::engine {
 
@@ -155,37 +153,20 @@ void apply_runtime_settings(const config::RunConfig& config) {
 int64_t limit_gpu_memory(const config::RunConfig& config, const torch::Device& device) {
   if (!device.is_cuda()) return -1;
   const auto total = static_cast<double>(compat::device_total_memory_bytes(device));
-  int64_t limit = static_cast<int64_t>(config.run.gpu_memory_fraction * total);
-  if (const kernels::GpuProfile* profile = kernels::active_gpu_profile())
-    limit = std::min(limit, profile->limits.memory_bytes);
-  compat::limit_device_memory(device, limit);
+  compat::limit_device_memory(
+      device, device::memory_within_profile(static_cast<int64_t>(config.run.gpu_memory_fraction * total)));
   return compat::device_memory_bytes(device);
 }
 
 std::string describe_gpu_limits(const torch::Device& device, int64_t memory_limit) {
   if (!device.is_cuda()) return "";
-  const kernels::GpuProfile* profile = kernels::active_gpu_profile();
+  const device::GpuProfile* profile = device::active_gpu_profile();
   const int64_t total = compat::device_total_memory_bytes(device);
   if (profile == nullptr && memory_limit >= total) return "";
   constexpr double kGiB = 1 << 30;
-  std::string text;
-  if (profile != nullptr) {
-    const kernels::DeviceLimits& card = profile->limits;
-    text = fmt::format("{}={} ({}): ltrain's kernels plan for at most {} multiprocessors with {} KiB of shared memory "
-                       "each, {} thread-block clusters; ",
-                       kernels::kGpuProfileVariable, profile->name, profile->card, card.multiprocessors,
-                       card.shared_memory_per_multiprocessor / 1024, card.cluster_launch ? "with" : "no");
-  }
-  return text + fmt::format("this process may hold {:.1f} GiB of {}'s {:.1f} GiB", memory_limit / kGiB, device.str(),
-                            total / kGiB);
-}
-
-void check_gpu_profile_setting() {
-  const char* value = std::getenv(kernels::kGpuProfileVariable);
-  if (value == nullptr || *value == '\0' || std::string_view(value) == "none") return;
-  if (kernels::find_gpu_profile(value) == nullptr)
-    throw ConfigError(fmt::format("{}=\"{}\" names no GPU profile: use one of {}, or unset it",
-                                  kernels::kGpuProfileVariable, value, kernels::gpu_profile_names()));
+  return (profile == nullptr ? "" : device::describe_gpu_profile(*profile) + "; ") +
+         fmt::format("this process may hold {:.1f} GiB of {}'s {:.1f} GiB", memory_limit / kGiB, device.str(),
+                     total / kGiB);
 }
 
 torch::MemoryFormat memory_format(const config::RunConfig& config) {

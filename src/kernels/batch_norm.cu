@@ -61,7 +61,7 @@ Value cached_per_device(const Key& key, Query query) {
 /// may not ask for more), within the active GPU profile's limits; 0 without cooperative launch.
 int resident_blocks(const void* kernel) {
   return cached_per_device<int>(kernel, [kernel](int) {
-    const DeviceLimits limits = current_device_limits();
+    const device::DeviceLimits limits = current_device_limits();
     if (!limits.cooperative_launch) return 0;
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess) {
@@ -79,7 +79,7 @@ int resident_blocks(const void* kernel) {
 /// code was compiled without cluster instructions, or where it cannot form one that size.
 int clusters_at_once(const void* kernel, int cluster_blocks) {
   return cached_per_device<int>(std::make_pair(kernel, cluster_blocks), [kernel, cluster_blocks](int device) {
-    const DeviceLimits limits = current_device_limits();
+    const device::DeviceLimits limits = current_device_limits();
     const KernelFacts facts = facts_of(kernel);
     if (!takes_clusters(facts, limits)) return 0;
     cudaLaunchAttribute attribute{};

@@ -5,19 +5,21 @@
 #include <map>
 #include <mutex>
 
+#include "ltrain/device/gpu_profile.h"
+
 namespace ltrain::kernels {
 namespace {
 
 /// Compiled like every kernel of ltrain, for kernel_image_fit() to ask the driver about; never run.
 __global__ void image_probe_kernel() {}
 
-DeviceLimits read_limits(int device) {
+device::DeviceLimits read_limits(int index) {
   cudaDeviceProp properties{};
-  if (cudaGetDeviceProperties(&properties, device) != cudaSuccess) {
+  if (cudaGetDeviceProperties(&properties, index) != cudaSuccess) {
     cudaGetLastError();
     return {};
   }
-  DeviceLimits limits;
+  device::DeviceLimits limits;
   limits.capability = {properties.major, properties.minor};
   limits.multiprocessors = properties.multiProcessorCount;
   limits.shared_memory_per_multiprocessor = static_cast<int64_t>(properties.sharedMemPerMultiprocessor);
@@ -27,15 +29,15 @@ DeviceLimits read_limits(int device) {
   limits.cooperative_launch = properties.cooperativeLaunch != 0;
   limits.cluster_launch = properties.clusterLaunch != 0;
   limits.memory_bytes = static_cast<int64_t>(properties.totalGlobalMem);
-  const GpuProfile* profile = active_gpu_profile();
-  return profile == nullptr ? limits : within_profile(limits, *profile);
+  const device::GpuProfile* profile = device::active_gpu_profile();
+  return profile == nullptr ? limits : device::within_profile(limits, *profile);
 }
 
 }  // namespace
 
-DeviceLimits current_device_limits() {
+device::DeviceLimits current_device_limits() {
   static std::mutex mutex;
-  static std::map<int, DeviceLimits> known;
+  static std::map<int, device::DeviceLimits> known;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
@@ -72,7 +74,8 @@ KernelFit fit_on_current_device(const std::vector<const void*>& kernels, int thr
   std::vector<KernelFacts> facts;
   facts.reserve(kernels.size());
   for (const void* kernel : kernels) facts.push_back(facts_of(kernel));
-  return fit_of(facts, threads, cooperation, current_device_limits(), parse_architectures(built_architectures()));
+  return fit_of(facts, threads, cooperation, current_device_limits(),
+                device::parse_architectures(device::built_architectures()));
 }
 
 }  // namespace ltrain::kernels

@@ -42,9 +42,6 @@ int64_t limit_gpu_memory(const config::RunConfig& config, const torch::Device& d
 /// nothing does (the CPU, no profile, the whole memory).
 std::string describe_gpu_limits(const torch::Device& device, int64_t memory_limit);
 
-/// ConfigError when LTRAIN_GPU_PROFILE names no GPU profile (unset, "" and "none" are no profile).
-void check_gpu_profile_setting();
-
 /// A freshly initialized model (seeded from run.seed) on `device`, NHWC with model.channels_last,
 /// with the weights of model.init_from when set. ConfigError when model.checkpoint_segments exceeds
 /// the model's residual blocks or model.init_from is no regular file; DataError naming the file and the

@@ -7,7 +7,7 @@ namespace ltrain::kernels {
 
 /// The current device's limits, within LTRAIN_GPU_PROFILE's card where one is set; read once per
 /// device. A device the driver cannot describe gives limits of zero (nothing fits).
-DeviceLimits current_device_limits();
+device::DeviceLimits current_device_limits();
 
 /// What the driver reports of `kernel` (a __global__ function's address) on the current device;
 /// loaded is false where the build has no image for it. Leaves no CUDA error behind.
