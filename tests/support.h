@@ -180,11 +180,11 @@ bool wait_until(const std::function<bool()>& condition, double seconds);
 
 /// Skips a test of ltrain's own kernels where they do not run (no GPU, or a build without an image
 /// for this one), saying why: the model and the optimizer then take LibTorch's paths, which other
-/// tests cover. `fit_expression`: a kernels::KernelFit.
+/// tests cover. `fit_expression`: a device::KernelFit.
 #define LTRAIN_REQUIRE_KERNELS(fit_expression)                                              \
   do {                                                                                      \
     LTRAIN_REQUIRE_CUDA();                                                                  \
-    const ::ltrain::kernels::KernelFit fit_here = (fit_expression);                         \
+    const ::ltrain::device::KernelFit fit_here = (fit_expression);                         \
     if (!fit_here.runs) GTEST_SKIP() << "the kernels do not run here: " << fit_here.reason; \
   } while (false)
 

@@ -81,7 +81,7 @@ TEST(DeviceFit, ClustersNeedAGpuWithThemAndCodeForSm90) {
   EXPECT_TRUE(kernels::takes_clusters(kernel(64, 0, 90), gpu));
   EXPECT_TRUE(kernels::takes_clusters(kernel(64, 0, 120), gpu));
   // PTX for sm_80 compiled on an H200: the cluster kernels' code traps there.
-  const kernels::KernelFit ptx80 = kernels::cluster_fit(kernel(64, 0, 80), gpu);
+  const device::KernelFit ptx80 = kernels::cluster_fit(kernel(64, 0, 80), gpu);
   EXPECT_FALSE(ptx80.runs);
   EXPECT_EQ(ptx80.reason,
             "the code loaded was compiled for compute_80, which has no cluster instructions (build for sm_90 or later)");
@@ -102,11 +102,11 @@ TEST(DeviceFit, SaysWhyAFamilyOfKernelsDoesNotRun) {
                               built)
                   .runs);
   KernelFacts missing;
-  const kernels::KernelFit no_image =
+  const device::KernelFit no_image =
       kernels::fit_of({kernel(128, 4096), missing}, 256, kernels::Cooperation::none, gpu, built);
   EXPECT_FALSE(no_image.runs);
   EXPECT_EQ(no_image.reason, "no kernel image for compute capability 9.0 in this build (it carries sm_89)");
-  const kernels::KernelFit too_big = kernels::fit_of({kernel(32, 120 * 1024)}, 256, kernels::Cooperation::none,
+  const device::KernelFit too_big = kernels::fit_of({kernel(32, 120 * 1024)}, 256, kernels::Cooperation::none,
                                                      device::within_profile(gpu, *device::find_gpu_profile("rtx4090")),
                                                      built);
   EXPECT_EQ(too_big.reason,

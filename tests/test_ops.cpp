@@ -511,7 +511,8 @@ TEST(GradientKernels, SgdReadsLowPrecisionGradientsAsTheirFloat32Values_CUDA) {
       const torch::Tensor lr = torch::full({}, 0.1, cuda);
       const torch::Tensor grad_scale = torch::full({1}, 512.0, cuda), found_inf = torch::zeros({1}, cuda);
       for (int step = 0; step < 3; ++step)
-        ops::ltrain_sgd_step(params, grads, buffers, {5e-4, 0.0, 5e-4}, 0.9, true, lr, grad_scale, found_inf);
+        ops::sgd_step(ops::SgdBackend::ltrain, params, grads, buffers, {5e-4, 0.0, 5e-4}, 0.9, true, lr, grad_scale,
+                      found_inf);
       params.insert(params.end(), buffers.begin(), buffers.end());
       return params;
     };
@@ -536,7 +537,7 @@ TEST(GradientKernels, SgdPairsGradientAndParameterElementsWhateverTheirLayouts_C
       std::vector<torch::Tensor> buffers{torch::zeros_like(params[0])};
       const torch::Tensor lr = torch::full({}, 0.1, cuda);
       for (int step = 0; step < 2; ++step)
-        ops::ltrain_sgd_step(params, {grad}, buffers, {5e-4}, 0.9, false, lr, {}, {});
+        ops::sgd_step(ops::SgdBackend::ltrain, params, {grad}, buffers, {5e-4}, 0.9, false, lr, {}, {});
       return params[0];
     };
     EXPECT_TRUE(torch::equal(step_with(gradient), step_with(gradient.contiguous(at::MemoryFormat::ChannelsLast))));
@@ -567,7 +568,8 @@ TEST(GradientKernels, SgdWritesEachParametersLowPrecisionCopyUnlessTheStepIsSkip
       for (size_t i = 0; i < 2; ++i) copies[i].fill_(3.0);
     const torch::Tensor grad_scale = torch::full({1}, 1.0, cuda);
     const torch::Tensor found_inf = torch::full({1}, skipped ? 1.0 : 0.0, cuda);
-    ops::ltrain_sgd_step(params, grads, buffers, {5e-4, 5e-4, 0.0}, 0.9, false, lr, grad_scale, found_inf, copies);
+    ops::sgd_step(ops::SgdBackend::ltrain, params, grads, buffers, {5e-4, 5e-4, 0.0}, 0.9, false, lr, grad_scale,
+                  found_inf, copies);
     for (size_t i = 0; i < 2; ++i) {
       SCOPED_TRACE(::testing::Message() << "step " << step << ", parameter " << i);
       if (skipped) EXPECT_TRUE(torch::all(copies[i] == 3.0).item<bool>());
@@ -575,9 +577,107 @@ TEST(GradientKernels, SgdWritesEachParametersLowPrecisionCopyUnlessTheStepIsSkip
     }
   }
   EXPECT_EQ(params[0]._version(), version_before + 3);
-  EXPECT_THROW(ops::ltrain_sgd_step(params, grads, buffers, {0.0, 0.0, 0.0}, 0.9, false, lr, {}, {},
-                                    {copies[0].contiguous(), copies[1], copies[2]}),
+  EXPECT_THROW(ops::sgd_step(ops::SgdBackend::ltrain, params, grads, buffers, {0.0, 0.0, 0.0}, 0.9, false, lr, {}, {},
+                             {copies[0].contiguous(), copies[1], copies[2]}),
                std::logic_error);  // a copy in another memory order than its parameter
+}
+
+TEST(SgdStep, ThePortableStepUnscalesAndSkipsWhereTheScalerFoundInf) {
+  // p = [1, 2], scaled gradients [4, 8] at scale 4, weight decay 0.5, momentum 0.9 from a zero
+  // buffer, lr 0.1: d = g / 4 + 0.5 p = [1.5, 3], the buffer becomes d, p - 0.1 d = [0.85, 1.7].
+  const std::vector<torch::Tensor> params{torch::tensor({1.0f, 2.0f})}, buffers{torch::zeros({2})};
+  const std::vector<torch::Tensor> gradients{torch::tensor({4.0f, 8.0f})};
+  const torch::Tensor lr = torch::full({}, 0.1), grad_scale = torch::full({1}, 4.0);
+  ops::sgd_step(ops::SgdBackend::portable, params, gradients, buffers, {0.5}, 0.9, false, lr, grad_scale,
+                torch::zeros({1}));
+  EXPECT_TRUE(torch::allclose(params[0], torch::tensor({0.85f, 1.7f}))) << params[0];
+  EXPECT_TRUE(torch::allclose(buffers[0], torch::tensor({1.5f, 3.0f}))) << buffers[0];
+  // found_inf set: neither the parameter nor its buffer moves.
+  const torch::Tensor before = params[0].clone(), buffer_before = buffers[0].clone();
+  ops::sgd_step(ops::SgdBackend::portable, params, gradients, buffers, {0.5}, 0.9, false, lr, grad_scale,
+                torch::ones({1}));
+  EXPECT_TRUE(torch::equal(params[0], before));
+  EXPECT_TRUE(torch::equal(buffers[0], buffer_before));
+  // Only ltrain's kernel writes low-precision copies of the weights.
+  EXPECT_THROW(ops::sgd_step(ops::SgdBackend::portable, params, gradients, buffers, {0.5}, 0.9, false, lr, {}, {},
+                             {params[0].to(torch::kBFloat16)}),
+               std::logic_error);
+}
+
+TEST(SgdStep, EveryBackendTakesTheSameStep_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // Weight decays in two runs, as the optimizer's two groups hand them over: LibTorch's kernel
+  // takes one weight decay a launch.
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(11);
+  const std::vector<std::vector<int64_t>> shapes{{16, 8, 3, 3}, {10, 16}, {16}, {10}};
+  const std::vector<double> weight_decays{5e-4, 5e-4, 0.0, 0.0};
+  std::vector<torch::Tensor> initial, gradients;
+  for (const auto& shape : shapes) {
+    initial.push_back(torch::randn(shape, cuda));
+    gradients.push_back(torch::randn(shape, cuda) * 256);
+  }
+  const auto steps = [&](ops::SgdBackend backend) {
+    std::vector<torch::Tensor> params, buffers;
+    for (const torch::Tensor& value : initial) {
+      params.push_back(value.clone());
+      buffers.push_back(torch::zeros_like(value));
+    }
+    const torch::Tensor lr = torch::full({}, 0.1, cuda), grad_scale = torch::full({1}, 256.0, cuda);
+    for (int step = 0; step < 3; ++step)
+      ops::sgd_step(backend, params, gradients, buffers, weight_decays, 0.9, true, lr, grad_scale,
+                    torch::zeros({1}, cuda));
+    return params;
+  };
+  const std::vector<torch::Tensor> portable = steps(ops::SgdBackend::portable);
+  std::vector<ops::SgdBackend> others;
+  if (ops::ltrain_gradient_kernels_fit(torch::kCUDA).runs) others.push_back(ops::SgdBackend::ltrain);
+  if (compat::has_fused_optimizers()) others.push_back(ops::SgdBackend::libtorch);
+  for (ops::SgdBackend backend : others) {
+    const std::vector<torch::Tensor> fused = steps(backend);
+    for (size_t i = 0; i < fused.size(); ++i)
+      EXPECT_TRUE(torch::allclose(fused[i], portable[i], 1e-5, 1e-6)) << ops::name_of(backend) << ", parameter " << i;
+  }
+}
+
+TEST(InfCheck, FindsInfAndNaNWithoutTouchingTheGradients) {
+  const std::vector<torch::Tensor> finite{torch::tensor({1.0f, -2.0f}), torch::tensor({3.0f})};
+  const torch::Tensor found_inf = torch::ones({1});  // a previous step's answer
+  ops::find_inf(finite, found_inf);
+  EXPECT_EQ(found_inf.item<float>(), 0.0f);
+  EXPECT_TRUE(torch::equal(finite[0], torch::tensor({1.0f, -2.0f})));
+  for (const float bad : {INFINITY, -INFINITY, NAN}) {
+    const std::vector<torch::Tensor> gradients{torch::tensor({1.0f, 2.0f}), torch::tensor({bad})};
+    ops::find_inf(gradients, found_inf);
+    EXPECT_EQ(found_inf.item<float>(), 1.0f) << bad;
+  }
+}
+
+TEST(InfCheck, UnscaleMultipliesEveryGradientAndFindsInf) {
+  const std::vector<torch::Tensor> gradients{torch::tensor({4.0f, -8.0f}), torch::tensor({2.0f})};
+  const torch::Tensor found_inf = torch::ones({1});
+  ops::unscale_and_find_inf(gradients, torch::full({1}, 0.25f), found_inf);
+  EXPECT_EQ(found_inf.item<float>(), 0.0f);
+  EXPECT_TRUE(torch::equal(gradients[0], torch::tensor({1.0f, -2.0f})));
+  EXPECT_TRUE(torch::equal(gradients[1], torch::tensor({0.5f})));
+  const std::vector<torch::Tensor> with_nan{torch::tensor({NAN})};
+  ops::unscale_and_find_inf(with_nan, torch::full({1}, 0.25f), found_inf);
+  EXPECT_EQ(found_inf.item<float>(), 1.0f);
+}
+
+TEST(InfCheck, ReadsMixedPrecisionGradientsOnTheGpu_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  for (torch::ScalarType dtype : {torch::kFloat32, torch::kHalf, torch::kBFloat16}) {
+    std::vector<torch::Tensor> gradients{torch::randn({64, 3, 3, 3}, cuda).to(torch::kHalf),
+                                         torch::randn({1000}, cuda).to(torch::kBFloat16), torch::randn({7}, cuda)};
+    const torch::Tensor found_inf = torch::ones({1}, cuda);
+    ops::find_inf(gradients, found_inf);
+    EXPECT_EQ(found_inf.item<float>(), 0.0f) << dtype;
+    gradients.push_back(torch::full({5}, NAN, cuda).to(dtype));
+    ops::find_inf(gradients, found_inf);
+    EXPECT_EQ(found_inf.item<float>(), 1.0f) << dtype;
+  }
 }
 
 // ---- Which backend runs where -------------------------------------------------------------------
@@ -627,7 +727,7 @@ TEST(Ops, TheModelAndTheOptimizerRunLtrainKernelsExactlyWhereTheyFit_CUDA) {
   // LibTorch's fused SGD where ltrain's kernel does not run.
   EXPECT_EQ(optimizer->fused(), ops::ltrain_gradient_kernels_fit(cuda).runs || compat::has_fused_optimizers());
   // A kernel family that does not run says why.
-  for (const kernels::KernelFit& fit :
+  for (const device::KernelFit& fit :
        {ops::ltrain_batch_norm_fit(cuda), ops::ltrain_max_pool_fit(cuda), ops::ltrain_gradient_kernels_fit(cuda)})
     EXPECT_EQ(fit.runs, fit.reason.empty()) << fit.reason;
 }

@@ -24,33 +24,17 @@ torch::Tensor GradScaler::scale_loss(const torch::Tensor& loss) const {
   return options_.enabled ? loss * scale_ : loss;
 }
 
-void GradScaler::find_inf(const std::vector<torch::Tensor>& grads, const torch::Tensor& inv_scale) {
-  found_inf_.zero_();
-  if (grads.empty()) return;
-  if (found_inf_.is_cuda()) {
-    // ATen's multi-tensor kernel: grads *= inv_scale, found_inf = 1 on any inf/NaN.
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
-    return;
-  }
-  // Portable version with the same semantics (LibTorch 1.13 has no CPU kernel for it).
-  for (const auto& grad : grads) {
-    found_inf_.copy_(torch::maximum(found_inf_, grad.isfinite().logical_not().any().to(torch::kFloat32).reshape({1})));
-    grad.mul_(inv_scale);
-  }
-}
-
 void GradScaler::unscale(const std::vector<torch::Tensor>& grads) {
   if (!options_.enabled) return;
   torch::NoGradGuard no_grad;
   // As torch: the reciprocal in double, then float32.
-  find_inf(grads, scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32));
+  ops::unscale_and_find_inf(grads, scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32), found_inf_);
 }
 
 void GradScaler::check(const std::vector<torch::Tensor>& grads) {
   if (!options_.enabled) return;
   torch::NoGradGuard no_grad;
-  if (ops::ltrain_find_inf(grads, found_inf_)) return;
-  find_inf(grads, torch::ones({1}, on(scale_.device(), torch::kFloat32)));
+  ops::find_inf(grads, found_inf_);
 }
 
 ScalerState GradScaler::step_state(bool gradients_unscaled) const {

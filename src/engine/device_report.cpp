@@ -11,28 +11,15 @@
 #include "ltrain/ops/batch_norm.h"
 #include "ltrain/ops/fused_conv.h"
 #include "ltrain/ops/gradient_kernels.h"
+#include "ltrain/ops/kernel_image.h"
 #include "ltrain/ops/max_pool.h"
-
-#if LTRAIN_WITH_CUDA
-#include "ltrain/ops/kernel_bridge.h"
-#endif
 
 namespace ltrain::engine {
 namespace {
 
 constexpr double kGiB = 1 << 30;
 
-FastPath path_of(std::string name, const kernels::KernelFit& fit) { return {std::move(name), fit.runs, fit.reason}; }
-
-/// Whether the driver finds code for ltrain's kernels on GPU `index`.
-kernels::KernelFit image_fit(int index) {
-#if LTRAIN_WITH_CUDA
-  return ops::fit_on(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index)), kernels::kernel_image_fit);
-#else
-  (void)index;
-  return {false, "a CPU build has no CUDA kernels"};
-#endif
-}
+FastPath path_of(std::string name, const device::KernelFit& fit) { return {std::move(name), fit.runs, fit.reason}; }
 
 GpuReport report_gpu(const env::Gpu& gpu, const env::Environment& environment) {
   const torch::Device cuda(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu.index));
@@ -42,7 +29,7 @@ GpuReport report_gpu(const env::Gpu& gpu, const env::Environment& environment) {
   report.index = gpu.index;
   report.kernel_code = built.empty() ? device::built_architectures()
                                      : device::describe_image(device::image_for(capability, built));
-  report.kernels_load = image_fit(gpu.index).runs;
+  report.kernels_load = ops::ltrain_kernel_image_fit(cuda).runs;
   report.memory_limit_bytes = device::memory_within_profile(gpu.memory_bytes);
 
   report.fast_paths.push_back(path_of("ltrain's BatchNorm kernels", ops::ltrain_batch_norm_fit(cuda)));

@@ -14,9 +14,9 @@ namespace ltrain::ops {
 
 #if !LTRAIN_WITH_CUDA
 
-kernels::KernelFit ltrain_batch_norm_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
+device::KernelFit ltrain_batch_norm_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
 
-kernels::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device) { return ltrain_batch_norm_fit(device); }
+device::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device) { return ltrain_batch_norm_fit(device); }
 
 torch::Tensor ltrain_batch_norm(const torch::Tensor&, const torch::Tensor&, bool, const BatchNormParameters&,
                                 torch::Tensor*, const torch::Tensor&) {
@@ -168,11 +168,11 @@ bool are_statistics_of(const torch::Tensor& statistics, const torch::Tensor& x) 
 
 }  // namespace
 
-kernels::KernelFit ltrain_batch_norm_fit(const torch::Device& device) {
+device::KernelFit ltrain_batch_norm_fit(const torch::Device& device) {
   return fit_on(device, kernels::batch_norm_fit);
 }
 
-kernels::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device) {
+device::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device) {
   return fit_on(device, kernels::batch_norm_cluster_fit);
 }
 

@@ -11,7 +11,7 @@ namespace ltrain::ops {
 
 #if !LTRAIN_WITH_CUDA
 
-kernels::KernelFit ltrain_max_pool_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
+device::KernelFit ltrain_max_pool_fit(const torch::Device&) { return {false, "a CPU build has no CUDA kernels"}; }
 
 bool takes_ltrain_max_pool(const torch::Tensor&, int64_t, int64_t, int64_t) { return false; }
 
@@ -89,7 +89,7 @@ struct LtrainMaxPool : public torch::autograd::Function<LtrainMaxPool> {
 
 }  // namespace
 
-kernels::KernelFit ltrain_max_pool_fit(const torch::Device& device) {
+device::KernelFit ltrain_max_pool_fit(const torch::Device& device) {
   return fit_on(device, kernels::max_pool_fit);
 }
 

@@ -29,8 +29,8 @@ torch::Tensor skip_mask(const amp::ScalerState& scaler) {
 
 using ops::SgdBackend;
 
-/// torch.optim.SGD (dampening 0, not maximizing). The momentum buffer starts at zero, which
-/// equals PyTorch's "first step copies the gradient": momentum * 0 + g == g exactly.
+/// torch.optim.SGD (dampening 0, not maximizing), stepped by ops::sgd_step on the backend
+/// ops::sgd_backend chose.
 class Sgd final : public Optimizer {
  public:
   Sgd(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device,
@@ -52,43 +52,8 @@ class Sgd final : public Optimizer {
 
   void step(const amp::ScalerState& scaler, const std::vector<torch::Tensor>& given) override {
     torch::NoGradGuard no_grad;
-    const std::vector<torch::Tensor> grads = given.empty() ? gradients() : given;
-    if (backend_ == SgdBackend::ltrain) {
-      // One kernel for all.
-      ops::ltrain_sgd_step(params_, grads, buffers_, weight_decays_, momentum_, nesterov_, lr_, scaler.grad_scale,
-                           scaler.found_inf, low_precision_copies_);
-      return;
-    }
-    if (backend_ == SgdBackend::libtorch) {
-      // One kernel per group (LibTorch's takes one weight decay).
-      size_t first = 0;
-      for (const auto& group : groups_) {
-        const auto count = static_cast<std::ptrdiff_t>(group.params.size());
-        const auto part = [&](const std::vector<torch::Tensor>& all) {
-          return all.empty() ? all
-                             : std::vector<torch::Tensor>(all.begin() + static_cast<std::ptrdiff_t>(first),
-                                                          all.begin() + static_cast<std::ptrdiff_t>(first) + count);
-        };
-        compat::fused_sgd(group.params, part(grads), part(buffers_), group.weight_decay, momentum_, lr_, nesterov_,
-                          scaler.grad_scale, scaler.found_inf);
-        first += group.params.size();
-      }
-      return;
-    }
-    const torch::Tensor skip = skip_mask(scaler);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const torch::Tensor& param = params_[i];
-      // d = g + weight_decay * p   (L2 penalty folded into the gradient)
-      torch::Tensor direction = unscaled(grads[i], scaler);
-      if (weight_decays_[i] != 0.0) direction = direction.add(param, weight_decays_[i]);
-      if (momentum_ != 0.0) {
-        const torch::Tensor& buffer = buffers_[i];
-        const torch::Tensor new_buffer = buffer.mul(momentum_).add_(direction);
-        direction = nesterov_ ? direction.add(new_buffer, momentum_) : new_buffer;
-        assign(buffer, new_buffer, skip);
-      }
-      assign(param, param.addcmul(direction, lr_, -1.0), skip);  // p - lr * d, lr read on the device
-    }
+    ops::sgd_step(backend_, params_, given.empty() ? gradients() : given, buffers_, weight_decays_, momentum_,
+                  nesterov_, lr_, scaler.grad_scale, scaler.found_inf, low_precision_copies_);
   }
 
   const char* step_kernel() const override {

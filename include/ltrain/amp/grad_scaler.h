@@ -37,8 +37,8 @@ class GradScaler {
   void unscale(const std::vector<torch::Tensor>& grads);
 
   /// Sets found_inf if any gradient value is inf or NaN, leaving the gradients scaled (for
-  /// optimizers that take the scale and unscale inside their own kernel). On the GPU the
-  /// gradients may mix float32, fp16 and bf16 (ltrain's inf/NaN check kernel, where it runs).
+  /// optimizers that take the scale and unscale inside their own kernel): ops::find_inf. On the GPU
+  /// the gradients may mix float32, fp16 and bf16 (ltrain's inf/NaN check kernel, where it runs).
   void check(const std::vector<torch::Tensor>& grads);
 
   /// What the optimizer step needs: the scale when the gradients are still scaled, and found_inf.
@@ -57,8 +57,6 @@ class GradScaler {
   void load_state(const NamedTensors& state);
 
  private:
-  void find_inf(const std::vector<torch::Tensor>& grads, const torch::Tensor& inv_scale);
-
   GradScalerOptions options_;
   torch::Tensor scale_;              // [1] float32
   torch::Tensor growth_tracker_;     // [1] int32: clean steps since the last change

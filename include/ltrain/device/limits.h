@@ -29,4 +29,11 @@ struct DeviceLimits {
   std::string profile;  ///< the GpuProfile these limits were narrowed to (within_profile); "" for none
 };
 
+/// Whether something of ltrain's runs on a device (a family of its kernels, a fused path), and if
+/// not, why (a phrase for a one-line warning).
+struct KernelFit {
+  bool runs = false;
+  std::string reason;
+};
+
 }  // namespace ltrain::device

@@ -27,11 +27,9 @@ struct KernelFacts {
 /// 1 KiB the hardware keeps per block) and the block limit allow. 0 for a kernel not loaded.
 int resident_blocks_per_multiprocessor(const KernelFacts& kernel, int threads, const device::DeviceLimits& limits);
 
-/// Whether a family of kernels runs on a GPU, and if not, why (a phrase for a one-line warning).
-struct KernelFit {
-  bool runs = false;
-  std::string reason;
-};
+/// The answer of the fit functions below and of each family's (kernels/*.h), in the device
+/// module's words.
+using device::KernelFit;
 
 /// Whether `kernel` may run in thread-block clusters: the GPU has them (compute capability 9.0 and
 /// later, and the active profile's card too) and the kernel's code was compiled for sm_90 or later

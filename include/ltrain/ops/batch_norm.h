@@ -17,7 +17,7 @@
 
 #include <torch/torch.h>
 
-#include "ltrain/kernels/device_fit.h"
+#include "ltrain/device/limits.h"
 
 namespace ltrain::ops {
 
@@ -68,10 +68,10 @@ bool takes_half_nhwc_batch_norm(const torch::Tensor& x, const torch::Tensor& res
 
 /// Whether ltrain's kernels run on CUDA `device` (a CUDA build with an image for it, blocks that
 /// fit, cooperative launches or clusters), and if not, why.
-kernels::KernelFit ltrain_batch_norm_fit(const torch::Device& device);
+device::KernelFit ltrain_batch_norm_fit(const torch::Device& device);
 
 /// Whether their cluster reduction runs there (sm_90 code on a GPU with clusters), and if not, why.
-kernels::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device);
+device::KernelFit ltrain_batch_norm_cluster_fit(const torch::Device& device);
 
 /// The ltrain backend: training-mode batch_norm(x), then with `relu` relu(... + residual), on
 /// ltrain's kernels. Takes x [B,C,H,W] fp16/bf16 on CUDA, channels_last contiguous, C a power of

@@ -1,8 +1,7 @@
 #pragma once
 // What the operators over ltrain's kernels share: torch dtypes as the kernels' ElementType, the
 // current stream, kernel launch errors as exceptions, and whether a family of kernels runs on a
-// device. CUDA builds only; included by ops' sources and engine's device report, installed with
-// no public header.
+// device. CUDA builds only; included by ops' sources alone, installed with no public header.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -55,9 +54,9 @@ inline c10::DeviceIndex index_of(const torch::Device& device) {
 
 /// `fit` (a kernel family's *_fit function) for CUDA `device`, asked once per function and device,
 /// with that device current.
-inline kernels::KernelFit fit_on(const torch::Device& device, kernels::KernelFit (*fit)()) {
+inline device::KernelFit fit_on(const torch::Device& device, device::KernelFit (*fit)()) {
   static std::mutex mutex;
-  static std::map<std::pair<kernels::KernelFit (*)(), int>, kernels::KernelFit> known;
+  static std::map<std::pair<device::KernelFit (*)(), int>, device::KernelFit> known;
   const c10::DeviceIndex index = index_of(device);
   const std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_pair(fit, static_cast<int>(index));
@@ -69,12 +68,12 @@ inline kernels::KernelFit fit_on(const torch::Device& device, kernels::KernelFit
 
 /// fit_on(device, fit).runs; where it is false, one warning line, once per `fit` and device, names
 /// the `family` of kernels, the GPU, why, and what runs `instead`.
-inline bool warn_unless_fit(const torch::Device& device, kernels::KernelFit (*fit)(), const char* family,
+inline bool warn_unless_fit(const torch::Device& device, device::KernelFit (*fit)(), const char* family,
                             const char* instead) {
-  const kernels::KernelFit verdict = fit_on(device, fit);
+  const device::KernelFit verdict = fit_on(device, fit);
   if (verdict.runs) return true;
   static std::mutex mutex;
-  static std::map<std::pair<kernels::KernelFit (*)(), int>, bool> warned;
+  static std::map<std::pair<device::KernelFit (*)(), int>, bool> warned;
   const c10::DeviceIndex index = index_of(device);
   const std::lock_guard<std::mutex> lock(mutex);
   if (warned.emplace(std::make_pair(fit, static_cast<int>(index)), true).second) {
@@ -88,7 +87,7 @@ inline bool warn_unless_fit(const torch::Device& device, kernels::KernelFit (*fi
 /// Whether the kernels `fit` describes run on CUDA `device`: first whether the build carries code
 /// for the GPU at all (one warning for every family where it does not), then `fit` (one warning
 /// for this family).
-inline bool runs_on(const torch::Device& device, kernels::KernelFit (*fit)(), const char* family,
+inline bool runs_on(const torch::Device& device, device::KernelFit (*fit)(), const char* family,
                     const char* instead) {
   return warn_unless_fit(device, kernels::kernel_image_fit, "own CUDA", "LibTorch's and cuDNN's kernels") &&
          warn_unless_fit(device, fit, family, instead);

@@ -7,7 +7,7 @@
 //   aten    ATen's operator: takes everything.
 #include <torch/torch.h>
 
-#include "ltrain/kernels/device_fit.h"
+#include "ltrain/device/limits.h"
 
 namespace ltrain::ops {
 
@@ -23,7 +23,7 @@ torch::Tensor max_pool2d(const torch::Tensor& input, int64_t kernel, int64_t str
                          const MaxPoolBackends& backends = {});
 
 /// Whether ltrain's kernels run on CUDA `device` (a CUDA build with an image for it), and if not, why.
-kernels::KernelFit ltrain_max_pool_fit(const torch::Device& device);
+device::KernelFit ltrain_max_pool_fit(const torch::Device& device);
 
 /// Whether ltrain's kernels take max_pool2d(input, kernel, stride, padding) (on a GPU they do not
 /// run on, after one warning line, the first time: no).
