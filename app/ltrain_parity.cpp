@@ -11,7 +11,7 @@
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/run.h"
-#include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/io/tensor_file.h"
 

@@ -21,6 +21,7 @@
 #include "ltrain/amp/grad_scaler.h"
 #include "ltrain/amp/precision.h"
 #include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/optim/optimizer.h"

@@ -13,6 +13,7 @@
 #include "ltrain/config/load.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/ops/gradient_kernels.h"
 #include "ltrain/optim/optimizer.h"

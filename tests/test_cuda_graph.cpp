@@ -11,6 +11,7 @@
 #include "ltrain/engine/batch_graph.h"
 #include "ltrain/engine/evaluator.h"
 #include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
 #include "support.h"
 

@@ -12,6 +12,7 @@
 #include "ltrain/engine/run.h"
 #include "ltrain/engine/saved_model.h"
 #include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/trainer.h"
 #include "ltrain/engine/ema.h"
 #include "ltrain/engine/lr_finder.h"

@@ -15,6 +15,7 @@
 #include "ltrain/amp/autocast.h"
 #include "ltrain/config/config.h"
 #include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/ops/batch_norm.h"

@@ -13,6 +13,7 @@
 #include "ltrain/amp/autocast.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/core/gpu.h"
 #include "ltrain/ops/batch_norm.h"

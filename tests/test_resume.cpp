@@ -23,6 +23,7 @@
 #include "ltrain/core/errors.h"
 #include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/trainer.h"
 #include "ltrain/io/tensor_file.h"
 #include "support.h"

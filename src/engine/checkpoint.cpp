@@ -8,10 +8,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ltrain/config/load.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/files.h"
 #include "ltrain/core/torch_compat.h"
-#include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 #include "ltrain/io/tensor_file.h"
 
 namespace ltrain::engine {

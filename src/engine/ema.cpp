@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "ltrain/core/errors.h"
-#include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 
 namespace ltrain::engine {
 

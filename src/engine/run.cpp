@@ -11,6 +11,7 @@
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 
 namespace ltrain::engine {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "ltrain/config/config.h"
 #include "ltrain/engine/run.h"
-#include "ltrain/engine/setup.h"
+#include "ltrain/engine/state_dict.h"
 #include "ltrain/io/tensor_file.h"
 
 namespace ltrain::engine {

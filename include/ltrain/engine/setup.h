@@ -51,17 +51,6 @@ models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Devi
 /// The memory format model.channels_last asks for.
 torch::MemoryFormat memory_format(const config::RunConfig& config);
 
-/// Named parameters in registration order, as the optimizer and checkpoints name them.
-NamedTensors named_parameters(const torch::nn::Module& module);
-
-/// Parameters and buffers in PyTorch's state_dict order (a module's own parameters, then its own
-/// buffers, then its children's), with PyTorch's dotted names.
-NamedTensors state_dict(const torch::nn::Module& module);
-
-/// Copies `tensors` (state_dict names) into `module`'s parameters and buffers. DataError naming
-/// `source` and the first missing, unexpected or misshapen tensor.
-void load_state_dict(torch::nn::Module& module, const NamedTensors& tensors, const std::string& source);
-
 /// The dataset `data` names, loaded and moved to `device`.
 data::TrainTestSets load_data(const config::RunConfig& config, const torch::Device& device);
 
