@@ -3,10 +3,11 @@
 # CMAKE_CUDA_ARCHITECTURES says for the rest of ltrain's kernels); each CUTLASS configuration is a
 # file of its own under src/kernels/fused_conv/instances/ (minutes of nvcc each).
 #
-# CUTLASS is a header-only dependency: the headers of PyPI's nvidia-cutlass wheel 4.2.0.0, installed
-# into .venv/ with `pip install --no-deps nvidia-cutlass==4.2.0.0` (the headers alone are used, not
-# its Python packages; not yet in scripts/requirements.txt while the option is off), found through the
-# project's Python; or LTRAIN_CUTLASS_DIR, a CUTLASS source tree (include/ and tools/util/include/).
+# CUTLASS is a header-only dependency: the headers of PyPI's nvidia-cutlass wheel that
+# scripts/requirements-fused-conv.txt pins, installed into .venv/ without its Python packages
+# (`.venv/bin/python3 -m pip install --no-deps -r scripts/requirements-fused-conv.txt`; CI does so and
+# compiles ltrain_fused_conv), found through the project's Python; or LTRAIN_CUTLASS_DIR, a CUTLASS
+# source tree (include/ and tools/util/include/).
 #
 # Defines the library ltrain_fused_conv, which ltrain links (ops/fused_conv.h, model.fused_conv),
 # and, for the tests, LTRAIN_FUSED_CONV_SOURCES.
@@ -31,9 +32,9 @@ if(LTRAIN_FUSED_CONV)
       OUTPUT_VARIABLE ltrain_cutlass_source OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   endif()
   if(NOT EXISTS "${ltrain_cutlass_source}/include/cutlass/cutlass.h")
-    message(FATAL_ERROR "ltrain: LTRAIN_FUSED_CONV needs CUTLASS's headers: pip install --no-deps "
-                        "nvidia-cutlass==4.2.0.0 into .venv/ (scripts/python-env.sh makes it) or set LTRAIN_CUTLASS_DIR "
-                        "to a CUTLASS source tree (found: '${ltrain_cutlass_source}')")
+    message(FATAL_ERROR "ltrain: LTRAIN_FUSED_CONV needs CUTLASS's headers: .venv/bin/python3 -m pip install "
+                        "--no-deps -r scripts/requirements-fused-conv.txt (scripts/python-env.sh makes .venv/) or set "
+                        "LTRAIN_CUTLASS_DIR to a CUTLASS source tree (found: '${ltrain_cutlass_source}')")
   endif()
   execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --list-gpu-code OUTPUT_VARIABLE ltrain_nvcc_codes ERROR_QUIET)
   # The list names sm_90, not its arch-specific sm_90a, which every nvcc that builds sm_90 (12.0 on) has.

@@ -3,7 +3,7 @@
 # statistics (src/kernels/fused_conv/) against cuDNN's plain convolution, each followed by ltrain's
 # BatchNorm (src/kernels/batch_norm*.cu), for sm_90a. cuDNN: the one torch loads (the nvidia-cudnn
 # wheel beside it), else the CUDA toolkit's. CUTLASS: the headers of
-# the nvidia-cutlass wheel 4.2.0.0 in the project's .venv (pip install --no-deps nvidia-cutlass==4.2.0.0), or
+# the nvidia-cutlass wheel in the project's .venv (scripts/requirements-fused-conv.txt says how), or
 # CUTLASS_INCLUDE=<folder holding cutlass/ and cute/> with CUTLASS_UTIL_INCLUDE=<tools/util/include>.
 # FUSED_CONV_BINARY names the binary (default $TMPDIR/bench-fused-conv); FUSED_CONV_BUILD=0 runs it
 # without building (a binary built elsewhere), FUSED_CONV_RUN=0 builds without running (on a host
@@ -53,7 +53,7 @@ if [[ ${FUSED_CONV_BUILD:-1} != 0 ]]; then
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
   nvcc "${flags[@]}" -o "$binary" scripts/kernels/bench_fused_conv.cu src/kernels/fused_conv/fused_conv.cu \
-    src/kernels/conv_graph.cpp "$objects"/*.o "${cudnn_flags[@]}"
+    experiments/conv_graph/conv_graph.cpp "$objects"/*.o "${cudnn_flags[@]}"
 fi
 if [[ -n "$cudnn" && -d "$cudnn/lib" ]]; then export LD_LIBRARY_PATH="$cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 if [[ ${FUSED_CONV_RUN:-1} != 0 ]]; then "$binary" "$@"; fi

@@ -4,8 +4,8 @@
 //    (y, and its per-channel sum and sum of squares), y poisoned with NaN beforehand;
 // 2. at the benchmark's batch, the automatic configuration's y against cuDNN's and its sums
 //    against float64 sums of cuDNN's y;
-// 3. times: cuDNN's plain forward (the fastest of its heuristics' first candidates, as
-//    bench_conv_graph.cu builds them) and the fused kernels (each configuration), each as 20 runs
+// 3. times: cuDNN's plain forward (the fastest of its heuristics' first candidates, as the cuDNN
+//    graphs study, experiments/conv_graph/, builds them) and the fused kernels (each configuration), each as 20 runs
 //    captured in a CUDA graph, the median over 15 replays after 2 to warm up;
 // 4. the BatchNorm + ReLU after each convolution (ltrain's, kernels/batch_norm.h), timed the same
 //    way: batch_norm_forward on cuDNN's y, which reads y for its statistics, against
@@ -28,7 +28,7 @@
 #include <cudnn.h>
 
 #include "ltrain/kernels/batch_norm.h"
-#include "ltrain/kernels/conv_graph.h"
+#include "../../experiments/conv_graph/conv_graph.h"
 #include "ltrain/kernels/fused_conv.h"
 #include "bench_support.h"
 #include "resnet50_layers.h"

@@ -1,5 +1,6 @@
-// What the convolution micro-benchmarks (bench_conv_graph.cu, bench_fused_conv.cu) share: exiting
-// on a CUDA error, and their fp16/bf16 element type with its conversions to and from float.
+// What the convolution micro-benchmarks (bench_fused_conv.cu, experiments/conv_graph/bench_conv_graph.cu)
+// share: exiting on a CUDA error, and their fp16/bf16 element type with its conversions to and from
+// float.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,11 +1,11 @@
 // ResNet-50's distinct convolutions (torchvision v1.5), shared by the convolution micro-benchmarks
-// (bench_conv_graph.cu, bench_fused_conv.cu).
+// (bench_fused_conv.cu here, experiments/conv_graph/bench_conv_graph.cu).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "ltrain/kernels/conv_graph.h"
+#include "ltrain/kernels/conv_shape.h"
 
 namespace ltrain::kernels {
 

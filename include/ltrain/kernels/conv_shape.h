@@ -1,6 +1,6 @@
 #pragma once
 // The shape of one 2-D convolution, shared by the kernels that describe convolutions without
-// LibTorch (kernels/conv_graph.h on cuDNN's graph API, kernels/fused_conv.h on CUTLASS).
+// LibTorch (kernels/fused_conv.h on CUTLASS; experiments/conv_graph/ on cuDNN's graph API).
 #include <cstdint>
 
 namespace ltrain::kernels {

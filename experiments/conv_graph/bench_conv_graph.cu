@@ -1,10 +1,10 @@
-// ResNet-50's convolutions as cuDNN graphs (kernels/conv_graph.h), alone and with the BatchNorm
+// ResNet-50's convolutions as cuDNN graphs (conv_graph.h), alone and with the BatchNorm
 // work fused into them: first a check of each fused graph against a float64 reference on the CPU,
 // then for every distinct convolution of the network at a batch size the time of the plain graph
 // and of each fused one (the fastest of cuDNN's first candidates, 20 runs replayed from a CUDA
 // graph), with the time summed over the network. On a GPU host, from the repository:
-//   bash scripts/kernels/bench-conv-graph.sh [--dtype fp16|bf16] [--batch 256] [--stem imagenet|cifar] [--size 32]
-//                                             [--candidates 4] [--layers FIRST-LAST]
+//   bash experiments/conv_graph/bench-conv-graph.sh [--dtype fp16|bf16] [--batch 256] [--stem imagenet|cifar]
+//                                                   [--size 32] [--candidates 4] [--layers FIRST-LAST]
 // --layers runs the distinct convolutions FIRST to LAST alone (1-based, in the table's order), so
 // that a study whose run-time compiled engines take long (224x224) can be run in parts; the sums
 // then cover those rows.
@@ -20,9 +20,9 @@
 
 #include <cudnn.h>
 
-#include "ltrain/kernels/conv_graph.h"
-#include "bench_support.h"
-#include "resnet50_layers.h"
+#include "../../scripts/kernels/bench_support.h"
+#include "../../scripts/kernels/resnet50_layers.h"
+#include "conv_graph.h"
 
 using namespace ltrain::kernels;
 

@@ -1,4 +1,4 @@
-#include "ltrain/kernels/conv_graph.h"
+#include "conv_graph.h"
 
 #include <cudnn.h>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs scripts/kernels/bench_conv_graph.cu against the cuDNN that torch loads (the
+# Builds and runs experiments/conv_graph/bench_conv_graph.cu against the cuDNN that torch loads (the
 # nvidia-cudnn wheel beside it), else the CUDA toolkit's. Arguments go to the benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -10,6 +10,6 @@ if [[ -n "$cudnn" && -f "$cudnn/include/cudnn.h" ]]; then
 fi
 binary=${TMPDIR:-/tmp}/bench-conv-graph
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
-nvcc -std=c++17 -O2 -arch="sm_${arch:-90}" -Iinclude -o "$binary" scripts/kernels/bench_conv_graph.cu \
-  src/kernels/conv_graph.cpp "${flags[@]}"
+nvcc -std=c++17 -O2 -arch="sm_${arch:-90}" -Iinclude -o "$binary" experiments/conv_graph/bench_conv_graph.cu \
+  experiments/conv_graph/conv_graph.cpp "${flags[@]}"
 "$binary" "$@"

@@ -1,6 +1,6 @@
-// ltrain's convolutions as cuDNN backend graphs (kernels/conv_graph.h), each pass and fusion against
-// float32 operators. Built only with -DLTRAIN_CONV_GRAPH=ON, beside the graphs' benchmark
-// (scripts/kernels/bench-conv-graph.sh); a GPU test, skipped without a usable GPU.
+// Convolutions as cuDNN backend graphs (conv_graph.h), each pass and fusion against float32
+// operators. Built only with -DLTRAIN_CONV_GRAPH=ON, beside the graphs' benchmark
+// (bench-conv-graph.sh); a GPU test, skipped without a usable GPU.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ltrain/kernels/conv_graph.h"
+#include "conv_graph.h"
 #include "support.h"
 
 namespace ltrain {

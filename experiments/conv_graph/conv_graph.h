@@ -9,7 +9,7 @@
 // element type and the shape; a graph it has no engine for is refused when it is built (the
 // caller keeps its unfused operators). Plain C++ on cudnn.h (no LibTorch headers, and none
 // of cuDNN's in this header); tensors are NHWC (channels_last), weights KRSC, fully packed.
-// scripts/kernels/bench_conv_graph.cu times them against the plain convolution (docs/BENCHMARKS.md).
+// bench_conv_graph.cu (beside this file) times them against the plain convolution (docs/BENCHMARKS.md).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
