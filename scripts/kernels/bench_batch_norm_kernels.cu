@@ -1,11 +1,9 @@
 // Times ltrain's BatchNorm kernels alone (fp16, add+ReLU), per shape and way of reducing: 50 launches
 // of one kernel captured in a CUDA graph and replayed, so each figure includes its launch gap. Prints
 // the plan batch_norm.cu picks, then the grid reduction and clusters of 1, 2, 4 and 8 blocks.
-// Includes the kernels' source to reach their internal launcher. On a GPU host, from the repository:
-//   nvcc -std=c++17 -arch=sm_90 -Iinclude -Isrc/kernels -DLTRAIN_CUDA_ARCHITECTURES='"90"' -o /tmp/bench-bn \
-//     scripts/kernels/bench_batch_norm_kernels.cu src/kernels/device_limits.cu src/kernels/device_fit.cpp
-//     src/device/architectures.cpp src/device/gpu_profile.cpp -lfmt   (one command)
-//   /tmp/bench-bn
+// Includes the kernels' source to reach their internal launcher. Built by the target
+// ltrain_bench_batch_norm_kernels (cmake/kernel_benchmarks.cmake); on a GPU host, from the repository:
+//   cmake --build build --target ltrain_bench_batch_norm_kernels && build/ltrain_bench_batch_norm_kernels
 #include "../../src/kernels/batch_norm.cu"
 #include "../../src/kernels/batch_norm_kernels.cu"
 #include <cstdio>
