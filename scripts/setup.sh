@@ -126,6 +126,10 @@ choose_nvcc() {
     [[ -n "$nvcc_version" ]] || die 3 "$nvcc_bin does not answer nvcc --version: pip install --force-reinstall 'cuda-toolkit[nvcc,cccl]==$torch_cuda.*' beside torch"
     return 0
   fi
+  if compgen -G ".carry/wheels/nvidia_cuda_nvcc-*.whl" >/dev/null; then
+    info "no nvcc of CUDA $major here: the bundle's toolchain wheels (.carry/wheels/) serve its build (scripts/gpu/host-build.sh)"
+    return 0
+  fi
   local wheels_hint="NVIDIA's toolchain wheels beside that torch (pip install 'cuda-toolkit[nvcc,cccl]==$torch_cuda.*'; scripts/python-env.sh installs them into .venv/)"
   [[ "$torch_cuda" == unknown ]] && wheels_hint="the CUDA toolkit of LibTorch's CUDA version"
   if [[ -n "$passed_over" ]]; then
@@ -192,6 +196,8 @@ if ((${#missing[@]})) && [[ -n "$torch_cuda" && -f "${bundle_debs[0]}" ]]; then
   [[ "${LTRAIN_WERROR:-OFF}" == ON ]] || args+=(--no-werror)
   exec bash scripts/gpu/host-build.sh "${args[@]}"
 fi
+[[ -z "$torch_cuda" || -n "$nvcc_bin" ]] \
+  || die 3 "the bundle's toolchain wheels (.carry/wheels/) serve only the bundle's build, where packages are missing: install them beside torch instead (pip install 'cuda-toolkit[nvcc,cccl]==$torch_cuda.*')"
 if ((${#missing[@]})); then
   info "installing ${missing[*]}"
   sudo=""
