@@ -15,8 +15,9 @@
 # python3 on the PATH with a CUDA torch (pip install torch, or the activated environment that
 # scripts/python-env.sh makes), on a machine with an NVIDIA GPU that environment ($LTRAIN_VENV,
 # default .venv/) unactivated, a Torch in CMAKE_PREFIX_PATH. Its nvcc (scripts/lib/cuda-toolkit.sh):
-# a system CUDA toolkit's of the torch's CUDA major version where there is one (the PATH's,
-# CUDA_HOME's, /usr/local/cuda's; one of another major version is passed over with a line), else
+# a system CUDA toolkit's of the torch's CUDA major version where there is one (the PATH's, or
+# without one there CUDA_HOME's or /usr/local/cuda's; one of another major version is passed over
+# with a line), else
 # NVIDIA's toolchain wheels beside that torch (scripts/requirements.txt: cuda-toolkit[nvcc,cccl]),
 # made a toolkit folder in BUILD_DIR/cuda-toolkit/; LTRAIN_NVCC=pip takes the wheels' even where a
 # system toolkit is and hides that one from the build, LTRAIN_NVCC=PATH that nvcc.

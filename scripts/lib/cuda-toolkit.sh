@@ -31,16 +31,15 @@ system_cuda_roots() {
   done | awk '!seen[$0]++'
 }
 
-# system_nvccs: the system's nvcc candidates, first preferred, one a line: the PATH's, then those of
-# CUDA_HOME, CUDA_PATH and /usr/local/cuda.
+# system_nvccs: the system's nvcc, as the old search found it: the PATH's, else the first of
+# CUDA_HOME's, CUDA_PATH's and /usr/local/cuda's (a login shell's PATH may lack the toolkit's bin/).
 system_nvccs() {
   local dir
-  {
-    command -v nvcc || true
-    for dir in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
-      [[ -n "$dir" && -x "$dir/bin/nvcc" ]] && echo "$dir/bin/nvcc"
-    done
-  } | awk '!seen[$0]++'
+  if command -v nvcc; then return 0; fi
+  for dir in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    if [[ -n "$dir" && -x "$dir/bin/nvcc" ]]; then echo "$dir/bin/nvcc"; return 0; fi
+  done
+  return 0
 }
 
 # wheel_toolkit SITE MAJOR: the nvidia/cuMAJOR folder of SITE (a site-packages folder) where it holds
