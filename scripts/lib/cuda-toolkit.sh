@@ -56,7 +56,7 @@ wheel_toolkit() {
 cuda_toolkit_view() {
   local view="$1" wheels f name stamp sub
   shift
-  stamp="$* $(for wheels in "$@"; do (cd "$wheels" && find bin include lib nvvm -maxdepth 1 2>/dev/null); done \
+  stamp="$* $(for wheels in "$@"; do (cd "$wheels" && find bin include lib nvvm -maxdepth 1 2>/dev/null || true); done \
               | LC_ALL=C sort | sha256sum | cut -c1-16)"
   if [[ -f "$view/.ltrain-view" && "$(cat "$view/.ltrain-view")" == "$stamp" ]]; then return 0; fi
   local tmp="$view.tmp.$$"
@@ -65,10 +65,10 @@ cuda_toolkit_view() {
   for wheels in "$@"; do
     for sub in bin include; do
       for f in "$wheels/$sub"/*; do
-        [[ -e "$f" && ! -L "$tmp/$sub/$(basename "$f")" ]] && ln -s "$f" "$tmp/$sub/"
+        if [[ -e "$f" && ! -L "$tmp/$sub/$(basename "$f")" ]]; then ln -s "$f" "$tmp/$sub/"; fi
       done
     done
-    [[ -d "$wheels/nvvm" && ! -L "$tmp/nvvm" ]] && ln -s "$wheels/nvvm" "$tmp/nvvm"
+    if [[ -d "$wheels/nvvm" && ! -L "$tmp/nvvm" ]]; then ln -s "$wheels/nvvm" "$tmp/nvvm"; fi
     for f in "$wheels"/lib/*; do
       name="$(basename "$f")"
       [[ -e "$f" && ! -L "$tmp/lib64/$name" ]] || continue
