@@ -219,8 +219,9 @@ get_full() {
     # A well-formed Python release of other records than the official one (a subset, a data set of
     # CIFAR-10's form): ltrain reads it, warning about each file's number of records.
     info "$what is not the official CIFAR-10 ($(records_note "$got")): installed as it is"
-    record_source "$got" "converted from torchvision's Python release in $what, not the official CIFAR-10" \
-                  $(awk '{print $2}' <<<"$FULL_SUMS")
+    local names
+    mapfile -t names < <(awk '{print $2}' <<<"$FULL_SUMS")
+    record_source "$got" "converted from torchvision's Python release in $what, not the official CIFAR-10" "${names[@]}"
     install_dir "$got" "$final"
     info "$final ready (not the official files: SOURCE and SHA256SUMS in it say so)"
   else

@@ -175,8 +175,9 @@ main() {
     # reads it, warning about a file of another number of records than the release's.
     info "$path is not the official CIFAR-100 (train.bin $(( $(size_of "$got/train.bin") / 3074 )) records," \
          "test.bin $(( $(size_of "$got/test.bin") / 3074 )); not the published files' MD5): installed as it is"
-    record_source "$got" "converted from torchvision's Python release in $path, not the official CIFAR-100" \
-                  $(awk '{print $1}' <<<"$FILES")
+    local names
+    mapfile -t names < <(awk '{print $1}' <<<"$FILES")
+    record_source "$got" "converted from torchvision's Python release in $path, not the official CIFAR-100" "${names[@]}"
     install_dir "$got" "$final"
     info "$final ready (not the official files: SOURCE and SHA256SUMS in it say so)"
   else

@@ -56,7 +56,7 @@ wheel_toolkit() {
 cuda_toolkit_view() {
   local view="$1" wheels f name stamp sub
   shift
-  stamp="$* $(for wheels in "$@"; do (cd "$wheels" && find bin include lib nvvm -maxdepth 1 2>/dev/null || true); done \
+  stamp="$* $(for wheels in "$@"; do { cd "$wheels" && find bin include lib nvvm -maxdepth 1 2>/dev/null; } || true; done \
               | LC_ALL=C sort | sha256sum | cut -c1-16)"
   if [[ -f "$view/.ltrain-view" && "$(cat "$view/.ltrain-view")" == "$stamp" ]]; then return 0; fi
   local tmp="$view.tmp.$$"
