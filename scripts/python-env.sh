@@ -25,7 +25,7 @@ while (($#)); do
   case "$1" in
     --venv) (($# >= 2)) || die 2 "--venv needs a folder"; venv="$2"; shift 2 ;;
     --plots) plots=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) die 2 "unknown option $1 (see --help)" ;;
   esac
 done

@@ -17,10 +17,10 @@
 # default .venv/) unactivated, a Torch in CMAKE_PREFIX_PATH. Its nvcc (scripts/lib/cuda-toolkit.sh):
 # a system CUDA toolkit's of the torch's CUDA major version where there is one (the PATH's, or
 # without one there CUDA_HOME's or /usr/local/cuda's; one of another major version is passed over
-# with a line), else
-# NVIDIA's toolchain wheels beside that torch (scripts/requirements.txt: cuda-toolkit[nvcc,cccl]),
-# made a toolkit folder in BUILD_DIR/cuda-toolkit/; LTRAIN_NVCC=pip takes the wheels' even where a
-# system toolkit is and hides that one from the build, LTRAIN_NVCC=PATH that nvcc.
+# with a line), else NVIDIA's toolchain wheels beside that torch (scripts/requirements.txt:
+# cuda-toolkit[nvcc,cccl]), made a toolkit folder in BUILD_DIR/cuda-toolkit/; LTRAIN_NVCC=pip takes
+# the wheels' even where a system toolkit is and hides that one from the build, LTRAIN_NVCC=PATH
+# that nvcc.
 # Environment: CMAKE_CUDA_ARCHITECTURES or TORCH_CUDA_ARCH_LIST choose the GPUs the kernels are
 # built for (default sm_80, 86, 89, 90, 100, 120 + PTX); LTRAIN_WERROR=ON makes warnings errors.
 # Packages come from apt, or on a machine without it (an offline GPU host) from the bundle in
