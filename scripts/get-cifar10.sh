@@ -20,6 +20,7 @@ readonly URL_MD5="c32a1d4ab5d03f1284b67883e8d87530"
 readonly FULL_NAME="cifar-10-batches-bin"
 readonly PYTHON_NAME="cifar-10-batches-py"  # torchvision's Python release, converted when given
 readonly MINI_NAME="cifar10-mini"
+readonly RECORD_BYTES=3073 OFFICIAL_FILE_BYTES=30730000  # a label byte and 3072 image bytes; 10000 records
 # SHA-256 of the official cifar-10-batches-bin files.
 readonly FULL_SUMS="\
 558e74b5e208382e186da55784b4bac2cd52e558448e1b5800990fdb28ed8033  batches.meta.txt
@@ -52,7 +53,9 @@ official SHA-256 sums. Does nothing if they are already there and intact.
                   directory holding the extracted files, a cifar-10-batches-bin/ folder, an
                   archive or the parts, or torchvision's Python release ($PYTHON_NAME/, what
                   torchvision.datasets.CIFAR10(download=True) leaves), converted to the binary
-                  files (needs a Python with numpy) and checked as they are
+                  files (needs a Python with numpy 1 or 2) and checked as they are; one of other
+                  records than the official release's (a subset) is installed as it is, with a
+                  line that says so and SOURCE and SHA256SUMS files in the folder
   --mini          copy the small subset ($MINI_NAME, from --from DIR or
                   \$LTRAIN_SHARED_DATA/$MINI_NAME) to DIR/$MINI_NAME, checked with its SHA256SUMS
   --help          this text
@@ -155,6 +158,11 @@ get_full() {
       info "$final already present, all 7 files verified (SHA-256)"
       return 0
     fi
+    local source
+    if source="$(recorded_source "$final")"; then
+      info "$final already present: $source; its files match its SHA256SUMS"
+      return 0
+    fi
     info "$final is incomplete or damaged ($(paste -sd, <<<"$report")); getting it again"
   fi
 
@@ -177,10 +185,11 @@ get_full() {
     SOURCES=("$TMP_DIR/cifar-10-binary.tar.gz")
   fi
 
-  local what="${SOURCES[*]}" name s
+  local what="${SOURCES[*]}" name s converted=0
   if [[ "${SOURCES[0]}" == python:* ]]; then
     what="${SOURCES[0]#python:}"
     convert_python_release cifar10 "$what" "$stage"
+    converted=1
   elif (( ${#SOURCES[@]} == 1 )) && [[ -d "${SOURCES[0]}" ]]; then
     info "copying the extracted files from ${SOURCES[0]}"
     while read -r _ name; do
@@ -201,12 +210,48 @@ get_full() {
   if [[ -d "$stage/$PYTHON_NAME" ]]; then
     convert_python_release cifar10 "$stage/$PYTHON_NAME" "$TMP_DIR/converted"
     got="$TMP_DIR/converted"
+    converted=1
   fi
-  if ! report="$(check_sums "$got" "$FULL_SUMS")"; then
+  if report="$(check_sums "$got" "$FULL_SUMS")"; then
+    install_dir "$got" "$final"
+    info "$final ready, all 7 files verified (SHA-256)"
+  elif ((converted)) && [[ -z "$(official_size_problems "$got" "$report")" ]]; then
+    # A well-formed Python release of other records than the official one (a subset, a data set of
+    # CIFAR-10's form): ltrain reads it, warning about each file's number of records.
+    info "$what is not the official CIFAR-10 ($(records_note "$got")): installed as it is"
+    local names
+    mapfile -t names < <(awk '{print $2}' <<<"$FULL_SUMS")
+    record_source "$got" "converted from torchvision's Python release in $what, not the official CIFAR-10" "${names[@]}"
+    install_dir "$got" "$final"
+    info "$final ready (not the official files: SOURCE and SHA256SUMS in it say so)"
+  else
+    report="$(official_size_problems "$got" "$report")"
     die 3 "$(first_problem "$report") in $what (all problems: $(paste -sd, <<<"$report")); fetch a good copy"
   fi
-  install_dir "$got" "$final"
-  info "$final ready, all 7 files verified (SHA-256)"
+}
+
+# official_size_problems DIR REPORT: check_sums's REPORT less the files of DIR that differ from the
+# official ones in size, which a converted release may: what stays is damaged at the official size,
+# which ltrain refuses to read as well.
+official_size_problems() {
+  local dir="$1" report="$2" line name
+  while read -r line; do
+    [[ -z "$line" ]] && continue
+    name="${line#*: }"
+    if [[ "$line" == damaged:* && "$name" == *.bin && "$(size_of "$dir/$name")" != "$OFFICIAL_FILE_BYTES" ]]; then
+      continue
+    fi
+    echo "$line"
+  done <<<"$report"
+}
+
+# records_note DIR: "data_batch_1.bin: 20 records, ..., the official files 10000 each".
+records_note() {
+  local dir="$1" name note=""
+  for name in data_batch_{1..5}.bin test_batch.bin; do
+    note+="$name $(( $(size_of "$dir/$name") / RECORD_BYTES )) records, "
+  done
+  echo "${note}the official files 10000 each"
 }
 
 get_mini() {

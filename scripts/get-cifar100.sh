@@ -56,7 +56,9 @@ script's head for how). Does nothing if they are already there and intact.
   --from PATH  local source: the official $ARCHIVE, or a directory holding it, a
                $NAME/ folder or the extracted files (train.bin, test.bin, ...), or
                torchvision's Python release ($PYTHON_NAME/), converted to the binary files
-               (needs a Python with numpy) and checked as they are
+               (needs a Python with numpy 1 or 2) and checked as they are; one of other
+               content is installed as it is, with a line that says so and SOURCE and
+               SHA256SUMS files in the folder
   --help       this text
 
 Without --from: uses \$LTRAIN_SHARED_DATA/cifar-100 (default $REPO_ROOT/../shared/data) if it
@@ -123,6 +125,11 @@ main() {
       info "$final already present, verified (sizes, MD5)"
       return 0
     fi
+    local recorded
+    if recorded="$(recorded_source "$final")"; then
+      info "$final already present: $recorded; its files match its SHA256SUMS"
+      return 0
+    fi
     info "$final is incomplete or damaged ($(paste -sd, <<<"$report")); getting it again"
   fi
   if [[ -z "$from" && -d "$SHARED_DATA/cifar-100" ]]; then
@@ -160,11 +167,22 @@ main() {
       if [[ -f "$path/$name" ]]; then cp "$path/$name" "$stage/"; fi
     done <<<"$FILES"
   fi
-  if ! report="$(folder_problems "$got")"; then
+  if report="$(folder_problems "$got")"; then
+    install_dir "$got" "$final"
+    info "$final ready, verified (sizes, MD5)"
+  elif [[ "$kind" == python ]]; then
+    # A well-formed Python release of other content (a subset, a data set of CIFAR-100's form): ltrain
+    # reads it, warning about a file of another number of records than the release's.
+    info "$path is not the official CIFAR-100 (train.bin $(( $(size_of "$got/train.bin") / 3074 )) records," \
+         "test.bin $(( $(size_of "$got/test.bin") / 3074 )); not the published files' MD5): installed as it is"
+    local names
+    mapfile -t names < <(awk '{print $1}' <<<"$FILES")
+    record_source "$got" "converted from torchvision's Python release in $path, not the official CIFAR-100" "${names[@]}"
+    install_dir "$got" "$final"
+    info "$final ready (not the official files: SOURCE and SHA256SUMS in it say so)"
+  else
     die 3 "$(head -n1 <<<"$report") in $path (all problems: $(paste -sd, <<<"$report")); fetch a good copy"
   fi
-  install_dir "$got" "$final"
-  info "$final ready, verified (sizes, MD5)"
 }
 
 main "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The plot scripts under a Python without matplotlib: they run again, with the same arguments,
-under the project's environment ($LTRAIN_VENV), or, without one, say how to make it and exit 3.
+under the project's environment ($LTRAIN_VENV), or, without one, say how to make the light one
+(python-env.sh --plots) and exit 3.
 
     python3 tests/plot_python_test.py      # exit 0 when both hold
 """
@@ -42,7 +43,7 @@ def main():
             failures.append(f"with an environment: it was called with {open(calls).read().splitlines()}")
 
         done = run_without_matplotlib(os.path.join(work, "none"), "RUN_A")
-        expected = "run bash scripts/python-env.sh"
+        expected = "run bash scripts/python-env.sh --plots"
         if done.returncode != 3 or expected not in done.stderr or done.stderr.count("\n") != 1:
             failures.append(f"without one: exit {done.returncode}, stderr {done.stderr!r}: expected 3 and one "
                             f"line saying to {expected}")

@@ -4,7 +4,8 @@
 # pinned wheels that the host's Python lacks in .carry/wheels/ (both made by scripts/gpu/make-bundle.sh
 # where apt and pip work). This script unpacks the packages with `dpkg -x` into a private prefix
 # (never into /), installs the wheels into .carry/site/, points CMake at that prefix and at torch,
-# and builds with Ninja. It needs no network.
+# and builds with Ninja. It needs no network. A host without nvcc builds with the CUDA toolchain
+# wheels the bundle carries (nvcc, CCCL) beside its torch's CUDA runtime.
 #
 #   scripts/gpu/host-build.sh                        # -> build-gpu/ltrain, build-gpu/tests/...
 #   TORCH_PREFIX=/usr/lib/x86_64-linux-gnu/cmake scripts/gpu/host-build.sh --build-dir build-x
@@ -180,11 +181,31 @@ main() {
   [[ -d "$torch_prefix" ]] || die 3 "LibTorch's CMake prefix $torch_prefix does not exist"
   info "LibTorch CMake prefix: $torch_prefix"
 
-  # A CUDA LibTorch needs nvcc; the usual toolkit place may be missing from a non-login PATH.
+  # A CUDA LibTorch needs nvcc: the host's CUDA toolkit (the usual place may be missing from a
+  # non-login PATH), else the toolchain wheels the bundle carried (make-bundle.sh), made a toolkit
+  # folder with the CUDA runtime's headers beside torch (scripts/lib/cuda-toolkit.sh says why).
+  # shellcheck source=../lib/cuda-toolkit.sh
+  source "$REPO_ROOT/scripts/lib/cuda-toolkit.sh"
+  local cuda_args=() carried torch_site
   if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
     export PATH="/usr/local/cuda/bin:$PATH"
   fi
-  local args=(-S "$REPO_ROOT" -B "$build_dir" -G Ninja
+  carried="$(compgen -G "$(dirname "$debs")/site/nvidia/cu*/bin/nvcc" | head -n1 || true)"
+  if ! command -v nvcc >/dev/null && [[ -n "$carried" ]]; then
+    carried="$(dirname "$(dirname "$carried")")"
+    torch_site="$(realpath -m "$torch_prefix/../../..")"
+    local toolkit="$build_dir/cuda-toolkit"
+    cuda_toolkit_view "$toolkit" "$carried" "$torch_site/nvidia/$(basename "$carried")" \
+      || die 3 "cannot make the toolkit folder $toolkit"
+    [[ -f "$toolkit/include/cuda_runtime.h" ]] \
+      || die 3 "the carried toolchain wheels need the CUDA runtime's headers beside torch ($torch_site/nvidia/$(basename "$carried")/include): make the bundle again with --wheel nvidia-cuda-runtime"
+    info "nvcc $(nvcc_release "$toolkit/bin/nvcc") of the carried toolchain wheels ($carried/bin/nvcc), as the toolkit folder $toolkit"
+    export PATH="$toolkit/bin:$PATH"
+    cuda_args=("-DCMAKE_CUDA_COMPILER=$toolkit/bin/nvcc" "-DCUDAToolkit_ROOT=$toolkit" "-DCUDA_TOOLKIT_ROOT_DIR=$toolkit")
+  elif command -v nvcc >/dev/null; then
+    info "nvcc $(nvcc_release "$(command -v nvcc)") ($(command -v nvcc)), the host's CUDA toolkit"
+  fi
+  local args=(-S "$REPO_ROOT" -B "$build_dir" -G Ninja "${cuda_args[@]}"
               -DCMAKE_BUILD_TYPE=Release
               "-DCMAKE_PREFIX_PATH=$torch_prefix;$usr;$usr/lib/$MULTIARCH/cmake;$usr/lib/cmake"
               "-DLTRAIN_WERROR=$werror" "-DLTRAIN_BUILD_TESTS=$tests")

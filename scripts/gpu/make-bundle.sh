@@ -3,16 +3,20 @@
 #   - the Debian packages it needs besides the torch wheel (nlohmann-json, spdlog, fmt, cxxopts,
 #     GoogleTest) into .carry/debs/; scripts/gpu/host-build.sh unpacks them there into a private prefix;
 #   - the pinned wheels (scripts/requirements.txt) that its Python lacks, for its Python version and
-#     platform, into .carry/wheels/; host-build.sh installs them there into .carry/site/.
+#     platform, into .carry/wheels/; host-build.sh installs them there into .carry/site/. By default
+#     those are the CUDA toolchain's (nvcc, CCCL, the compiler's headers and cicc: what
+#     cuda-toolkit[nvcc,cccl] installs beside torch's CUDA runtime), with which host-build.sh builds
+#     on a host that has the NVIDIA driver and a CUDA torch but no CUDA toolkit.
 #
 # Exit codes: 0 ok, 2 usage, 1 apt-get or pip failed.
 set -euo pipefail
 
 readonly PACKAGES=(nlohmann-json3-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
                    libcxxopts-dev libgtest-dev googletest)
-# The pins that the reference GPU host's image (Python 3.12, torch 2.11.0+cu130, torchvision,
-# safetensors, tensorboard, numpy, matplotlib) lacks, by name; their versions are requirements.txt's.
-readonly HOST_WHEELS=()
+# The pins that a GPU host with the driver and torch 2.11.0+cu130 but no CUDA toolkit lacks (the
+# reference host's image, Python 3.12, has torchvision, safetensors, tensorboard, numpy, matplotlib),
+# by name; their versions are requirements.txt's. --wheel NAME carries those named instead.
+readonly HOST_WHEELS=(nvidia-cuda-nvcc nvidia-cuda-cccl nvidia-cuda-crt nvidia-nvvm)
 readonly HOST_PYTHON_VERSION=3.12
 # manylinux tags that an x86-64 host with glibc 2.39 (Ubuntu 24.04) installs, newest first: pip
 # download matches a tag exactly.
@@ -28,7 +32,8 @@ Usage: scripts/gpu/make-bundle.sh [--dest DIR] [--wheel NAME]... [--python-versi
 
 Runs 'apt-get download' for: ${PACKAGES[*]}
 into DIR/debs (default DIR: $REPO_ROOT/.carry), and 'pip download' of the wheels the GPU host lacks
-(${HOST_WHEELS[*]:-none today}, and each --wheel NAME, a package that scripts/requirements.txt pins)
+(${HOST_WHEELS[*]}: the CUDA toolchain; or, given --wheel NAME, each package so named that
+scripts/requirements.txt pins)
 for Python $HOST_PYTHON_VERSION (--python-version) into DIR/wheels. What is already there is kept.
 Then carry .carry/ to the GPU host and run scripts/gpu/host-build.sh there.
   --wheels-only   the wheels alone, no Debian packages
@@ -104,7 +109,7 @@ download_wheels() {
 
 main() {
   local dest="$REPO_ROOT/.carry" python_version="$HOST_PYTHON_VERSION" wheels_only=0
-  local wheels=("${HOST_WHEELS[@]}")
+  local wheels=()
   while (( $# )); do
     case "$1" in
       --help|-h) usage; exit 0 ;;
@@ -117,6 +122,7 @@ main() {
       *) die 2 "unknown argument '$1' (see --help)" ;;
     esac
   done
+  (( ${#wheels[@]} )) || wheels=("${HOST_WHEELS[@]}")
   (( wheels_only )) || download_debs "$dest/debs"
   download_wheels "$dest/wheels" "$python_version" "${wheels[@]}"
   echo "make-bundle: on the GPU host, from the repo root: scripts/gpu/host-build.sh"

@@ -54,19 +54,41 @@ download() {
 
 # convert_python_release RELEASE SOURCE_DIR OUT_DIR: torchvision's Python release (cifar10:
 # cifar-10-batches-py, cifar100: cifar-100-python) as the binary one's files in OUT_DIR
-# (lib/cifar_from_python.py), under the first Python with numpy: $LTRAIN_PYTHON, the project's
-# environment ($LTRAIN_VENV, default .venv/), /usr/bin/python3, python3.
+# (lib/cifar_from_python.py, which reads pickles of numpy 1 and 2 alike), under the first Python with
+# numpy: $LTRAIN_PYTHON, the project's environments ($LTRAIN_VENV, default .venv/, then .venv-plots/),
+# /usr/bin/python3, python3.
 convert_python_release() {
   local release="$1" source="$2" out="$3" python root
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-  for python in "${LTRAIN_PYTHON:-}" "${LTRAIN_VENV:-$root/.venv}/bin/python3" /usr/bin/python3 python3; do
+  for python in "${LTRAIN_PYTHON:-}" "${LTRAIN_VENV:-$root/.venv}/bin/python3" "$root/.venv-plots/bin/python3" \
+                /usr/bin/python3 python3; do
     [[ -n "$python" ]] && "$python" -c "import numpy" >/dev/null 2>&1 && break
     python=""
   done
   [[ -n "$python" ]] \
-    || die 3 "converting torchvision's Python release in $source needs numpy: bash scripts/python-env.sh (or apt-get install python3-numpy), then this command again"
+    || die 3 "converting torchvision's Python release in $source needs numpy: bash scripts/python-env.sh --plots (or apt-get install python3-numpy), then this command again"
   info "converting torchvision's Python release in $source to the binary one"
-  "$python" "$root/scripts/lib/cifar_from_python.py" "$release" "$source" "$out" >/dev/null \
-    || die 3 "$source is not torchvision's Python release of $release (above); fetch it again"
+  local err
+  if ! err="$("$python" "$root/scripts/lib/cifar_from_python.py" "$release" "$source" "$out" 2>&1 >/dev/null)"; then
+    die 3 "$source is not a well-formed Python release of ${release/cifar/CIFAR-} (${err#cifar_from_python: }); fetch it again"
+  fi
 }
 
+# record_source DIR TEXT FILE...: DIR/SOURCE says where the files came from (TEXT) and DIR/SHA256SUMS
+# holds their checksums: a folder that is not the official release, kept as it is by a later run
+# (recorded_source).
+record_source() {
+  local dir="$1" text="$2"
+  shift 2
+  echo "$text" >"$dir/SOURCE"
+  (cd "$dir" && sha256sum -- "$@" >SHA256SUMS)
+}
+
+# recorded_source DIR: SOURCE's text where DIR holds a record_source record that its files still
+# match; fails otherwise.
+recorded_source() {
+  local dir="$1"
+  [[ -f "$dir/SOURCE" && -f "$dir/SHA256SUMS" ]] || return 1
+  (cd "$dir" && sha256sum -c --quiet SHA256SUMS >/dev/null 2>&1) || return 1
+  cat "$dir/SOURCE"
+}

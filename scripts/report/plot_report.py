@@ -6,23 +6,18 @@
 One bar per claim that is a ratio (images/s for speed claims, peak memory for memory claims, B
 over A: the median of the rounds, their range as an error bar), with the ratio the claim needs
 marked on it. Claims that could not be measured on the
-device are listed under the plot. Needs matplotlib (Debian: python3-matplotlib).
+device are listed under the plot, whole (the figure grows by their lines). Needs matplotlib (Debian: python3-matplotlib).
 """
 import argparse
 import os
 import sys
 import textwrap
 
-from plot_common import load_results, plt, save_figure
+from plot_common import add_footer, load_results, plt, save_figure
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("dir", help="the folder ltrain reproduce wrote")
-    args = p.parse_args(argv)
-    doc = load_results(args.dir, "plot_report")
-    if doc is None:
-        return 3
+def claims_figure(doc):
+    """The figure of a reproduce report's results.json (a dict)."""
     claims = doc["claims"]
     measured = [c for c in claims if c.get("ratio") is not None]
     unmeasured = [c for c in claims if c["verdict"].startswith("not measurable")]
@@ -56,11 +51,21 @@ def main(argv=None):
         axis.text(0.5, 0.5, "no ratio could be measured on this device", ha="center", va="center",
                   transform=axis.transAxes)
     axis.set_title(f"The guides' claims on {doc['device']}", fontsize=10)
+    bottom = 0
     if unmeasured:
-        note = "not measurable here: " + "; ".join(c["claim"] for c in unmeasured)
-        fig.text(0.01, 0.01, "\n".join(textwrap.wrap(note, 180))[:600], fontsize=7)
-    fig.tight_layout(rect=(0, 0.2 if unmeasured else 0, 1, 1))
-    return save_figure(fig, os.path.join(args.dir, "claims.png"))
+        bottom = add_footer(fig, "not measurable here: " + "; ".join(c["claim"] for c in unmeasured))
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    return fig
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("dir", help="the folder ltrain reproduce wrote")
+    args = p.parse_args(argv)
+    doc = load_results(args.dir, "plot_report")
+    if doc is None:
+        return 3
+    return save_figure(claims_figure(doc), os.path.join(args.dir, "claims.png"))
 
 
 if __name__ == "__main__":

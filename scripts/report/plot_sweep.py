@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from plot_common import load_results, plt, save_figure
+from plot_common import add_footer, load_results, plt, save_figure
 
 PANELS = {"bench": [("img_per_s", "images / s"), ("reserved_gib", "peak reserved memory (GiB)")],
           "train": [("test_acc", "test accuracy"), ("train_s", "training time (s)")]}
@@ -57,11 +57,12 @@ def main(argv=None):
         axis.grid(True, alpha=0.3)
         if len(series) > 1:
             axis.legend(fontsize=8)
+    bottom = 0
     if failed:
-        text = "failed: " + "; ".join(f"{', '.join(f'{k}={label(r[k])}' for k in keys)}: {r['error']}" for r in failed)
-        fig.text(0.01, 0.01, text[:300], fontsize=7)
+        bottom = add_footer(fig, "failed: " + "; ".join(f"{', '.join(f'{k}={label(r[k])}' for k in keys)}: {r['error']}"
+                                                        for r in failed))
     fig.suptitle(f"ltrain sweep ({doc['mode']}): {os.path.basename(os.path.normpath(args.dir))}")
-    fig.tight_layout(rect=(0, 0.05 if failed else 0, 1, 0.95))
+    fig.tight_layout(rect=(0, bottom, 1, 0.95))
     return save_figure(fig, os.path.join(args.dir, "results.png"))
 
 
