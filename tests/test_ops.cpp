@@ -625,9 +625,14 @@ TEST(SgdStep, EveryBackendTakesTheSameStep_CUDA) {
       buffers.push_back(torch::zeros_like(value));
     }
     const torch::Tensor lr = torch::full({}, 0.1, cuda), grad_scale = torch::full({1}, 256.0, cuda);
-    for (int step = 0; step < 3; ++step)
-      ops::sgd_step(backend, params, gradients, buffers, weight_decays, 0.9, true, lr, grad_scale,
+    for (int step = 0; step < 3; ++step) {
+      // Each step's own gradients, as each backward pass makes them: LibTorch's kernel unscales the
+      // gradients it is given in place.
+      std::vector<torch::Tensor> step_gradients;
+      for (const torch::Tensor& gradient : gradients) step_gradients.push_back(gradient.clone());
+      ops::sgd_step(backend, params, step_gradients, buffers, weight_decays, 0.9, true, lr, grad_scale,
                     torch::zeros({1}, cuda));
+    }
     return params;
   };
   const std::vector<torch::Tensor> portable = steps(ops::SgdBackend::portable);
