@@ -328,4 +328,18 @@ double max_relative_difference(const std::vector<torch::Tensor>& a, const std::v
   return worst;
 }
 
+device::DeviceLimits h200_limits() {
+  device::DeviceLimits limits;
+  limits.capability = {9, 0};
+  limits.multiprocessors = 132;
+  limits.shared_memory_per_multiprocessor = 228 * 1024;
+  limits.registers_per_multiprocessor = 65536;
+  limits.threads_per_multiprocessor = 2048;
+  limits.blocks_per_multiprocessor = 32;
+  limits.cooperative_launch = true;
+  limits.cluster_launch = true;
+  limits.memory_bytes = 150'000'000'000;
+  return limits;
+}
+
 }  // namespace ltrain::testing

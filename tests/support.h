@@ -17,6 +17,7 @@
 
 #include "ltrain/config/load.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/device/limits.h"
 #include "ltrain/kernels/device_fit.h"
 
 namespace ltrain::testing {
@@ -169,6 +170,9 @@ double max_relative_difference(const std::vector<torch::Tensor>& a, const std::v
 
 /// Waits up to `seconds` for `condition()` to hold, checking every 20 ms; its last value.
 bool wait_until(const std::function<bool()>& condition, double seconds);
+
+/// An H200 as the driver describes it, for the tests of plans made from a device's limits.
+device::DeviceLimits h200_limits();
 
 }  // namespace ltrain::testing
 

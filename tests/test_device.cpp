@@ -6,6 +6,7 @@
 
 #include "ltrain/device/architectures.h"
 #include "ltrain/device/gpu_profile.h"
+#include "support.h"
 
 namespace ltrain {
 namespace {
@@ -20,21 +21,6 @@ const char* const kDefaultList = "80-real,86-real,89-real,90-real,100-real,120";
 
 std::string loaded_code(ComputeCapability gpu, const std::string& list) {
   return device::describe_image(device::image_for(gpu, device::parse_architectures(list)));
-}
-
-/// An H200 as the driver describes it.
-DeviceLimits h200() {
-  DeviceLimits limits;
-  limits.capability = {9, 0};
-  limits.multiprocessors = 132;
-  limits.shared_memory_per_multiprocessor = 228 * 1024;
-  limits.registers_per_multiprocessor = 65536;
-  limits.threads_per_multiprocessor = 2048;
-  limits.blocks_per_multiprocessor = 32;
-  limits.cooperative_launch = true;
-  limits.cluster_launch = true;
-  limits.memory_bytes = 150'000'000'000;
-  return limits;
 }
 
 TEST(CompiledArchitectures, ReadsCMakeArchitectureLists) {
@@ -81,7 +67,7 @@ TEST(GpuProfiles, ProfilesNarrowALargerGpuToTheCardsLimits) {
   EXPECT_EQ(device::find_gpu_profile("rtx4080"), nullptr);
   EXPECT_EQ(device::gpu_profile_names(), "rtx4090, rtx4090d, rtx5090, a100, h100");
 
-  const DeviceLimits rtx4090 = device::within_profile(h200(), *device::find_gpu_profile("rtx4090"));
+  const DeviceLimits rtx4090 = device::within_profile(testing::h200_limits(), *device::find_gpu_profile("rtx4090"));
   EXPECT_EQ(rtx4090.multiprocessors, 128);
   EXPECT_EQ(rtx4090.shared_memory_per_multiprocessor, 100 * 1024);
   EXPECT_EQ(rtx4090.threads_per_multiprocessor, 1536);
@@ -90,9 +76,9 @@ TEST(GpuProfiles, ProfilesNarrowALargerGpuToTheCardsLimits) {
   EXPECT_EQ(rtx4090.memory_bytes, 24 * kGiB);
   EXPECT_EQ(rtx4090.capability.code(), 90);  // the GPU's own: it decides which code loads
   EXPECT_EQ(rtx4090.profile, "rtx4090");
-  EXPECT_EQ(device::within_profile(h200(), *device::find_gpu_profile("rtx4090d")).multiprocessors, 114);
+  EXPECT_EQ(device::within_profile(testing::h200_limits(), *device::find_gpu_profile("rtx4090d")).multiprocessors, 114);
   // A profile cannot add what the GPU lacks: the 5090's 170 multiprocessors are 132 on an H200.
-  const DeviceLimits rtx5090 = device::within_profile(h200(), *device::find_gpu_profile("rtx5090"));
+  const DeviceLimits rtx5090 = device::within_profile(testing::h200_limits(), *device::find_gpu_profile("rtx5090"));
   EXPECT_EQ(rtx5090.multiprocessors, 132);
   EXPECT_EQ(rtx5090.memory_bytes, 32 * kGiB);
   EXPECT_TRUE(rtx5090.cluster_launch);

@@ -28,21 +28,6 @@ using testing::TempDir;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-/// An H200 as the driver describes it.
-DeviceLimits h200() {
-  DeviceLimits limits;
-  limits.capability = {9, 0};
-  limits.multiprocessors = 132;
-  limits.shared_memory_per_multiprocessor = 228 * 1024;
-  limits.registers_per_multiprocessor = 65536;
-  limits.threads_per_multiprocessor = 2048;
-  limits.blocks_per_multiprocessor = 32;
-  limits.cooperative_launch = true;
-  limits.cluster_launch = true;
-  limits.memory_bytes = 150'000'000'000;
-  return limits;
-}
-
 /// A kernel of 256 threads, `registers` each, compiled for `ptx` (as the BatchNorm kernels).
 KernelFacts kernel(int registers, int64_t shared_bytes, int ptx = 90) {
   KernelFacts facts;
@@ -55,7 +40,7 @@ KernelFacts kernel(int registers, int64_t shared_bytes, int ptx = 90) {
 }
 
 TEST(DeviceFit, CountsResidentBlocksWithinEveryLimit) {
-  const DeviceLimits gpu = h200();
+  const DeviceLimits gpu = testing::h200_limits();
   // 128 registers: 256 threads take 32768 of 65536.
   EXPECT_EQ(kernels::resident_blocks_per_multiprocessor(kernel(128, 4096), 256, gpu), 2);
   // 64 registers: the register file allows 4 blocks (65536 / 16384), the threads 8.
@@ -77,7 +62,7 @@ TEST(DeviceFit, CountsResidentBlocksWithinEveryLimit) {
 }
 
 TEST(DeviceFit, ClustersNeedAGpuWithThemAndCodeForSm90) {
-  const DeviceLimits gpu = h200();
+  const DeviceLimits gpu = testing::h200_limits();
   EXPECT_TRUE(kernels::takes_clusters(kernel(64, 0, 90), gpu));
   EXPECT_TRUE(kernels::takes_clusters(kernel(64, 0, 120), gpu));
   // PTX for sm_80 compiled on an H200: the cluster kernels' code traps there.
@@ -97,7 +82,7 @@ TEST(DeviceFit, ClustersNeedAGpuWithThemAndCodeForSm90) {
 
 TEST(DeviceFit, SaysWhyAFamilyOfKernelsDoesNotRun) {
   const auto built = device::parse_architectures("89-real");
-  const DeviceLimits gpu = h200();
+  const DeviceLimits gpu = testing::h200_limits();
   EXPECT_TRUE(kernels::fit_of({kernel(128, 4096), kernel(96, 4096)}, 256, kernels::Cooperation::grid_or_cluster, gpu,
                               built)
                   .runs);
