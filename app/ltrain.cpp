@@ -1,6 +1,7 @@
 // ltrain-core, the program that the ltrain launcher (app/launcher.cpp) runs: the library's dispatcher
 // runs the command; main maps what it throws to exit codes.
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -19,8 +20,11 @@ namespace {
 
 /// SIGINT/SIGTERM end ltrain with one line and exit code 130 (a training run checkpoints first),
 /// never with the default action's silent 143. A signal that came while the launcher held them
-/// blocked is delivered at the unblocking.
+/// blocked is delivered at the unblocking. SIGPIPE is ignored: a write to a pipe whose reader is
+/// gone (`ltrain train --json | head -1`) fails with EPIPE, which ltrain reports with exit code 4
+/// (a training run checkpoints first), instead of ending silently with 141.
 void take_stop_signals(int /*argc*/, char** /*argv*/, char** /*environment*/) {
+  ::signal(SIGPIPE, SIG_IGN);
   ltrain::interrupt::install_stop_handlers();
   ltrain::interrupt::unblock_stop_signals();
 }
@@ -31,6 +35,11 @@ int checked_output(int code) {
   errno = 0;
   const bool flushed = std::fflush(stdout) == 0;
   const int error_number = errno;
+  // The JSON console's lines were written as they were logged; one that failed is kept there.
+  if (const auto console = ltrain::log::console_failure()) {
+    spdlog::error("{}: free disk space or send the output elsewhere", console->what());
+    return code == 0 ? static_cast<int>(ltrain::ExitCode::runtime) : code;
+  }
   if (flushed && !std::ferror(stdout) && !std::cout.fail()) return code;
   spdlog::error("cannot write to standard output ({}): free disk space or send the output elsewhere",
                 error_number != 0 ? std::strerror(error_number) : "a write failed");

@@ -718,6 +718,18 @@ TEST(Cli, DryRunRefusesEverySettingTheDeviceCannotRunAtOnce) {
           "--set cuda_graph.eval=true: cuda_graph.eval = true: CUDA graphs need a CUDA device"})
       EXPECT_NE(out.find(line), std::string::npos) << line << " not in: " << out;
   }
+  // With values out of their limits: those too, every one, in the same run.
+  for (const std::string command : {"train --dry-run --config ", "train --config "}) {
+    EXPECT_EQ(run_ltrain(command + config + " optim.lr=-1 data.cutout=100" + settings, log), 2) << command;
+    const std::string out = read_file(log);
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 6) << out;
+    for (const char* line : {"--set data.cutout=100: data.cutout = 100: expected ",
+                             "--set optim.lr=-1: optim.lr = -1: expected a number > 0",
+                             "fp16 autocast needs a CUDA device", "TF32 is a feature of NVIDIA GPUs",
+                             "cuda_graph.train = true: CUDA graphs need a CUDA device",
+                             "cuda_graph.eval = true: CUDA graphs need a CUDA device"})
+      EXPECT_NE(out.find(line), std::string::npos) << line << " not in: " << out;
+  }
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
   const auto articles = std::filesystem::path(LTRAIN_SOURCE_DIR) / "configs" / "articles";
   for (const char* name : {"4090-guide.json", "4090d-guide.json", "5090-guide.json"}) {
@@ -804,8 +816,11 @@ TEST(Cli, CheckpointsAndOutputsThatAreNotRegularFilesAreRefused) {
   const std::string pipe = (dir.path() / "pipe").string();
   const std::string hint = "; give the path of a checkpoint file (RUN/checkpoints/step-N.ltc)";
   for (const std::string command : {"eval --checkpoint ", "export --out x.safetensors --checkpoint "}) {
+    // A folder is a run folder, whose checkpoint they take: here there is none.
     EXPECT_EQ(run_ltrain_within(20, command + dir.path().string(), log), 3) << command;
-    EXPECT_TRUE(one_line_with(log, dir.path().string() + ": is a directory, not a file" + hint));
+    EXPECT_TRUE(one_line_with(log, dir.path().string() + ": a folder without a checkpoint (" + dir.path().string() +
+                                       " holds no best.ltc and no valid step-*.ltc): give a run folder with "
+                                       "checkpoints, or a checkpoint file"));
     EXPECT_EQ(run_ltrain_within(20, command + pipe, log), 3) << command;
     EXPECT_TRUE(one_line_with(log, pipe + ": is a FIFO (named pipe), not a file" + hint));
   }
@@ -903,6 +918,15 @@ TEST(Cli, TrainEvalExportOnSyntheticData) {
   const auto result = nlohmann::json::parse(eval_out.substr(eval_out.find('{')));
   EXPECT_EQ(result["images"], 50);
   EXPECT_EQ(result["step"], 2);
+  // A run folder stands for its newest checkpoint (its best.ltc, where the run keeps one).
+  ASSERT_EQ(run_ltrain("eval --json --checkpoint " + (dir.path() / "runs" / "cli").string(), dir.path() / "eval.out"), 0)
+      << read_file(dir.path() / "eval.out");
+  const std::string run_eval = read_file(dir.path() / "eval.out");
+  EXPECT_NE(run_eval.find((dir.path() / "runs" / "cli").string() + ": its newest checkpoint, " + checkpoint.string() +
+                          " (--checkpoint FILE takes another)\n"),
+            std::string::npos)
+      << run_eval;
+  EXPECT_EQ(nlohmann::json::parse(run_eval.substr(run_eval.find('{'))), result);
 
   const auto weights = dir.path() / "w.safetensors";
   ASSERT_EQ(run_ltrain("export --checkpoint " + checkpoint.string() + " --out " + weights.string(), dir.path() / "x.out"),
@@ -943,6 +967,91 @@ TEST(Cli, OutputThatCannotReachStandardOutputEndsWithExitCodeFour) {
     EXPECT_TRUE(one_line_with(log, "cannot write to standard output (")) << read_file(log);
     EXPECT_NE(read_file(log).find("): free disk space or send the output elsewhere"), std::string::npos);
   }
+}
+
+// `ltrain train --json | head -1`: the reader goes after the first line, and ltrain finds the
+// closed pipe at its next write (SIGPIPE does not end it with 141): the run stops as on a signal,
+// with a checkpoint, a line on stderr and in train.log, and exit code 4. A full disk under stdout
+// is found at the first line, not at the end of the run. The same command with
+// checkpoint.resume=auto, its output kept, goes on.
+TEST(Cli, AClosedOrFullStandardOutputStopsATrainingRunWithACheckpointAndExitCodeFour) {
+  TempDir dir;
+  write_file(dir.path() / "c.json", R"({
+    "run": {"out_dir": ")" + (dir.path() / "runs").string() + R"(", "name": "run", "epochs": 100,
+            "log_every_steps": 1, "device": "cpu"},
+    "model": {"arch": "resnet18", "stem": "cifar", "width": 4},
+    "data": {"source": "synthetic", "synthetic_train_size": 64, "synthetic_test_size": 8, "batch_size": 8}})");
+  const std::string config = (dir.path() / "c.json").string();
+  const std::filesystem::path script = dir.path() / "pipe.sh";
+  write_file(script, "\"$1\" train --json --config \"$2\" 2> \"$3\" | head -1 > \"$4\"\necho \"${PIPESTATUS[0]}\" > \"$5\"\n");
+  const auto err = dir.path() / "err", code = dir.path() / "code", first = dir.path() / "first";
+  const std::string command = "timeout 300 bash " + script.string() + " " LTRAIN_EXECUTABLE " " + config + " " +
+                              err.string() + " " + first.string() + " " + code.string();
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  EXPECT_EQ(read_file(code), "4\n") << read_file(err);
+  EXPECT_NO_THROW(nlohmann::json::parse(read_file(first))) << read_file(first);
+  const std::filesystem::path run_dir = dir.path() / "runs" / "run";
+  // The newest checkpoint is the one of the stop (the names sort by step).
+  std::vector<std::filesystem::path> checkpoints = testing::files_below(run_dir / "checkpoints", ".ltc");
+  ASSERT_FALSE(checkpoints.empty()) << read_file(err);
+  const std::string stopped = "cannot write to standard output (Broken pipe): the run stopped after step ";
+  EXPECT_TRUE(one_line_with(err, stopped)) << read_file(err);
+  EXPECT_NE(read_file(err).find("; checkpoint " + checkpoints.back().string() + " written: once the output goes where "
+                                "it can be written, the same command with --set checkpoint.resume=auto to continue"),
+            std::string::npos)
+      << read_file(err);
+  const int64_t resumed_from = std::stoll(checkpoints.back().stem().string().substr(5));
+  EXPECT_NE(read_file(run_dir / "train.log").find(stopped), std::string::npos) << read_file(run_dir / "train.log");
+  EXPECT_FALSE(std::filesystem::exists(run_dir / "summary.json"));
+
+  // A full disk: the first line fails, the run stops after its first step.
+  const std::string full = std::string(LTRAIN_EXECUTABLE) + " train --json --config " + config +
+                           " checkpoint.resume=auto > /dev/full 2> '" + err.string() + "'";
+  const int status = std::system(("timeout 300 " + full).c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 4) << read_file(err);
+  EXPECT_TRUE(one_line_with(err, "cannot write to standard output (No space left on device): the run stopped after "
+                                 "step "))
+      << read_file(err);
+  checkpoints = testing::files_below(run_dir / "checkpoints", ".ltc");
+  EXPECT_EQ(std::stoll(checkpoints.back().stem().string().substr(5)), resumed_from + 1);
+  // Kept where it can be written, the run goes on from there.
+  ASSERT_EQ(run_ltrain("train --json --config " + config + " checkpoint.resume=auto run.max_steps=" +
+                           std::to_string(resumed_from + 3),
+                       dir.path() / "out"),
+            0)
+      << read_file(dir.path() / "out");
+  EXPECT_EQ(nlohmann::json::parse(read_file(run_dir / "summary.json"))["steps"], resumed_from + 3);
+}
+
+// What Hydra's users type gets a pointer to what ltrain does instead, in one line.
+TEST(Cli, HydraHabitsGetAPointerToLtrainsWay) {
+  TempDir dir;
+  const auto log = dir.path() / "out";
+  const std::string config = tiny_config(dir);
+  const std::string sweep = "ltrain sweep --base CONFIG --grid optim.lr=0.1,0.2 (see ltrain sweep --help)";
+  EXPECT_EQ(run_ltrain("train -m --config " + config + " optim.lr=0.1,0.2", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain train: unknown option \"-m\"; several runs over lists of values are a "
+                                 "sweep: " + sweep));
+  EXPECT_EQ(run_ltrain("train --config " + config + " optim.lr=0.1,0.2", log), 2);
+  EXPECT_TRUE(one_line_with(log, "ltrain train: \"optim.lr=0.1,0.2\": optim.lr takes one value; a run per value of a "
+                                 "list is a sweep: ltrain sweep --base CONFIG --grid optim.lr=0.1,0.2"));
+  EXPECT_EQ(run_ltrain("train --config " + config + " --set precision.mode=fp32,bf16", log), 2);
+  EXPECT_TRUE(one_line_with(log, "precision.mode takes one value; a run per value of a list is a sweep"));
+  // Text with commas is a string where a key takes one.
+  EXPECT_EQ(run_ltrain("train --print-config --config " + config + " run.name=a,b", log), 0) << read_file(log);
+  // A YAML file is named as such, with how to make JSON of it.
+  write_file(dir.path() / "c.yaml", "# a Hydra config\noptim:\n  lr: 0.1\n");
+  const std::string yaml = (dir.path() / "c.yaml").string();
+  EXPECT_EQ(run_ltrain("train --config " + yaml, log), 2);
+  EXPECT_TRUE(one_line_with(log, yaml + ": this is YAML (Hydra's format, say), and ltrain reads JSON configs: write "
+                                        "it as JSON, e.g. python3 -c"));
+  write_file(dir.path() / "c.json", "run:\n  epochs: 2\n");
+  EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "c.json").string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, ": this is YAML (Hydra's format, say)"));
+  write_file(dir.path() / "c.json", "{\"run\": {\"epochs\": 2,}}");
+  EXPECT_EQ(run_ltrain("train --config " + (dir.path() / "c.json").string(), log), 2);
+  EXPECT_TRUE(one_line_with(log, ": not valid JSON: "));
 }
 
 // A trained run's export, read by the safetensors package into torchvision's own model

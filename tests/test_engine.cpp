@@ -326,11 +326,20 @@ TEST(Trainer, EarlyStopEndsTheRunAtAnEpochEndWithACheckpointAndSaysWhy) {
   // Checkpointed as at a normal end, though checkpoint.every_epochs asks for none before it.
   EXPECT_TRUE(std::filesystem::exists(result.run_dir / "checkpoints" / checkpoint_file_name(12)));
   const std::string log = read_file(result.run_dir / "train.log");
-  EXPECT_NE(log.find("early stop after epoch 3 of 10: test_loss has not improved by more than 100 in 2 evaluations "
-                     "(best "),
+  // One best of the test loss, named as such, in the early stop's line and in the last; the best
+  // accuracy beside it says it is the accuracy's.
+  const auto row = read_jsonl(result.run_dir / "metrics.jsonl");
+  double first_loss = 0.0;
+  for (const auto& r : row)
+    if (r["kind"] == "epoch" && r["epoch"] == 1) first_loss = r["test_loss"].get<double>();
+  const std::string best = fmt::format("{:.4f}", first_loss);
+  EXPECT_NE(log.find("early stop after epoch 3 of 10: test_loss has not improved on its best, " + best +
+                     " at epoch 1, by more than 100 in 2 evaluations\n"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find(", epoch 1)\n"), std::string::npos) << log;
+  EXPECT_NE(log.find(" (best " + best + ", epoch 1) | "), std::string::npos) << log;
+  EXPECT_NE(log.find(" | test accuracy "), std::string::npos) << log;
+  EXPECT_EQ(log.find(", best "), std::string::npos) << log;
   EXPECT_EQ(nlohmann::json::parse(read_file(result.run_dir / "summary.json"))["stopped_early"], true);
   // Resumed from there, the run stays stopped.
   const TrainResult resumed = train(synthetic_run(
@@ -369,6 +378,21 @@ TEST(LrSuggestion, SteepestFallOfTheSmoothedLossBeforeItsLowest) {
   EXPECT_DOUBLE_EQ(suggest_lr(points), 1e-2);
   // Lowest at once: a tenth of its lr.
   EXPECT_DOUBLE_EQ(suggest_lr({{1, 1e-3, 0, 1.0}, {2, 1e-2, 0, 2.0}, {3, 1e-1, 0, 5.0}}), 1e-4);
+  // A ramp of 100 points, 1e-7 to 10, whose first points fall faster than the loss later falls
+  // (their average is of a few noisy steps): they are left out, and the suggestion lies in the
+  // real fall, between points 70 and 85, not at 1e-7.
+  std::vector<LrFindPoint> ramp;
+  for (int i = 0; i < 100; ++i) {
+    const double lr = 1e-7 * std::pow(1e8, i / 99.0);
+    double loss = 2.30;
+    if (i < 5) loss = 3.0 - 0.15 * i;
+    if (i >= 70 && i < 85) loss = 2.30 - 0.08 * (i - 69);
+    if (i >= 85) loss = 1.10 + 0.2 * (i - 84);
+    ramp.push_back({i + 1, lr, loss, loss});
+  }
+  const double suggested = suggest_lr(ramp);
+  EXPECT_GE(suggested, ramp[70].lr);
+  EXPECT_LE(suggested, ramp[84].lr);
 }
 
 TEST(Trainer, PlanRunReportsWhatARunWouldBuildAndWritesNothing) {

@@ -14,6 +14,7 @@
 #include <functional>
 #include <random>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -249,6 +250,161 @@ TEST(Resume, FromAnEpochBoundaryCheckpointByPath) {
   EXPECT_EQ(resumed.run_dir, copy);
   EXPECT_FALSE(fs::exists(dir.path() / "elsewhere" / "whole"));
   expect_same_end(whole.run_dir, copy, 24);
+}
+
+/// The weights of `a` and `b` are equal bitwise.
+void expect_same_weights(const fs::path& a, const fs::path& b) {
+  const Checkpoint ca = read_checkpoint(a), cb = read_checkpoint(b);
+  ASSERT_EQ(ca.model.size(), cb.model.size());
+  for (size_t i = 0; i < ca.model.size(); ++i)
+    EXPECT_TRUE(torch::equal(ca.model[i].second, cb.model[i].second)) << ca.model[i].first;
+}
+
+/// RUN_DIR/metrics.jsonl's rows as they are, "run" rows and times included.
+std::vector<nlohmann::json> all_rows(const fs::path& run_dir) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+// A run that run.max_steps stopped goes on when the limit is raised or lifted, as Lightning's
+// max_steps does on resume: the steps the log announces are the steps that run, to the same
+// weights as a run that was never stopped. Its times go on too. Lowered below where it stands, or
+// with fewer run.epochs, it stops with one line before anything is written; at its end, a resume
+// trains nothing and writes nothing.
+TEST(Resume, ARunStoppedByMaxStepsGoesOnToTheRaisedLimit) {
+  TempDir dir;
+  // A constant LR: the steps compute the same whatever run.max_steps says.
+  const std::vector<std::string> constant{"schedule.name=constant"};
+  const TrainResult whole = train(resumable_run(dir.path(), "whole", constant));
+  ASSERT_EQ(whole.steps, 24);
+  const auto run = [&](std::vector<std::string> extra) {
+    extra.push_back("schedule.name=constant");
+    return train(resumable_run(dir.path(), "run", extra));
+  };
+  // 8 steps per epoch: run.max_steps 5 ends epoch 1 after 5 of its steps, evaluated and checkpointed there.
+  const TrainResult first = run({"run.max_steps=5"});
+  EXPECT_EQ(first.steps, 5);
+  const Checkpoint at_five = read_checkpoint(first.run_dir / "checkpoints" / checkpoint_file_name(5));
+  EXPECT_EQ(at_five.meta.epoch, 0);
+  EXPECT_EQ(at_five.meta.epoch_steps_done, 5);
+
+  const TrainResult raised = run({"run.max_steps=12", "checkpoint.resume=auto"});
+  EXPECT_EQ(raised.run_dir, first.run_dir);
+  EXPECT_EQ(raised.resumed_at_step, 5);
+  EXPECT_EQ(raised.steps, 12);
+  EXPECT_EQ(raised.epochs, 2);
+  std::string log = read_file(first.run_dir / "train.log");
+  for (const char* line : {"8 steps per epoch of 32 images (1 x 32 accumulated), 12 steps in 2 epoch(s)\n",
+                           ": step 5, epoch 1 (5 of its 8 steps done); 7 steps to go\n", "done: 2 epoch(s), 12 steps in "})
+    EXPECT_NE(log.find(line), std::string::npos) << line << " not in\n" << log;
+  const TrainResult lifted = run({"run.max_steps=0", "checkpoint.resume=auto"});
+  EXPECT_EQ(lifted.steps, 24);
+  EXPECT_EQ(lifted.epochs, 3);
+  expect_same_weights(whole.run_dir / "checkpoints" / checkpoint_file_name(24),
+                      first.run_dir / "checkpoints" / checkpoint_file_name(24));
+  // Each evaluation's row where it came (epoch 1 at step 5 and at its end, epoch 2 at step 12 and
+  // at its end), every row once; elapsed_s the whole run's, never going back at a resume.
+  std::vector<std::pair<int64_t, int64_t>> epoch_rows;
+  std::set<std::pair<std::string, int64_t>> seen;
+  double elapsed = 0.0;
+  for (const nlohmann::json& row : all_rows(first.run_dir)) {
+    if (row["kind"] == "run") continue;
+    EXPECT_TRUE(seen.insert({row["kind"].get<std::string>(), row["step"].get<int64_t>()}).second) << row;
+    EXPECT_GE(row["elapsed_s"].get<double>(), elapsed) << row;
+    elapsed = row["elapsed_s"].get<double>();
+    if (row["kind"] == "epoch") epoch_rows.emplace_back(row["epoch"].get<int64_t>(), row["step"].get<int64_t>());
+  }
+  EXPECT_EQ(epoch_rows, (std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {1, 8}, {2, 12}, {2, 16}, {3, 24}}));
+  // The run's config.json is the run's: run again, it starts a new run (checkpoint.resume none).
+  EXPECT_EQ(config::load_file(first.run_dir / "config.json").config.checkpoint.resume, "none");
+
+  // What cannot go on says why in one line, and leaves the run as it was.
+  const std::vector<std::string> kept{"config.json", "metrics.jsonl", "metrics.csv", "train.log", "summary.json"};
+  std::map<std::string, std::string> before;
+  for (const std::string& name : kept) before[name] = read_file(first.run_dir / name);
+  const std::string last = (first.run_dir / "checkpoints" / checkpoint_file_name(24)).string();
+  const auto refusal = [&](const std::vector<std::string>& extra) {
+    try {
+      run(extra);
+    } catch (const ConfigError& error) {
+      return std::string(error.what());
+    }
+    return std::string("(trained)");
+  };
+  EXPECT_EQ(refusal({"run.max_steps=20", "checkpoint.resume=auto"}),
+            "--set run.max_steps=20: run.max_steps = 20: " + last + " is at step 24, past the 20 steps this config "
+            "runs (run.max_steps 20); set run.max_steps above 24 (0: no limit) and run.epochs to 4 or more to train "
+            "further, or start a new run (checkpoint.resume \"none\")");
+  EXPECT_EQ(refusal({"run.epochs=2", "checkpoint.resume=auto"}),
+            "--set run.epochs=2: run.epochs = 2: " + last + " is at step 24, past the 16 steps this config runs "
+            "(run.epochs 2 of 8 steps); set run.epochs to 4 or more to train further, or start a new run "
+            "(checkpoint.resume \"none\")");
+  // At its end already: nothing to train, nothing written.
+  EXPECT_EQ(run({"checkpoint.resume=auto"}).steps, 24);
+  for (const std::string& name : kept) EXPECT_EQ(read_file(first.run_dir / name), before[name]) << name;
+  // The command line: exit code 2, one line, --dry-run alike; a raise is announced with the steps to go.
+  const fs::path config = write_config_file(resumable_run(dir.path(), "run", constant), dir.path() / "c.json");
+  const fs::path out = dir.path() / "out";
+  for (const std::string dry_run : {"", "--dry-run "}) {
+    EXPECT_EQ(testing::run_ltrain("train " + dry_run + "--config " + config.string() +
+                                      " checkpoint.resume=auto run.max_steps=20",
+                                  out),
+              2)
+        << read_file(out);
+    EXPECT_EQ(count_of(read_file(out), "\n"), 1u) << read_file(out);
+    EXPECT_NE(read_file(out).find(" is at step 24, past the 20 steps this config runs"), std::string::npos);
+  }
+  EXPECT_EQ(testing::run_ltrain("train --dry-run --config " + config.string() + " checkpoint.resume=auto run.epochs=4",
+                                out),
+            0)
+      << read_file(out);
+  EXPECT_NE(read_file(out).find("32 steps in 4 epoch(s), resuming from " + last + " (step 24: 8 to go)"),
+            std::string::npos)
+      << read_file(out);
+  for (const std::string& name : kept) EXPECT_EQ(read_file(first.run_dir / name), before[name]) << name;
+  EXPECT_EQ(run({"run.epochs=4", "checkpoint.resume=auto"}).steps, 32);
+}
+
+// SIGTERM during the last evaluation, as during any other: exit code 130 with the checkpoint
+// after it; the same command with checkpoint.resume=auto then trains nothing and writes the
+// summary an uninterrupted run writes.
+TEST(Signals, DuringTheLastEvaluationTheRunStopsWithItsCheckpointAndExitCode130) {
+  TempDir dir;
+  const TrainResult whole = train(resumable_run(dir.path(), "whole"));
+  for (const int64_t epoch : {2, 3}) {
+    const std::string name = "split-" + std::to_string(epoch);
+    TrainHooks hooks;
+    hooks.before_evaluation = [epoch](int64_t evaluated) {
+      if (evaluated == epoch) std::raise(SIGTERM);
+    };
+    const fs::path checkpoint = dir.path() / name / "checkpoints" / checkpoint_file_name(8 * epoch);
+    try {
+      train(resumable_run(dir.path(), name), hooks);
+      ADD_FAILURE() << "the run did not stop on SIGTERM during the evaluation of epoch " << epoch;
+    } catch (const Interrupted& stopped) {
+      EXPECT_EQ(stopped.code(), ExitCode::interrupted);
+      const std::string expected =
+          epoch == 3 ? "stopped by signal 15 after the last step (24) and its evaluation; checkpoint " +
+                           checkpoint.string() + " written: run the same command with --set checkpoint.resume=auto "
+                           "(or =" + checkpoint.string() + ") to write the run's summary"
+                     : "stopped by signal 15 after step 16; checkpoint " + checkpoint.string() +
+                           " written: run the same command with --set checkpoint.resume=auto (or =" +
+                           checkpoint.string() + ") to continue";
+      EXPECT_EQ(std::string(stopped.what()), expected);
+    }
+    EXPECT_EQ(read_checkpoint(checkpoint).meta.epoch, epoch);
+    EXPECT_FALSE(fs::exists(dir.path() / name / "summary.json"));
+    const TrainResult resumed = train(resumable_run(dir.path(), name, {"checkpoint.resume=auto"}));
+    EXPECT_EQ(resumed.steps, 24);
+    expect_same_end(whole.run_dir, dir.path() / name, 24);
+  }
+  EXPECT_NE(read_file(dir.path() / "split-3" / "train.log")
+                .find(" is at step 24, the end of this run (run.epochs 3 of 8 steps), after its last evaluation: "
+                      "nothing left to train; writing the run's summary\n"),
+            std::string::npos)
+      << read_file(dir.path() / "split-3" / "train.log");
 }
 
 TEST(Resume, AutoSkipsDamagedCheckpointsAndRefusesAnotherModel) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -51,16 +52,17 @@ std::string error_line(const fs::path& log) {
 TEST(Sweep, BenchGridWithAFailingPointBecomesRows) {
   TempDir dir;
   const fs::path file = write_sweep(dir, R"("mode": "bench", "bench": {"warmup": 1, "steps": 2},
-      "grid": {"precision.mode": ["fp32", "bf16"], "data.batch_size": [16, 32, 4096]})");
+      "grid": {"precision.mode": ["fp32", "bf16"], "data.batch_size": [16, 32], "model.checkpoint_segments": [0, 9]})");
   const SweepResult result = run_sweep(file, dir.path() / "out");
-  ASSERT_EQ(result.points.size(), 6u);
+  ASSERT_EQ(result.points.size(), 8u);
+  EXPECT_TRUE(result.finished);
   // The grid's keys in the file's order, the first varying slowest.
-  EXPECT_EQ(result.keys, (std::vector<std::string>{"precision.mode", "data.batch_size"}));
-  for (size_t i = 0; i < 6; ++i) {
-    EXPECT_EQ(result.points[i].settings[0].second, i < 3 ? "fp32" : "bf16");
-    if (result.points[i].settings[1].second == 4096) {
-      // 4096 images per step from a set of 128: a config error, reported as the point's row.
-      EXPECT_NE(result.points[i].error.find("data.batch_size"), std::string::npos) << result.points[i].error;
+  EXPECT_EQ(result.keys, (std::vector<std::string>{"precision.mode", "data.batch_size", "model.checkpoint_segments"}));
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(result.points[i].settings[0].second, i < 4 ? "fp32" : "bf16");
+    if (result.points[i].settings[2].second == 9) {
+      // 9 segments of ResNet-18's 8 blocks: found as the point's model is built, reported as its row.
+      EXPECT_NE(result.points[i].error.find("model.checkpoint_segments"), std::string::npos) << result.points[i].error;
       continue;
     }
     EXPECT_TRUE(result.points[i].error.empty()) << result.points[i].error;
@@ -75,19 +77,20 @@ TEST(Sweep, BenchGridWithAFailingPointBecomesRows) {
 
   const std::string table = write_sweep_results(result, dir.path() / "out");
   EXPECT_EQ(table.substr(0, table.find('\n')),
-            "| precision.mode | data.batch_size | img_per_s | img_per_s_low | img_per_s_high | ms_per_step | peak_gib | "
-            "reserved_gib | memory_fraction | error |");
+            "| precision.mode | data.batch_size | model.checkpoint_segments | img_per_s | img_per_s_low | img_per_s_high "
+            "| ms_per_step | peak_gib | reserved_gib | memory_fraction | error |");
   const std::string csv = read_file(dir.path() / "out" / "results.csv");
-  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 9);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "precision.mode,data.batch_size,img_per_s,img_per_s_low,img_per_s_high,ms_per_step,peak_gib,reserved_gib,"
-            "memory_fraction,error");
-  EXPECT_EQ(csv.substr(csv.find('\n') + 1, 8), "fp32,16,");
+            "precision.mode,data.batch_size,model.checkpoint_segments,img_per_s,img_per_s_low,img_per_s_high,"
+            "ms_per_step,peak_gib,reserved_gib,memory_fraction,error");
+  EXPECT_EQ(csv.substr(csv.find('\n') + 1, 10), "fp32,16,0,");
   const nlohmann::json saved = nlohmann::json::parse(read_file(dir.path() / "out" / "results.json"));
-  ASSERT_EQ(saved["rows"].size(), 6u);
-  EXPECT_EQ(saved["rows"][3]["precision.mode"], "bf16");
+  ASSERT_EQ(saved["rows"].size(), 8u);
+  EXPECT_EQ(saved["finished"], true);
+  EXPECT_EQ(saved["rows"][4]["precision.mode"], "bf16");
   EXPECT_TRUE(saved["rows"][0]["error"].is_null());
-  EXPECT_TRUE(saved["rows"][5]["error"].is_string());
+  EXPECT_TRUE(saved["rows"][7]["error"].is_string());
   // Where the results come from: the sweep file, then the base config it names.
   const nlohmann::json& provenance = saved["provenance"];
   EXPECT_EQ(provenance["config_files"], (nlohmann::json{file.string(), (dir.path() / "base.json").string()}));
@@ -114,7 +117,8 @@ TEST(Sweep, TrainModeRunsEachPointToTheEndAndItsCurvesPlot) {
     EXPECT_TRUE(result.points[i].error.empty()) << result.points[i].error;
     // A point's accuracy is its own run's: what its summary.json says and what the evaluation
     // wrote in the last epoch's metrics row, a count of the 32 test images over 32.
-    const fs::path run = dir.path() / "out" / "runs" / ("point-00" + std::to_string(i));
+    // Its folder says what it holds: its number, then its settings.
+    const fs::path run = dir.path() / "out" / "runs" / (i == 0 ? "point-000-optim.lr=0.01" : "point-001-optim.lr=0.05");
     ASSERT_TRUE(fs::exists(run / "summary.json"));
     const nlohmann::json summary = nlohmann::json::parse(read_file(run / "summary.json"));
     const double accuracy = result.points[i].values.at("test_acc");
@@ -134,11 +138,12 @@ TEST(Sweep, TrainModeRunsEachPointToTheEndAndItsCurvesPlot) {
   LTRAIN_REQUIRE_PYTHON(python, "matplotlib");
   const fs::path runs = dir.path() / "out" / "runs";
   ASSERT_EQ(testing::run_plot_script(python, "plot_run.py",
-                                     (runs / "point-000").string() + " " + (runs / "point-001").string(),
+                                     (runs / "point-000-optim.lr=0.01").string() + " " +
+                                         (runs / "point-001-optim.lr=0.05").string(),
                                      dir.path() / "plot.log"),
             0)
       << read_file(dir.path() / "plot.log");
-  EXPECT_EQ(read_file(runs / "point-000" / "curves.png").substr(1, 3), "PNG");
+  EXPECT_EQ(read_file(runs / "point-000-optim.lr=0.01" / "curves.png").substr(1, 3), "PNG");
   EXPECT_EQ(testing::run_plot_script(python, "plot_run.py", (dir.path() / "nothing").string(), dir.path() / "plot.log"),
             3);
 }
@@ -184,6 +189,75 @@ TEST(Sweep, BatchSearchDoublesThenBisectsToTheFraction) {
   EXPECT_EQ(search_batches(search, 0.7 / 256, 1 << 30), (std::vector<int64_t>{256, 512}));
 }
 
+/// A batch search's measurements, by a stand-in for a GPU on which each image takes 1/1000 of the
+/// memory; counts the batches it measured.
+SweepHooks fake_gpu(int64_t& measured) {
+  SweepHooks hooks;
+  hooks.measure = [&measured](const config::LoadedConfig& point) {
+    ++measured;
+    const auto batch = static_cast<double>(point.config.data.batch_size);
+    return std::map<std::string, double>{{"img_per_s", 1000.0 + batch}, {"memory_fraction", 1e-3 * batch}};
+  };
+  return hooks;
+}
+
+/// The batch sizes of the rows of OUT/results.json.
+std::vector<int64_t> saved_batches(const fs::path& out) {
+  std::vector<int64_t> batches;
+  const nlohmann::json saved = nlohmann::json::parse(read_file(out / "results.json"));
+  for (const nlohmann::json& row : saved["rows"]) batches.push_back(row["data.batch_size"].get<int64_t>());
+  return batches;
+}
+
+// A batch search writes its table after every batch; stopped by a signal, it keeps the batches
+// measured, marked unfinished, and the same sweep again takes them from there, as a grid sweep
+// takes its finished points, and measures only the rest.
+TEST(Sweep, ABatchSearchWritesEveryBatchAndGoesOnWhereItWasStopped) {
+  TempDir dir;
+  const fs::path file = write_sweep(dir, R"("bench": {"warmup": 0, "steps": 1},
+      "batch_search": {"start": 16, "max": 4096, "memory_fraction": 0.5})");
+  // Doubling from 16 passes half the memory at 512; three bisections on multiples of 16 between 256 and 512.
+  const std::vector<int64_t> batches{16, 32, 64, 128, 256, 512, 384, 448, 480};
+  int64_t measured = 0;
+  const SweepResult whole = run_sweep(file, dir.path() / "whole", {}, false, fake_gpu(measured));
+  EXPECT_TRUE(whole.finished);
+  EXPECT_EQ(saved_batches(dir.path() / "whole"), batches);
+  EXPECT_EQ(measured, 9);
+
+  const fs::path out = dir.path() / "out";
+  measured = 0;
+  SweepHooks hooks = fake_gpu(measured);
+  std::vector<size_t> rows_written;
+  hooks.after_point = [&](int64_t rows) {
+    rows_written.push_back(saved_batches(out).size());
+    if (rows == 3) std::raise(SIGINT);
+  };
+  try {
+    run_sweep(file, out, {}, false, hooks);
+    FAIL() << "the search went on after SIGINT";
+  } catch (const Interrupted& stopped) {
+    EXPECT_EQ(std::string(stopped.what()),
+              "stopped by signal 2 after 3 point(s) of the sweep; their results are in " + out.string() +
+                  " (marked unfinished): the same command continues the sweep, reusing them");
+  }
+  EXPECT_EQ(rows_written, (std::vector<size_t>{1, 2, 3}));
+  EXPECT_EQ(saved_batches(out), (std::vector<int64_t>{16, 32, 64}));
+  EXPECT_EQ(nlohmann::json::parse(read_file(out / "results.json"))["finished"], false);
+  EXPECT_EQ(read_file(out / "results.md").rfind("**Unfinished**: ", 0), 0u) << read_file(out / "results.md");
+
+  measured = 0;
+  const SweepResult resumed = run_sweep(file, out, {}, false, fake_gpu(measured));
+  EXPECT_EQ(measured, 6);
+  ASSERT_EQ(resumed.points.size(), batches.size());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(resumed.points[i].reused, i < 3) << i;
+    EXPECT_EQ(resumed.points[i].values, whole.points[i].values) << i;
+  }
+  EXPECT_EQ(saved_batches(out), batches);
+  EXPECT_EQ(nlohmann::json::parse(read_file(out / "results.json"))["finished"], true);
+  EXPECT_EQ(read_file(out / "results.md").find("Unfinished"), std::string::npos);
+}
+
 TEST(Sweep, BadDescriptionsAndTheCpuBatchSearch) {
   TempDir dir;
   try {
@@ -198,14 +272,30 @@ TEST(Sweep, BadDescriptionsAndTheCpuBatchSearch) {
   EXPECT_THROW(run_sweep(write_sweep(dir, R"("mode": "train", "batch_search": {})"), dir.path()), ConfigError);
   EXPECT_THROW(run_sweep(write_sweep(dir, R"("batch_search": {"refine": -1})"), dir.path()), ConfigError);
 
-  // On the CPU the search cannot measure memory: its first point says so, and it stops there.
-  const SweepResult search = run_sweep(
-      write_sweep(dir, R"("bench": {"warmup": 0, "steps": 1}, "batch_search": {"start": 8, "max": 64})"), dir.path());
-  ASSERT_EQ(search.points.size(), 1u);
-  EXPECT_EQ(search.points[0].error, "batch_search needs a CUDA device (peak memory is measured there)");
+  // On the CPU the search cannot measure memory: refused before anything is written, by --dry-run
+  // too, with exit code 2 and the one line.
+  const fs::path search = write_sweep(dir, R"("bench": {"warmup": 0, "steps": 1}, "batch_search": {"start": 8, "max": 64})");
+  const std::string refusal = search.string() + ": point 0 (data.batch_size=8) cannot run on this machine: "
+                                                "batch_search measures each batch's peak memory on a CUDA device, "
+                                                "and run.device resolves to cpu here; run the search on a GPU host";
+  try {
+    run_sweep(search, dir.path() / "search");
+    FAIL() << "a batch search ran on the CPU";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()), refusal);
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "search"));
+  for (const std::string dry_run : {"--dry-run ", ""}) {
+    EXPECT_EQ(run_ltrain("sweep " + dry_run + "--config " + search.string() + " --out " + (dir.path() / "search").string(),
+                         dir.path() / "log"),
+              2)
+        << read_file(dir.path() / "log");
+    EXPECT_EQ(error_line(dir.path() / "log"), refusal);
+    EXPECT_FALSE(fs::exists(dir.path() / "search"));
+  }
 
   // Through the command line: a bad file is exit code 2; a sweep with failed points exits 7.
-  write_sweep(dir, R"("grid": {"data.batch_size": [16, 4096]}, "bench": {"warmup": 0, "steps": 1})");
+  write_sweep(dir, R"("grid": {"model.checkpoint_segments": [0, 9]}, "bench": {"warmup": 0, "steps": 1})");
   EXPECT_EQ(run_ltrain("sweep --config " + (dir.path() / "sweep.json").string() + " --out " +
                            (dir.path() / "cli").string(),
                        dir.path() / "log"),
@@ -218,11 +308,15 @@ TEST(Sweep, BadDescriptionsAndTheCpuBatchSearch) {
 TEST(Sweep, ARerunReusesTheFinishedPointsAndFreshMeasuresThemAgain) {
   TempDir dir;
   const fs::path file = write_sweep(dir, R"("bench": {"warmup": 0, "steps": 1, "rounds": 2},
-      "grid": {"data.batch_size": [8, 16, 4096]})");
+      "zip": {"data.batch_size": [8, 16, 16], "model.checkpoint_segments": [0, 0, 9]})");
   const fs::path out = dir.path() / "out";
   const SweepResult first = run_sweep(file, out);
   ASSERT_EQ(first.points.size(), 3u);
   for (const SweepPoint& point : first.points) EXPECT_FALSE(point.reused);
+  // Two rounds: the img/s of their mean time, between the two (not the slower round's).
+  const std::map<std::string, double>& rounds = first.points[0].values;
+  EXPECT_NEAR(rounds.at("img_per_s"), 2.0 / (1.0 / rounds.at("img_per_s_low") + 1.0 / rounds.at("img_per_s_high")),
+              1e-6 * rounds.at("img_per_s"));
   // The same sweep again: the finished points are the earlier rows, the failed one runs again.
   const SweepResult second = run_sweep(file, out);
   ASSERT_EQ(second.points.size(), 3u);
@@ -241,7 +335,9 @@ TEST(Sweep, ARerunReusesTheFinishedPointsAndFreshMeasuresThemAgain) {
   EXPECT_NE(read_file(log).find("3 point(s), 1 failed, 2 reused from the earlier run (--fresh measures them again)"),
             std::string::npos)
       << read_file(log);
-  EXPECT_NE(read_file(log).find("sweep point 0: data.batch_size=8 | img_per_s "), std::string::npos) << read_file(log);
+  EXPECT_NE(read_file(log).find("sweep point 0: data.batch_size=8 model.checkpoint_segments=0 | img_per_s "),
+            std::string::npos)
+      << read_file(log);
   EXPECT_EQ(run_ltrain("sweep --fresh --config " + file.string() + " --out " + out.string() + " model.width=8", log), 7);
   EXPECT_NE(read_file(log).find("3 point(s), 1 failed; results in"), std::string::npos) << read_file(log);
   const nlohmann::json saved = nlohmann::json::parse(read_file(out / "results.json"));
@@ -256,7 +352,7 @@ TEST(Sweep, TrainPointsHonourRunOutDirFromTheCommandLine) {
   const SweepResult result = run_sweep(file, dir.path() / "out", {"run.out_dir=" + runs.string()});
   ASSERT_EQ(result.points.size(), 1u);
   EXPECT_TRUE(result.points[0].error.empty()) << result.points[0].error;
-  EXPECT_TRUE(fs::exists(runs / "point-000" / "summary.json"));
+  EXPECT_TRUE(fs::exists(runs / "point-000-optim.lr=0.05" / "summary.json"));
   EXPECT_FALSE(fs::exists(dir.path() / "out" / "runs"));
 }
 
@@ -417,8 +513,10 @@ TEST(Sweep, ScaleLrWithSetsEachPointsLrFromTheBaseLrLinearly) {
   ASSERT_EQ(result.points.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_TRUE(result.points[i].error.empty()) << result.points[i].error;
-    const auto saved = nlohmann::json::parse(
-        read_file(dir.path() / "out" / "runs" / fmt::format("point-{:03d}", i) / "config.json"));
+    const auto saved = nlohmann::json::parse(read_file(
+        dir.path() / "out" / "runs" /
+        (i == 0 ? "point-000-data.batch_size=8,optim.lr=0.05" : "point-001-data.batch_size=32,optim.lr=0.2") /
+        "config.json"));
     EXPECT_EQ(saved["optim"]["lr"], i == 0 ? 0.05 : 0.2);
     EXPECT_EQ(saved["data"]["batch_size"], i == 0 ? 8 : 32);
   }
@@ -458,7 +556,7 @@ TEST(Sweep, ScaleLrWithRefusesAPointThatSetsTheLrAndKeysTheSweepDoesNotVary) {
   EXPECT_FALSE(fs::exists(dir.path() / "out"));
 }
 
-TEST(Sweep, DryRunListsThePointsAndNamesTheFirstThatIsNoConfig) {
+TEST(Sweep, DryRunListsThePointsAndNamesEveryOneThatIsNoConfigOrCannotRunHere) {
   TempDir dir;
   const fs::path file = write_sweep(dir, R"("set": ["run.seed=3"], "grid": {"data.batch_size": [8, 16]},
       "scale_lr_with": {"key": "data.batch_size", "reference": 8})");
@@ -475,14 +573,32 @@ TEST(Sweep, DryRunListsThePointsAndNamesTheFirstThatIsNoConfig) {
                                 "  point 1: data.batch_size=16 optim.lr=0.2\n"
                                 "every point is a valid config on this machine; nothing was run\n");
   EXPECT_FALSE(fs::exists(dir.path() / "out"));
-  write_sweep(dir, R"("grid": {"data.batch_size": [8, 16], "optim.momentum": [0.9, 2]})");
+  // Every point refused, each in a line: configs that are none, and a batch larger than the
+  // training set (train --dry-run refuses it too).
+  write_sweep(dir, R"("grid": {"data.batch_size": [8, 4096], "optim.momentum": [0.9, 2]})");
   EXPECT_EQ(run_ltrain("sweep --dry-run --config " + file.string(), log), 2);
   const std::string out = read_file(log);
   EXPECT_NE(out.find(file.string() + ": point 1 (data.batch_size=8 optim.momentum=2) is not a valid config: "
-                                     "--set optim.momentum=2: optim.momentum = 2: expected a number between 0 and 1"),
+                                     "--set optim.momentum=2: optim.momentum = 2: expected a number between 0 and 1\n"),
             std::string::npos)
       << out;
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_NE(out.find(file.string() + ": point 2 (data.batch_size=4096 optim.momentum=0.9) is not a valid config: "
+                                     "--set data.batch_size=4096: data.batch_size = 4096: larger than the training "
+                                     "set (128 images); use a smaller batch\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(file.string() + ": point 3 (data.batch_size=4096 optim.momentum=2) is not a valid config: "),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
+  // The sweep itself refuses them all alike before it writes anything: exit code 2, not 7.
+  EXPECT_EQ(run_ltrain("sweep --config " + file.string() + " --out " + (dir.path() / "out").string(), log), 2);
+  const std::string refused = read_file(log);
+  EXPECT_EQ(std::count(refused.begin(), refused.end(), '\n'), 3) << refused;
+  EXPECT_NE(refused.find(": point 2 (data.batch_size=4096 optim.momentum=0.9) is not a valid config: "),
+            std::string::npos)
+      << refused;
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));
   // A point this machine cannot run is refused as its run would be: fp16 on the CPU.
   write_sweep(dir, R"("grid": {"precision.mode": ["fp32", "fp16"]})");
   EXPECT_EQ(run_ltrain("sweep --dry-run --config " + file.string(), log), 2);

@@ -7,12 +7,23 @@
 #include <fmt/format.h>
 
 #include "ltrain/core/errors.h"
+#include "ltrain/core/interrupt.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/run.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
 
 namespace ltrain::bench {
+namespace {
+
+/// The median of `values` (not empty); of an even count, the mean of the middle two.
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t middle = values.size() / 2;
+  return values.size() % 2 == 1 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+}
+
+}  // namespace
 
 StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps,
                             const std::string& profile_trace, int64_t rounds) {
@@ -43,6 +54,9 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
       if (index == 0) loader.set_epoch(epoch);
       train_step.run(loader.batch(index));
       if (++index == loader.batches_per_epoch()) index = 0, ++epoch;
+      // Inside a sweep (which polls SIGINT and SIGTERM), a signal stops the measurement here.
+      if (interrupt::stop_requested())
+        throw Interrupted(fmt::format("stopped by signal {} during a step benchmark", interrupt::stop_signal()));
     }
   };
   run_steps(warmup);
@@ -84,14 +98,12 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
     result.seconds += seconds;
     result.round_images_per_second.push_back(images / seconds);
   }
-  // The median round (the slower middle one of an even count): one slow round does not move it.
-  std::vector<size_t> order(round_seconds.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return round_seconds[a] < round_seconds[b]; });
-  const size_t middle = order[order.size() / 2];
-  result.ms_per_step = 1e3 * round_seconds[middle] / static_cast<double>(steps);
-  result.host_ms_per_step = 1e3 * round_host_seconds[middle] / static_cast<double>(steps);
-  result.images_per_second = images / round_seconds[middle];
+  // The median round's time (of an even count, the mean of the middle two): one slow round does
+  // not move it, and two rounds give their mean, not the slower one.
+  const double median_seconds = median(round_seconds);
+  result.ms_per_step = 1e3 * median_seconds / static_cast<double>(steps);
+  result.host_ms_per_step = 1e3 * median(round_host_seconds) / static_cast<double>(steps);
+  result.images_per_second = images / median_seconds;
   result.peak_memory_bytes = peak_memory;
   result.peak_reserved_bytes = peak_reserved;
   result.final_loss = mean_loss_sum / static_cast<double>(rounds);

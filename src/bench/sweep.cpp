@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "ltrain/config/sweep_spec.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/files.h"
+#include "ltrain/core/interrupt.h"
 #include "ltrain/core/sha256.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/setup.h"
@@ -162,9 +164,31 @@ std::map<std::string, json> earlier_points(const fs::path& out_dir) {
   return points;
 }
 
+/// A training point's run.name: its number and what it sets, as Hydra's override_dirname says it
+/// ("point-001-optim.lr=0.05,data.batch_size=256"), cut to a length every file system takes.
+std::string point_run_name(int64_t index, const Settings& settings) {
+  constexpr size_t kMaxSettingsBytes = 120;
+  std::string text;
+  for (const auto& [key, value] : settings) {
+    const std::string value_text = value.is_string() ? value.get<std::string>() : value.dump();
+    text += (text.empty() ? "" : ",") + key + "=" + value_text;
+  }
+  for (char& c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '/' || c == '\\' || c == ' ' || byte < 0x20 || byte == 0x7f) c = '_';
+  }
+  if (text.size() > kMaxSettingsBytes) {
+    size_t cut = kMaxSettingsBytes;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    text = text.substr(0, cut) + "...";
+  }
+  return fmt::format("point-{:03d}{}", index, text.empty() ? "" : "-" + text);
+}
+
 class SweepRunner {
  public:
-  SweepRunner(PreparedSweep prepared, fs::path out_dir) : prepared_(std::move(prepared)), out_dir_(std::move(out_dir)) {}
+  SweepRunner(PreparedSweep prepared, fs::path out_dir, SweepResult& result, const SweepHooks& hooks)
+      : prepared_(std::move(prepared)), out_dir_(std::move(out_dir)), result_(result), hooks_(hooks) {}
 
   /// Points of an earlier run that run() takes instead of measuring them again.
   void reuse(std::map<std::string, json> earlier) { earlier_ = std::move(earlier); }
@@ -182,7 +206,7 @@ class SweepRunner {
     std::vector<std::string> sets = point_overrides(prepared_.sweep, point.settings);
     if (spec.mode == config::SweepMode::train) {
       if (!sets_run_out_dir(sets)) sets.push_back("run.out_dir=" + (out_dir_ / "runs").string());
-      sets.push_back(fmt::format("run.name=point-{:03d}", index));
+      sets.push_back("run.name=" + nlohmann::json(point_run_name(index, point.settings)).dump());
     }
     const auto started = std::chrono::steady_clock::now();
     try {
@@ -193,7 +217,9 @@ class SweepRunner {
         log_point(point, index, 0.0);
         return;
       }
-      if (spec.mode == config::SweepMode::bench) {
+      if (spec.mode == config::SweepMode::bench && hooks_.measure) {
+        point.values = hooks_.measure(loaded);
+      } else if (spec.mode == config::SweepMode::bench) {
         if (!process_warm_) {
           // The process's first steps pay once for what later points find ready (thread pools,
           // allocator caches, kernels loaded): untimed, so that the first point is timed as the others.
@@ -230,25 +256,49 @@ class SweepRunner {
     log_point(point, index, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
 
-  /// The batch-size search on top of `settings` (BatchSearchPlan); every batch tried is a row.
-  void search(const Settings& settings, std::vector<SweepPoint>& out) {
+  /// Runs the point with `settings` and records it (record()).
+  void run_point(const Settings& settings) {
+    SweepPoint point;
+    point.settings = settings;
+    run(point, points_done());
+    record(std::move(point));
+  }
+
+  /// The batch-size search on top of `settings` (BatchSearchPlan); every batch tried is a row,
+  /// recorded as it ends. Batches measured by an earlier run are taken from it (run()), so a search
+  /// cut short goes on where it stopped.
+  void search(const Settings& settings) {
     BatchSearchPlan plan(*prepared_.spec().batch_search);
     while (const std::optional<int64_t> batch = plan.next()) {
       SweepPoint point;
       point.settings = settings;
       point.settings.emplace_back("data.batch_size", *batch);
-      add_scaled_lr(prepared_, static_cast<int64_t>(out.size()), point.settings);
-      run(point, static_cast<int64_t>(out.size()));
+      add_scaled_lr(prepared_, points_done(), point.settings);
+      run(point, points_done());
       const auto fraction = point.values.find("memory_fraction");
       if (point.error.empty() && fraction == point.values.end()) {
         point.error = "batch_search needs a CUDA device (peak memory is measured there)";
-        out.push_back(point);
+        record(std::move(point));
         return;
       }
-      plan.record(*batch, point.error.empty() ? std::optional<double>(fraction->second) : std::nullopt);
-      out.push_back(point);
+      const std::optional<double> memory =
+          point.error.empty() ? std::optional<double>(fraction->second) : std::nullopt;
+      record(std::move(point));
+      plan.record(*batch, memory);
     }
   }
+
+  /// Adds `point` to the results and writes them (a sweep cut short keeps what it measured);
+  /// Interrupted when a stop was asked for meanwhile, which the sweep then honours.
+  void record(SweepPoint point) {
+    result_.points.push_back(std::move(point));
+    write_sweep_results(result_, out_dir_);
+    if (hooks_.after_point) hooks_.after_point(points_done());
+    if (interrupt::stop_requested())
+      throw Interrupted(fmt::format("stopped by signal {} after point {}", interrupt::stop_signal(), points_done() - 1));
+  }
+
+  int64_t points_done() const { return static_cast<int64_t>(result_.points.size()); }
 
   const PreparedSweep& prepared() const { return prepared_; }
 
@@ -277,6 +327,8 @@ class SweepRunner {
 
   PreparedSweep prepared_;
   fs::path out_dir_;
+  SweepResult& result_;
+  const SweepHooks& hooks_;
   std::map<std::string, json> earlier_;
   bool process_warm_ = false;  ///< a bench point has run in this process
 };
@@ -315,6 +367,82 @@ SweepResult empty_result(const config::SweepSpec& spec) {
                                                   "peak_gib", "reserved_gib", "memory_fraction"}
                        : std::vector<std::string>{"test_acc", "best_test_acc", "train_s", "wall_s", "img_per_s"};
   return result;
+}
+
+/// The training images of the data `loaded` trains on, read once per data section in `known`
+/// (a synthetic set's size is its setting: nothing is made).
+int64_t training_images(const config::LoadedConfig& loaded, std::map<std::string, int64_t>& known) {
+  const config::DataSection& data = loaded.config.data;
+  if (data.source == config::DataSource::synthetic) return data.synthetic_train_size;
+  const std::string key = config::to_json(loaded.config)["data"].dump();
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  return known[key] = engine::load_data(loaded.config, torch::kCPU).train.size();
+}
+
+/// Checks each point as a config (the base config, its "set", the run config overrides, the
+/// point's settings; with batch_search at its start batch) and, `on_this_machine`, what its run
+/// would refuse at start here: the device's settings (fp16 on the CPU), a batch larger than the
+/// training set (the data read once), and a batch search without a CUDA device to measure memory
+/// on (`search_needs_cuda`). Returns each point's "key=value" settings; ConfigError naming the
+/// file and every point refused, a line for each. DataError when the data cannot be read.
+std::vector<std::vector<std::string>> check_points(const PreparedSweep& prepared, const std::vector<Settings>& points,
+                                                   bool on_this_machine, bool search_needs_cuda) {
+  const config::SweepSpec& spec = prepared.spec();
+  const fs::path& file = prepared.sweep.file;
+  std::vector<std::vector<std::string>> checked_points;
+  std::vector<std::string> problems;
+  std::map<std::string, int64_t> known_data;
+  for (const Settings& settings : points) {
+    const int64_t index = static_cast<int64_t>(checked_points.size());
+    std::vector<std::string> point;
+    for (const auto& [key, value] : settings) point.push_back(key + "=" + value.dump());
+    checked_points.push_back(std::move(point));
+    // A batch-size search starts at its first batch: check the point's config there.
+    Settings checked = settings;
+    if (spec.batch_search) {
+      checked.emplace_back("data.batch_size", spec.batch_search->start);
+      add_scaled_lr(prepared, index, checked);
+    }
+    // Each line of `error` (a config's problems come a line each) names the point.
+    const auto refuse = [&](const std::string& why, const std::string& error) {
+      std::istringstream lines(error);
+      for (std::string line; std::getline(lines, line);)
+        problems.push_back(
+            spec_error(file, fmt::format("point {} ({}) {}: {}", index, settings_text(checked), why, line)).what());
+    };
+    std::optional<config::LoadedConfig> loaded;
+    try {
+      loaded = config::load_file(prepared.sweep.base, point_overrides(prepared.sweep, checked));
+    } catch (const ConfigError& error) {
+      refuse("is not a valid config", error.what());
+      continue;
+    }
+    if (!on_this_machine) continue;
+    try {
+      engine::check_device_support(*loaded);
+    } catch (const ConfigError& error) {
+      refuse("cannot run on this machine", error.what());
+      continue;
+    }
+    if (spec.batch_search && search_needs_cuda) {
+      const torch::Device device = engine::resolve_device(*loaded);
+      if (!device.is_cuda()) {
+        refuse("cannot run on this machine",
+               fmt::format("batch_search measures each batch's peak memory on a CUDA device, and run.device resolves "
+                           "to {} here; run the search on a GPU host",
+                           device.str()));
+        continue;
+      }
+    }
+    try {
+      engine::check_batch_fits(*loaded, training_images(*loaded, known_data));
+    } catch (const ConfigError& error) {
+      refuse("is not a valid config", error.what());
+    }
+  }
+  if (!problems.empty()) throw ConfigError(fmt::format("{}", fmt::join(problems, "\n")));
+  return checked_points;
 }
 
 }  // namespace
@@ -357,41 +485,25 @@ SweepPlan plan_sweep(const fs::path& sweep_file, const std::vector<std::string>&
   plan.set = spec.set;
   plan.overrides = prepared.sweep.point_overrides;
   plan.batch_search = spec.batch_search;
-  for (const Settings& settings : expand(prepared)) {
-    const int64_t index = static_cast<int64_t>(plan.points.size());
-    // A batch-size search starts at its first batch: check the point's config there.
-    Settings checked = settings;
-    if (spec.batch_search) {
-      checked.emplace_back("data.batch_size", spec.batch_search->start);
-      add_scaled_lr(prepared, index, checked);
-    }
-    std::optional<config::LoadedConfig> loaded;
-    try {
-      loaded = config::load_file(prepared.sweep.base, point_overrides(prepared.sweep, checked));
-    } catch (const ConfigError& error) {
-      throw spec_error(sweep_file, fmt::format("point {} ({}) is not a valid config: {}", index,
-                                               settings_text(checked), error.what()));
-    }
-    try {
-      // What the point's run would refuse at start here (fp16 on the CPU).
-      if (on_this_machine) engine::check_device_support(*loaded);
-    } catch (const ConfigError& error) {
-      throw spec_error(sweep_file, fmt::format("point {} ({}) cannot run on this machine: {}", index,
-                                               settings_text(checked), error.what()));
-    }
-    std::vector<std::string> point;
-    for (const auto& [key, value] : settings) point.push_back(key + "=" + value.dump());
-    plan.points.push_back(std::move(point));
-  }
+  plan.points = check_points(prepared, expand(prepared), on_this_machine, /*search_needs_cuda=*/true);
   return plan;
 }
 
 SweepResult run_sweep(const fs::path& sweep_file, const fs::path& out_dir, const std::vector<std::string>& overrides,
-                      bool fresh) {
+                      bool fresh, const SweepHooks& hooks) {
   const auto started = std::chrono::system_clock::now();
-  SweepRunner runner(prepare(sweep_file, overrides), out_dir);
-  const std::vector<Settings> points = expand(runner.prepared());  // its errors before anything is written
+  // SIGINT and SIGTERM stop the point in progress at its next step (a training point writes its
+  // checkpoint), then the sweep, with the results of the points before it written.
+  const interrupt::StopRequests stop_requests;
+  PreparedSweep prepared = prepare(sweep_file, overrides);
+  const std::vector<Settings> points = expand(prepared);
+  // Every point this machine cannot run is refused before anything is written, as --dry-run does.
+  check_points(prepared, points, /*on_this_machine=*/true, /*search_needs_cuda=*/!hooks.measure);
   files::create_results_folder(out_dir, "--out");
+  SweepResult result = empty_result(prepared.spec());
+  result.provenance = sweep_provenance(prepared.sweep, started);
+  result.finished = false;
+  SweepRunner runner(std::move(prepared), out_dir, result, hooks);
   if (!fresh) {
     std::map<std::string, json> earlier = earlier_points(out_dir);
     if (!earlier.empty())
@@ -402,19 +514,21 @@ SweepResult run_sweep(const fs::path& sweep_file, const fs::path& out_dir, const
   }
   if (runner.prepared().spec().mode == config::SweepMode::train)
     spdlog::info("the points' run directories go under {}", runner.runs_dir());
-  SweepResult result = empty_result(runner.prepared().spec());
-  result.provenance = sweep_provenance(runner.prepared().sweep, started);
-  for (const Settings& settings : points) {
-    if (runner.prepared().spec().batch_search) {
-      runner.search(settings, result.points);
-    } else {
-      SweepPoint point;
-      point.settings = settings;
-      runner.run(point, static_cast<int64_t>(result.points.size()));
-      result.points.push_back(point);
+  try {
+    for (const Settings& settings : points) {
+      if (runner.prepared().spec().batch_search)
+        runner.search(settings);
+      else
+        runner.run_point(settings);
     }
-    write_sweep_results(result, out_dir);  // a sweep cut short keeps what it measured
+  } catch (const Interrupted&) {
+    write_sweep_results(result, out_dir);
+    throw Interrupted(fmt::format("stopped by signal {} after {} point(s) of the sweep; their results are in {} "
+                                  "(marked unfinished): the same command continues the sweep, reusing them",
+                                  interrupt::stop_signal(), result.points.size(), out_dir.string()));
   }
+  result.finished = true;
+  write_sweep_results(result, out_dir);
   return result;
 }
 
@@ -431,6 +545,9 @@ std::string write_sweep_results(const SweepResult& result, const fs::path& out_d
   }
   csv += "\n";
   markdown += "\n" + rule + "\n";
+  if (!result.finished)
+    markdown = "**Unfinished**: the points below are those measured so far; the same command continues the "
+               "sweep.\n\n" + markdown;
   json rows = json::array();
   for (const SweepPoint& point : result.points) {
     std::vector<std::string> cells;
@@ -462,7 +579,8 @@ std::string write_sweep_results(const SweepResult& result, const fs::path& out_d
   }
   io::write_text_file(out_dir / "results.csv", csv);
   io::write_text_file(out_dir / "results.md", markdown);
-  const json results{{"provenance", result.provenance},
+  const json results{{"finished", result.finished},
+                     {"provenance", result.provenance},
                      {"mode", result.mode},
                      {"keys", result.keys},
                      {"columns", result.columns},

@@ -1,7 +1,9 @@
 // What every command's parsing shares: the options each has, --help, --set and bare overrides.
 #include "commands.h"
 
+#include <algorithm>
 #include <iostream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -64,12 +66,44 @@ std::string required(const cxxopts::ParseResult& args, const std::string& name, 
   return args[name].as<std::string>();
 }
 
+namespace {
+
+/// ConfigError for `key=a,b,...` where `key` takes no text with commas (a number, a switch, a list,
+/// one of several words: "optim.lr=0.1,0.2", "precision.mode=fp16,bf16"): Hydra's sweep syntax,
+/// which runs one config per value. Here that is `ltrain sweep --grid`; ltrain train takes one.
+void refuse_value_lists(const std::string& text, const std::string& program) {
+  const auto equals = text.find('=');
+  if (equals == std::string::npos) return;
+  const std::string key = text.substr(0, equals), value = text.substr(equals + 1);
+  if (value.find(',') == std::string::npos || nlohmann::json::accept(value)) return;
+  const auto& keys = config::config_keys().keys;
+  const auto info = std::find_if(keys.begin(), keys.end(), [&](const config::KeyInfo& k) { return k.name == key; });
+  if (info == keys.end()) return;
+  bool every_item_a_value = !info->default_value.is_string();
+  if (!info->choices.empty()) {
+    every_item_a_value = true;
+    std::stringstream items(value);
+    for (std::string item; std::getline(items, item, ',');)
+      every_item_a_value = every_item_a_value &&
+                           std::find(info->choices.begin(), info->choices.end(), item) != info->choices.end();
+  }
+  if (!every_item_a_value) return;
+  throw ConfigError(fmt::format("{}: \"{}\": {} takes one value; a run per value of a list is a sweep: ltrain sweep "
+                                "--base CONFIG --grid {} (see ltrain sweep --help)",
+                                program, config::shown(text), key, config::shown(text)));
+}
+
+}  // namespace
+
 std::vector<std::string> overrides(const cxxopts::ParseResult& args, const std::string& program) {
   // arguments() holds each as typed; a list option's own values would be split at the commas that
   // JSON lists and objects hold.
   std::vector<std::string> specs;
   for (const cxxopts::KeyValue& argument : args.arguments()) {
-    if (argument.key() == "set") specs.push_back(argument.value());
+    if (argument.key() == "set") {
+      refuse_value_lists(argument.value(), program);
+      specs.push_back(argument.value());
+    }
     const bool sweep_keys = argument.key() == kBareSweepOverrides;
     if (argument.key() != kBareOverrides && !sweep_keys) continue;
     const std::string& text = argument.value();
@@ -87,6 +121,7 @@ std::vector<std::string> overrides(const cxxopts::ParseResult& args, const std::
                                     config::shown(text), config::shown(key), sweep_keys ? " or sweep key" : "",
                                     program));
     }
+    refuse_value_lists(text, program);
     specs.push_back(text);
   }
   return specs;

@@ -54,7 +54,8 @@ constexpr const char* kUsageFooter = R"(
 Several processes: ltrain launch, or torchrun --nproc-per-node 2 --no-python build/ltrain train ...
 (several machines: ltrain launch --help)
 exit codes: 0 success, 1 internal error, 2 usage or config error, 3 data error,
-            4 run failed (non-finite loss, out of memory), 5 another data-parallel process
+            4 run failed (non-finite loss, out of memory, a file or standard output
+            that refuses a write), 5 another data-parallel process
             failed or hung (ltrain launch: a process failed), 6 an output file exists
             (ltrain export without --force), 7 a sweep's point failed, 127 ltrain-core
             missing beside ltrain, 130 interrupted
@@ -165,7 +166,11 @@ ConfigError unknown_option(const Command& command, int argc, char** argv) {
     if (std::find(known.begin(), known.end(), name) != known.end()) continue;
     const std::string option = (long_form ? "--" : "-") + name;
     std::string hint;
-    if (const std::string key = key_of_option(name); long_form && !key.empty()) {
+    if (option == "-m" || option == "--multirun") {
+      // Hydra's multirun, `-m optim.lr=0.1,0.2`: a sweep here.
+      hint = "; several runs over lists of values are a sweep: ltrain sweep --base CONFIG --grid optim.lr=0.1,0.2 "
+             "(see ltrain sweep --help)";
+    } else if (const std::string key = key_of_option(name); long_form && !key.empty()) {
       const bool next_is_value = i + 1 < argc && argv[i + 1][0] != '-';
       const std::string value =
           equals != std::string::npos ? argument.substr(equals + 1) : next_is_value ? argv[i + 1] : "VALUE";

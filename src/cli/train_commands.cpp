@@ -5,11 +5,13 @@
 #include <iostream>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "ltrain/config/load.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/files.h"
 #include "ltrain/core/log.h"
+#include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/lr_finder.h"
 #include "ltrain/engine/saved_model.h"
 #include "ltrain/engine/trainer.h"
@@ -27,6 +29,30 @@ void check_output_file(const cxxopts::ParseResult& args, const std::string& prog
   if (std::filesystem::exists(out) && !flag(args, "force"))
     throw OutputExists(
         fmt::format("{} --out {}: the file exists; add --force to replace it, or give another --out", program, out));
+}
+
+/// --checkpoint as given, or for a run folder (RUN_DIR, or its checkpoints/ folder) the checkpoint
+/// it stands for, as Lightning's ckpt_path "best" and "last" do: best.ltc where the run keeps one
+/// (checkpoint.best_metric), else its newest valid step-*.ltc (as checkpoint.resume=auto finds
+/// it), named in a line. DataError for a folder without either.
+std::string checkpoint_argument(const std::string& given) {
+  namespace fs = std::filesystem;
+  std::error_code not_a_folder;
+  if (!fs::is_directory(given, not_a_folder)) return given;
+  fs::path folder = given;
+  if (fs::is_directory(folder / "checkpoints", not_a_folder)) folder /= "checkpoints";
+  const fs::path best = folder / engine::kBestCheckpointName;
+  if (fs::is_regular_file(best, not_a_folder)) {
+    spdlog::info("{}: its best checkpoint, {} (--checkpoint FILE takes another)", given, best.string());
+    return best.string();
+  }
+  if (const std::optional<engine::FoundCheckpoint> found = engine::newest_valid_checkpoint(folder)) {
+    spdlog::info("{}: its newest checkpoint, {} (--checkpoint FILE takes another)", given, found->file.string());
+    return found->file.string();
+  }
+  throw DataError(fmt::format("{}: a folder without a checkpoint ({} holds no {} and no valid step-*.ltc): give a "
+                              "run folder with checkpoints, or a checkpoint file",
+                              given, folder.string(), engine::kBestCheckpointName));
 }
 
 }  // namespace
@@ -52,9 +78,13 @@ int run_train(int argc, char** argv) {
                           "\nConfig keys (JSON key == --set key == bare KEY=VALUE):\n" + config::describe_keys());
   if (!args) return 0;
   if (flag(*args, "json")) log::use_json_console();
+  // What this machine cannot run is named with the config's own problems, all in one run (the
+  // printed config is the config, wherever it would run).
+  const bool print_config = flag(*args, "print-config");
   const auto loaded =
-      config::load_files(config_files(*args, options.program()), overrides(*args, options.program()));
-  if (flag(*args, "print-config")) {
+      config::load_files(config_files(*args, options.program()), overrides(*args, options.program()),
+                         print_config ? config::MoreChecks{} : config::MoreChecks(engine::check_device_support));
+  if (print_config) {
     std::cout << config::to_json(loaded.config).dump(2) << "\n";
     return 0;
   }
@@ -122,7 +152,9 @@ int run_lr_find(int argc, char** argv) {
 cxxopts::Options eval_options() {
   cxxopts::Options options =
       command_options("ltrain eval", "Evaluate a checkpoint on the test set (its saved config, with overrides).");
-  options.add_options()("checkpoint", "checkpoint file (.ltc)", cxxopts::value<std::string>(), "FILE")(
+  options.add_options()("checkpoint",
+                        "checkpoint file (.ltc), or a run folder: its best.ltc, else its newest checkpoint",
+                        cxxopts::value<std::string>(), "FILE|RUN_DIR")(
       "json", "print the result as JSON on stdout");
   add_set_option(options);
   return options;
@@ -132,7 +164,7 @@ int run_eval(int argc, char** argv) {
   cxxopts::Options options = eval_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
-  const std::string path = required(*args, "checkpoint", "ltrain eval");
+  const std::string path = checkpoint_argument(required(*args, "checkpoint", "ltrain eval"));
   const engine::CheckpointEvaluation evaluation =
       engine::evaluate_checkpoint(path, overrides(*args, options.program()));
   const engine::EvalResult& result = evaluation.result;
@@ -158,7 +190,9 @@ cxxopts::Options export_options() {
   cxxopts::Options options = command_options("ltrain export",
                                              "Write a checkpoint's model weights (the averaged ones with "
                                              "optim.ema_decay) as safetensors with torchvision's names.");
-  options.add_options()("checkpoint", "checkpoint file (.ltc)", cxxopts::value<std::string>(), "FILE")(
+  options.add_options()("checkpoint",
+                        "checkpoint file (.ltc), or a run folder: its best.ltc, else its newest checkpoint",
+                        cxxopts::value<std::string>(), "FILE|RUN_DIR")(
       "out", "output file (.safetensors)", cxxopts::value<std::string>(), "FILE")(
       "force", "replace --out when it exists (otherwise exit code 6 and nothing written)");
   return options;
@@ -168,9 +202,10 @@ int run_export(int argc, char** argv) {
   cxxopts::Options options = export_options();
   const auto args = parse(options, argc, argv);
   if (!args) return 0;
-  const std::string path = required(*args, "checkpoint", "ltrain export");
+  const std::string given = required(*args, "checkpoint", "ltrain export");
   const std::string out = required(*args, "out", "ltrain export");
   check_output_file(*args, options.program(), ".safetensors");
+  const std::string path = checkpoint_argument(given);
   std::error_code error;
   if (std::filesystem::equivalent(path, out, error))
     throw ConfigError(fmt::format("ltrain export --out {}: that is the checkpoint it reads; give another --out", out));

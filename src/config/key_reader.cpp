@@ -59,9 +59,9 @@ void throw_unknown_run_key(const std::string& source, const std::string& prefix,
                                 source, shown(path), prefix));
 }
 
-RunConfig read_run_config(const Document& doc, const std::string& default_source) {
+RunConfig read_run_config(const Document& doc, const std::string& default_source, std::vector<std::string>& problems) {
   RunConfig config;
-  KeyReader<nlohmann::json> reader(doc.root, "", doc, default_source);
+  KeyReader<nlohmann::json> reader(doc.root, "", doc, default_source, &problems);
   config.visit_sections(reader);
   reader.reject_unknown_keys();
   return config;

@@ -33,12 +33,16 @@ namespace ltrain::config {
 /// Reads the JSON object `object`, the value at `path` of `doc` ("" for the document itself), into
 /// the fields and sections that a struct's visit() names, strictly: each value of the type and
 /// within the limits of its field, and no key that visit() does not name (reject_unknown_keys).
-/// A section's object is read by a KeyReader of its own.
+/// A section's object is read by a KeyReader of its own. With `problems`, a value of the wrong type
+/// or out of its limits, a section that is no object and an unknown key each add their line there
+/// (the field keeps its default) and reading goes on, so that one run names them all; without, the
+/// first is thrown.
 template <class Json>
 class KeyReader {
  public:
-  KeyReader(const Json& object, std::string path, const BasicDocument<Json>& doc, const std::string& default_source)
-      : object_(object), path_(std::move(path)), doc_(doc), default_source_(default_source) {}
+  KeyReader(const Json& object, std::string path, const BasicDocument<Json>& doc, const std::string& default_source,
+            std::vector<std::string>* problems = nullptr)
+      : object_(object), path_(std::move(path)), doc_(doc), default_source_(default_source), problems_(problems) {}
 
   template <class T, class C = NoLimit>
   void operator()(const char* key, T& field, const char* /*description*/, const C& constraint = {}) {
@@ -46,9 +50,12 @@ class KeyReader {
     const auto it = object_.find(key);
     if (it == object_.end()) return;
     const std::string path = join_key(path_, key);
-    if (!parse(*it, path, field, constraint))
-      throw ConfigError(fmt::format("{}: {} = {}: expected {}", source_of(path), path, shown_value(*it),
-                                    expectation<T>(constraint)));
+    T value = field;
+    if (parse(*it, path, value, constraint))
+      field = std::move(value);
+    else
+      report(ConfigError(fmt::format("{}: {} = {}: expected {}", source_of(path), path, shown_value(*it),
+                                     expectation<T>(constraint))));
   }
 
   template <class S>
@@ -68,12 +75,22 @@ class KeyReader {
 
   void reject_unknown_keys() const {
     for (const auto& [key, value] : object_.items()) {
-      if (std::find(known_.begin(), known_.end(), key) == known_.end())
+      if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+      try {
         throw_unknown_key(source_of(join_key(path_, key)), path_, key, known_);
+      } catch (const ConfigError& error) {
+        report(error);
+      }
     }
   }
 
  private:
+  /// Adds `error`'s line to the problems, or throws it where none are gathered.
+  void report(const ConfigError& error) const {
+    if (!problems_) throw error;
+    problems_->push_back(error.what());
+  }
+
   const std::string& source_of(const std::string& path) const {
     return config::source_of(doc_, path, default_source_);
   }
@@ -81,10 +98,12 @@ class KeyReader {
   template <class S>
   void read_section(const Json& value, const char* name, S& part) const {
     const std::string path = join_key(path_, name);
-    if (!value.is_object())
-      throw ConfigError(fmt::format("{}: {} = {}: expected an object of {} keys", source_of(path), path,
-                                    shown_value(value), path));
-    KeyReader reader(value, path, doc_, default_source_);
+    if (!value.is_object()) {
+      report(ConfigError(fmt::format("{}: {} = {}: expected an object of {} keys", source_of(path), path,
+                                     shown_value(value), path)));
+      return;
+    }
+    KeyReader reader(value, path, doc_, default_source_, problems_);
     part.visit(reader);
     reader.reject_unknown_keys();
   }
@@ -174,11 +193,13 @@ class KeyReader {
   std::string path_;
   const BasicDocument<Json>& doc_;
   const std::string& default_source_;
+  std::vector<std::string>* problems_;
   std::vector<std::string> known_;
 };
 
 /// The RunConfig `doc` holds, read key by key over the defaults (no checks across keys, no
-/// defaults that follow data.source: load.cpp's resolve adds those).
-RunConfig read_run_config(const Document& doc, const std::string& default_source);
+/// defaults that follow data.source: load.cpp's resolve adds those). Each value it cannot take
+/// adds a line to `problems` (KeyReader), the key left at its default.
+RunConfig read_run_config(const Document& doc, const std::string& default_source, std::vector<std::string>& problems);
 
 }  // namespace ltrain::config

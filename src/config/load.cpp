@@ -8,6 +8,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "key_reader.h"
@@ -86,18 +87,30 @@ void follow_run_epochs(LoadedConfig& loaded, int64_t recipe_epochs) {
   loaded.origin["data.progressive_epochs"] = source;
 }
 
-LoadedConfig resolve(Document doc, const std::vector<std::string>& overrides, const std::string& default_source) {
+LoadedConfig resolve(Document doc, const std::vector<std::string>& overrides, const std::string& default_source,
+                     const MoreChecks& more_checks) {
   const int64_t recipe_epochs = epochs_before_overrides(doc.root);
   for (const auto& spec : overrides) apply_override(doc, spec, override_source(spec), config_keys());
   rename_earlier_keys(doc, default_source);
+  // Every problem at once: each value that cannot be taken (left at its default meanwhile), then
+  // the checks across keys and the caller's, one line each.
+  std::vector<std::string> problems;
   LoadedConfig loaded;
-  loaded.config = read_run_config(doc, default_source);
+  loaded.config = read_run_config(doc, default_source, problems);
   loaded.origin = std::move(doc.origin);
   loaded.source = default_source;
   loaded.files = std::move(doc.files);
   follow_data_source(loaded, doc.root);
   follow_run_epochs(loaded, recipe_epochs);
-  validate(loaded);
+  validate(loaded, problems);
+  if (more_checks) {
+    try {
+      more_checks(loaded);
+    } catch (const ConfigError& error) {
+      problems.emplace_back(error.what());
+    }
+  }
+  if (!problems.empty()) throw ConfigError(fmt::format("{}", fmt::join(problems, "\n")));
   return loaded;
 }
 
@@ -107,13 +120,14 @@ LoadedConfig load_file(const std::filesystem::path& path, const std::vector<std:
   return load_files({path}, overrides);
 }
 
-LoadedConfig load_files(const std::vector<std::filesystem::path>& paths, const std::vector<std::string>& overrides) {
+LoadedConfig load_files(const std::vector<std::filesystem::path>& paths, const std::vector<std::string>& overrides,
+                        const MoreChecks& more_checks) {
   Document doc;
   for (const fs::path& path : paths) {
     std::vector<fs::path> chain;  // each file starts a chain of its own: two may extend one base
     read_file_into(doc, path, chain);
   }
-  return resolve(std::move(doc), overrides, paths.back().string());
+  return resolve(std::move(doc), overrides, paths.back().string(), more_checks);
 }
 
 LoadedConfig load_json(const nlohmann::json& document, const std::string& source,
@@ -126,7 +140,7 @@ LoadedConfig load_json(const nlohmann::json& document, const std::string& source
                                   source, kMaxNesting));
   Document doc;
   doc.root = document;
-  return resolve(std::move(doc), overrides, source);
+  return resolve(std::move(doc), overrides, source, {});
 }
 
 std::string default_data_root(DataSource source) {

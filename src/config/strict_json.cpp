@@ -3,6 +3,8 @@
 #include "strict_json.h"
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <sstream>
 
 #include "ltrain/core/errors.h"
@@ -268,12 +270,42 @@ std::optional<Json> parse_strictly(const std::string& text, const std::string& s
   return builder.take();
 }
 
+namespace {
+
+/// Whether a text that is no JSON is YAML (a Hydra config): `source` ends in .yaml or .yml, or the
+/// first line that is neither blank nor a comment reads "key:" or "key: value".
+bool looks_like_yaml(const std::string& text, const std::string& source) {
+  const std::string extension = std::filesystem::path(source).extension().string();
+  if (extension == ".yaml" || extension == ".yml") return true;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t start = line.find_first_not_of(" \t\r");
+    if (start == std::string::npos || line[start] == '#') continue;
+    if (line.compare(start, 3, "---") == 0) return true;  // a YAML document's start
+    if (line[start] == '{' || line[start] == '[') return false;
+    size_t end = start;
+    while (end < line.size() && (std::isalnum(static_cast<unsigned char>(line[end])) || line[end] == '_' ||
+                                 line[end] == '.' || line[end] == '-'))
+      ++end;
+    return end > start && end < line.size() && line[end] == ':' &&
+           (end + 1 == line.size() || line[end + 1] == ' ' || line[end + 1] == '\r');
+  }
+  return false;
+}
+
+}  // namespace
+
 template <class Json>
 Json parse_or_throw(const std::string& text, const std::string& source) {
   std::string syntax_error;
   std::optional<Json> document = parse_strictly<Json>(text, source, "", syntax_error);
-  if (!document) throw ConfigError(fmt::format("{}: not valid JSON: {}", source, syntax_error));
-  return std::move(*document);
+  if (document) return std::move(*document);
+  if (looks_like_yaml(text, source))
+    throw ConfigError(fmt::format("{}: this is YAML (Hydra's format, say), and ltrain reads JSON configs: write it "
+                                  "as JSON, e.g. python3 -c 'import json, sys, yaml; json.dump(yaml.safe_load(open("
+                                  "sys.argv[1])), sys.stdout, indent=2)' {} > {}.json",
+                                  source, source, std::filesystem::path(source).stem().string()));
+  throw ConfigError(fmt::format("{}: not valid JSON: {}", source, syntax_error));
 }
 
 bool nested_deeper_than(const json& value, int levels) {

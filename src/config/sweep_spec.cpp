@@ -31,7 +31,9 @@ bool sets_sweep_key(const std::string& spec) {
 void check_run_override(const std::string& spec, const std::string& source) {
   Document doc;
   apply_override(doc, spec, source, config_keys());
-  read_run_config(doc, source);
+  std::vector<std::string> problems;
+  read_run_config(doc, source, problems);
+  if (!problems.empty()) throw ConfigError(problems.front());
 }
 
 /// The checks across the keys of a sweep file, each failure a ConfigError "<where the key was

@@ -139,14 +139,12 @@ void check_data(const LoadedConfig& loaded, Problems& problems) {
 
 }  // namespace
 
-void validate(const LoadedConfig& loaded) {
-  Problems problems;
+void validate(const LoadedConfig& loaded, Problems& problems) {
   check_names_and_paths(loaded, problems);
   check_list_lengths(loaded, problems);
   check_optimizer_and_schedule(loaded, problems);
   check_precision(loaded, problems);
   check_data(loaded, problems);
-  if (!problems.empty()) throw ConfigError(fmt::format("{}", fmt::join(problems, "\n")));
 }
 
 }  // namespace ltrain::config

@@ -16,6 +16,7 @@ namespace {
 std::atomic<int> g_signal{0};               // the first signal of the current request, 0 for none
 std::atomic<int64_t> g_first_signal_ns{0};  // when it came (CLOCK_MONOTONIC)
 std::atomic<bool> g_polled{false};          // a StopRequests scope is alive
+int g_scopes = 0;                           // StopRequests scopes alive (the thread that makes them)
 std::atomic<bool> g_installed{false};
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free &&
                   std::atomic<bool>::is_always_lock_free,
@@ -97,18 +98,21 @@ void unblock_stop_signals() {
   sigprocmask(SIG_UNBLOCK, &set, nullptr);
 }
 
-bool stop_requested() { return g_signal.load() != 0; }
+bool stop_requested() { return g_polled.load() && g_signal.load() != 0; }
 
 int stop_signal() { return g_signal.load(); }
 
 StopRequests::StopRequests() {
   install_stop_handlers();
+  // A scope inside another (a sweep's training point) keeps the outer one's request.
+  if (g_scopes++ > 0) return;
   // Cleared before polling starts: a signal in between finds no poller and ends the process.
   g_signal.store(0);
   g_polled.store(true);
 }
 
 StopRequests::~StopRequests() {
+  if (--g_scopes > 0) return;
   // The request stays recorded: a repeat within the grace period is still the same request.
   g_polled.store(false);
 }

@@ -14,6 +14,8 @@ namespace ltrain::engine {
 namespace {
 
 constexpr double kSmoothing = 0.98;
+/// The most points at the start of the ramp that suggest_lr leaves out.
+constexpr size_t kSkippedFirstPoints = 10;
 
 void check(const LrFindOptions& options) {
   if (options.steps < 3) throw ConfigError(fmt::format("ltrain lr-find --steps {}: expected 3 or more", options.steps));
@@ -28,13 +30,17 @@ void check(const LrFindOptions& options) {
 
 double suggest_lr(const std::vector<LrFindPoint>& points) {
   if (points.empty()) return 0.0;
-  size_t lowest = 0;
-  for (size_t i = 1; i < points.size(); ++i)
+  // The first points' smoothed loss is an average of a few noisy steps, whose chance falls would
+  // make the steepest slope (at the lowest rates, where nothing is learnt): they are left out, as
+  // PyTorch Lightning's suggestion leaves out its first 10 (here at most a tenth of the points).
+  const size_t skipped = std::min<size_t>(kSkippedFirstPoints, points.size() / 10);
+  size_t lowest = skipped;
+  for (size_t i = skipped + 1; i < points.size(); ++i)
     if (points[i].smoothed_loss < points[lowest].smoothed_loss) lowest = i;
-  if (lowest < 2) return points[lowest].lr / 10.0;
-  size_t steepest = 1;
+  if (lowest < skipped + 2) return points[lowest].lr / 10.0;
+  size_t steepest = skipped + 1;
   double steepest_slope = std::numeric_limits<double>::infinity();
-  for (size_t i = 1; i <= lowest; ++i) {
+  for (size_t i = skipped + 1; i <= lowest; ++i) {
     const double slope = (points[i].smoothed_loss - points[i - 1].smoothed_loss) /
                          (std::log(points[i].lr) - std::log(points[i - 1].lr));
     if (slope < steepest_slope) steepest_slope = slope, steepest = i;

@@ -233,22 +233,26 @@ void check_num_classes(const config::LoadedConfig& loaded) {
                                            classes - 1, classes));
 }
 
-data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train, data::Shard shard) {
+void check_batch_fits(const config::LoadedConfig& loaded, int64_t train_images, int64_t processes) {
   // An optimizer step takes K micro-batches: the loader serves K * batch_size images at a time.
+  const int64_t accumulation = loaded.config.optim.accumulation_steps;
+  if (train_images >= loaded.config.data.batch_size * accumulation * processes) return;
+  std::string why = accumulation == 1
+                        ? fmt::format("larger than the training set ({} images); use a smaller batch", train_images)
+                        : fmt::format("times optim.accumulation_steps ({}) is larger than the training set ({} "
+                                      "images); use a smaller batch or fewer accumulation steps",
+                                      accumulation, train_images);
+  if (processes > 1)
+    why = fmt::format("times {} processes times optim.accumulation_steps ({}) is larger than the training set ({} "
+                      "images); use a smaller batch",
+                      processes, accumulation, train_images);
+  throw config::config_error(loaded, "data.batch_size", why);
+}
+
+data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train, data::Shard shard) {
+  check_batch_fits(loaded, train.size(), shard.count);
   config::DataSection step_data = loaded.config.data;
   step_data.batch_size *= loaded.config.optim.accumulation_steps;
-  if (train.size() < step_data.batch_size * shard.count) {
-    std::string why = loaded.config.optim.accumulation_steps == 1
-                          ? fmt::format("larger than the training set ({} images); use a smaller batch", train.size())
-                          : fmt::format("times optim.accumulation_steps ({}) is larger than the training set ({} "
-                                        "images); use a smaller batch or fewer accumulation steps",
-                                        loaded.config.optim.accumulation_steps, train.size());
-    if (shard.count > 1)
-      why = fmt::format("times {} processes times optim.accumulation_steps ({}) is larger than the training set ({} "
-                        "images); use a smaller batch",
-                        shard.count, loaded.config.optim.accumulation_steps, train.size());
-    throw config::config_error(loaded, "data.batch_size", why);
-  }
   return data::TrainLoader(train, step_data, static_cast<uint64_t>(loaded.config.run.seed), shard);
 }
 

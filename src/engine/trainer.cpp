@@ -86,6 +86,11 @@ void check_numerics(const config::RunConfig& config, const StepTotals& totals, i
   }
 }
 
+/// A value of `metric` as the log shows it: "18.90%" (test_acc), "0.1550" (test_loss).
+std::string metric_text(config::BestMetric metric, double value) {
+  return metric == config::BestMetric::test_acc ? fmt::format("{:.2f}%", 100.0 * value) : fmt::format("{:.4f}", value);
+}
+
 nlohmann::json result_json(const TrainResult& r) {
   // Byte counts the device does not keep (the CPU's) are null, not a number.
   const auto bytes = [](int64_t count) { return count < 0 ? nlohmann::json() : nlohmann::json(count); };
@@ -225,6 +230,83 @@ StartPoint choose_start(const config::LoadedConfig& loaded) {
   return start;
 }
 
+/// Where a resumed run picks up in a run of `steps_per_epoch` steps per epoch: the step, the epoch
+/// it falls in and the steps of that epoch done, and whether that epoch's end (its evaluation, its
+/// metrics row) came at this step. Taken from the step alone, so that a run whose epoch was cut
+/// short by run.max_steps, or which now has another run.max_steps or run.epochs, goes on from
+/// where it stood.
+struct ResumePoint {
+  int64_t step = 0;
+  int64_t epoch = 1;  // the epoch the next step (or the pending evaluation) belongs to
+  int64_t index = 0;  // steps of that epoch done
+  bool epoch_ended = false;
+};
+
+ResumePoint resume_point(const FoundCheckpoint& found, int64_t steps_per_epoch) {
+  const CheckpointMeta& meta = found.checkpoint.meta;
+  ResumePoint point;
+  point.step = meta.step;
+  // Checkpoints written at an epoch's end say so; those of earlier versions have no steps of the
+  // next epoch done there (even where run.max_steps cut that epoch short).
+  const nlohmann::json ended = meta.progress.value("epoch_ended", nlohmann::json(meta.epoch_steps_done == 0));
+  if (!ended.is_boolean())
+    throw DataError(fmt::format("{}: its training progress holds a value of the wrong type; use an earlier checkpoint",
+                                found.file.string()));
+  point.epoch_ended = ended.get<bool>() || meta.step == 0;
+  if (!point.epoch_ended && meta.step % steps_per_epoch == 0) {
+    // The last step of an epoch, before its evaluation: the resumed run evaluates it.
+    point.epoch = meta.step / steps_per_epoch;
+    point.index = steps_per_epoch;
+  } else {
+    point.epoch = meta.step / steps_per_epoch + 1;
+    point.index = meta.step % steps_per_epoch;
+  }
+  return point;
+}
+
+/// Whether run.max_steps, not run.epochs, sets where the run ends.
+bool ended_by_max_steps(const config::RunConfig& config, int64_t steps_per_epoch) {
+  return config.run.max_steps > 0 && config.run.max_steps < config.run.epochs * steps_per_epoch;
+}
+
+/// "run.epochs 3 of 78 steps" or "run.max_steps 100": what sets the run's length.
+std::string length_text(const config::RunConfig& config, int64_t steps_per_epoch) {
+  return ended_by_max_steps(config, steps_per_epoch)
+             ? fmt::format("run.max_steps {}", config.run.max_steps)
+             : fmt::format("run.epochs {} of {} steps", config.run.epochs, steps_per_epoch);
+}
+
+/// ConfigError naming run.max_steps (or run.epochs) when the checkpoint a run resumes from is past
+/// the steps the config runs: one line before anything is written, with the setting that goes on.
+void check_steps_left(const config::LoadedConfig& loaded, const StartPoint& start, int64_t steps_per_epoch) {
+  if (!start.resume) return;
+  const config::RunConfig& config = loaded.config;
+  const int64_t total = total_steps_of(config, steps_per_epoch);
+  const int64_t step = start.resume->checkpoint.meta.step;
+  if (step <= total) return;
+  const bool by_max_steps = ended_by_max_steps(config, steps_per_epoch);
+  const int64_t epochs_needed = step / steps_per_epoch + 1;
+  const std::string go_on =
+      by_max_steps ? fmt::format("set run.max_steps above {} (0: no limit){}", step,
+                                 config.run.epochs < epochs_needed
+                                     ? fmt::format(" and run.epochs to {} or more", epochs_needed)
+                                     : std::string())
+                   : fmt::format("set run.epochs to {} or more", epochs_needed);
+  throw config::config_error(
+      loaded, by_max_steps ? "run.max_steps" : "run.epochs",
+      fmt::format("{} is at step {}, past the {} steps this config runs ({}); {} to train further, or start a new "
+                  "run (checkpoint.resume \"none\")",
+                  start.resume->file.string(), step, total, length_text(config, steps_per_epoch), go_on));
+}
+
+/// The config as a run directory's config.json keeps it: checkpoint.resume says how one process
+/// started, not what the run is, so the file holds "none" (run again, it starts a new run).
+nlohmann::json saved_config_json(const config::RunConfig& config) {
+  nlohmann::json saved = config::to_json(config);
+  saved["checkpoint"]["resume"] = config::CheckpointSection{}.resume;
+  return saved;
+}
+
 /// Warns of each setting that changed since `saved` (a checkpoint's config) and changes what the
 /// run computes: where it writes, how often it logs or checkpoints, and checkpoint.resume itself
 /// are no news.
@@ -245,12 +327,6 @@ bool any_rank(dist::Group& group, bool value, const torch::Device& device) {
   torch::Tensor flag = torch::full({1}, value ? 1 : 0, torch::TensorOptions().dtype(torch::kInt32).device(device));
   group.all_reduce_sum({flag}).wait();
   return flag.item<int32_t>() > 0;
-}
-
-/// True on every rank when a stop was requested on any (with a group: a collective, every rank
-/// calls it at the same point).
-bool stop_requested_anywhere(dist::Group* group, const torch::Device& device) {
-  return group ? any_rank(*group, interrupt::stop_requested(), device) : interrupt::stop_requested();
 }
 
 /// What stopped this process: "signal 15", or "a signal to another process" on a rank that stops
@@ -287,6 +363,9 @@ class Trainer {
   void restore_or_share_weights();
   void open_run_directory();
   void log_start() const;
+  /// The run's time after set-up so far: its earlier processes' up to the checkpoint this one
+  /// resumed from, and this process's.
+  double run_elapsed() const { return sums_.wall_seconds + seconds_since(run_start_); }
 
   // ---- Epochs ----
   void train_epoch(int64_t epoch);
@@ -308,11 +387,21 @@ class Trainer {
   void end_epoch(int64_t epoch, bool last_epoch, const std::optional<EvalResult>& evaluation, bool new_best);
 
   // ---- Checkpoints and the end ----
-  /// A checkpoint of the state after step_: `epochs_done` whole epochs and `steps_done` of the next.
-  void write_checkpoint(const fs::path& file, int64_t epochs_done, int64_t steps_done,
+  /// A checkpoint of the state after step_, in `epoch`; `epoch_ended`: after that epoch's end
+  /// (its evaluation and metrics row), which may come before its last step (run.max_steps).
+  void write_checkpoint(const fs::path& file, int64_t epoch, bool epoch_ended,
                         const std::map<std::string, double>& values);
-  [[noreturn]] void stop_for_signal(const fs::path& file) const;
-  TrainResult summarize();
+  /// Whether the loop stops at this step: a stop signal, or a console that refused a write (with
+  /// several processes: on any of them; a collective then).
+  bool stop_due(bool collective) const;
+  /// After the checkpoint `file`: Interrupted (exit code 130) for a signal, RunError (exit code 4)
+  /// for a console that refused a write. `last`: the run's last step and evaluation were done, only
+  /// its summary is left.
+  [[noreturn]] void stop_for_signal(const fs::path& file, bool last = false) const;
+  /// The run's results from the sums; `write`: also logged ("done: ...") and in summary.json.
+  TrainResult summarize(bool write = true);
+  /// Whether summary.json of a run whose checkpoint is at its last step exists (rank 0's answer).
+  bool summary_written();
 
   Run& run_;
   const config::RunConfig& config_;
@@ -326,6 +415,7 @@ class Trainer {
   double resumed_train_seconds_ = 0.0;  // sums_'s training time when this process took over
   int64_t first_epoch_ = 1, first_index_ = 0, step_ = 0;  // where the loop begins; step_ then counts
   int64_t resumed_at_step_ = 0;                          // where this process began
+  bool ended_at_start_ = false;  // the epoch's end (evaluation, metrics row) came at the resumed step
   int64_t batch_side_ = 0;                               // the last epoch's side of training images
   std::optional<Ema> ema_;                 // optim.ema_decay
   // Optional only to be destroyed before the group closes (see train()).
@@ -378,27 +468,54 @@ TrainResult Trainer::train_to_the_end() {
   evaluator_.emplace(run_.model(), run_.eval_loader(), config_, run_.group());
   // A stop asked for during set-up ends the run here, before anything is written.
   if (hooks_.after_setup) hooks_.after_setup();
-  if (stop_requested_anywhere(run_.group(), run_.device()))
+  if (stop_due(true)) {
+    if (const std::optional<files::WriteError> console = log::console_failure())
+      throw RunError(fmt::format("{} during set-up, before step {}; nothing was written: run the same command again "
+                                 "with its output going where it can be written",
+                                 console->what(), step_ + 1));
     throw Interrupted(fmt::format("stopped by {} during set-up, before step {}; nothing was written: run the same "
                                   "command again",
                                   stop_cause(), step_ + 1));
+  }
+  result_.epochs = std::min(ended_at_start_ ? epochs_of(step_, steps_per_epoch_) : first_epoch_ - 1, epochs_);
+  // A run resumed at its last step after that step's evaluation has nothing left to train: where
+  // its summary was written, one line and nothing written; else (stopped after its last
+  // evaluation) it writes the summary.
+  const bool nothing_left = start_.resume && step_ == total_steps_ && ended_at_start_;
+  if (nothing_left && summary_written()) {
+    result_.run_dir = start_.run_dir;
+    result_.startup_seconds = std::chrono::duration<double>(std::chrono::system_clock::now() - started_).count();
+    run_start_ = Clock::now();
+    const TrainResult result = summarize(/*write=*/false);
+    nlohmann::json fields = result_json(result);
+    fields["event"] = "done";  // for --json's readers, as at the end of a run
+    const log::JsonFields json_fields(fields);
+    spdlog::info("nothing to train: {} is at step {}, the end of this run ({}), and the run's summary is written; "
+                 "raise run.max_steps or run.epochs to train further",
+                 start_.resume->file.string(), step_, length_text(config_, steps_per_epoch_));
+    return result;
+  }
   open_run_directory();
   log_start();
 
   if (run_.main_process()) {
     metrics_.emplace(run_dir_, config_.run.tensorboard);
-    provenance_ = io::provenance(run_.loaded().files, config::to_json(config_), started_);
-    metrics_->write_run(first_epoch_, step_, provenance_, config::to_json(config_));
+    const nlohmann::json saved_config = saved_config_json(config_);
+    provenance_ = io::provenance(run_.loaded().files, saved_config, started_);
+    metrics_->write_run(first_epoch_, step_, provenance_, saved_config);
   }
   progress_.emplace(run_.console_process() && stderr_is_terminal() && !log::json_console());
   result_.run_dir = run_dir_;
-  result_.epochs = std::min(first_epoch_ - 1, epochs_);
   result_.startup_seconds = std::chrono::duration<double>(std::chrono::system_clock::now() - started_).count();
   run_start_ = Clock::now();
   // A run resumed from its early stop's checkpoint stays stopped (unless the patience grew).
   stopped_early_ = early_stop_due() && first_epoch_ <= epochs_;
+  if (nothing_left)
+    spdlog::info("{} is at step {}, the end of this run ({}), after its last evaluation: nothing left to train; "
+                 "writing the run's summary",
+                 start_.resume->file.string(), step_, length_text(config_, steps_per_epoch_));
   try {
-    for (int64_t epoch = first_epoch_; epoch <= epochs_ && !stopped_early_; ++epoch) {
+    for (int64_t epoch = first_epoch_; !nothing_left && epoch <= epochs_ && !stopped_early_; ++epoch) {
       train_epoch(epoch);
       bool new_best = false;
       const std::optional<EvalResult> evaluation = evaluate(epoch, epoch == epochs_, new_best);
@@ -406,11 +523,11 @@ TrainResult Trainer::train_to_the_end() {
       // An early stop ends the run as its last epoch would: checkpoint, then the summary.
       end_epoch(epoch, epoch == epochs_ || stopped_early_, evaluation, new_best);
       if (stopped_early_)
-        spdlog::info("early stop after epoch {} of {}: {} has not improved by more than {:g} in {} evaluations "
-                     "(best {:.4f}, epoch {})",
+        spdlog::info("early stop after epoch {} of {}: {} has not improved on its best, {} at epoch {}, by more "
+                     "than {:g} in {} evaluations",
                      epoch, epochs_, config::to_string(config_.run.early_stop_metric),
-                     config_.run.early_stop_min_delta, sums_.evaluations_without_improvement, sums_.early_stop_best,
-                     sums_.early_stop_best_epoch);
+                     metric_text(config_.run.early_stop_metric, sums_.early_stop_best), sums_.early_stop_best_epoch,
+                     config_.run.early_stop_min_delta, sums_.evaluations_without_improvement);
     }
   } catch (const c10::Error& error) {
     if (compat::is_out_of_memory(error)) throw out_of_memory_error(config_, error);
@@ -444,9 +561,11 @@ void Trainer::restore_or_share_weights() {
           start_.resume->file.string()));
     }
     resumed_train_seconds_ = sums_.train_seconds + sums_.epoch_seconds;
-    first_epoch_ = checkpoint.meta.epoch + 1;
-    first_index_ = checkpoint.meta.epoch_steps_done;
-    step_ = checkpoint.meta.step;
+    const ResumePoint point = resume_point(*start_.resume, steps_per_epoch_);
+    first_epoch_ = point.epoch;
+    first_index_ = point.index;
+    ended_at_start_ = point.epoch_ended;
+    step_ = point.step;
     resumed_at_step_ = step_;
   }
   if (dist::Group* group = run_.group()) {
@@ -496,7 +615,7 @@ void Trainer::open_run_directory() {
       throw RunError(fmt::format("{}: cannot create the run folder ({}); set run.out_dir to a writable folder",
                                  run_dir_.string(), error.message()));
     // Rows written after the checkpoint (or by an attempt without one) will be written again.
-    io::truncate_metrics(run_dir_, step_, /*epoch_row_at_step_kept=*/first_index_ == 0);
+    io::truncate_metrics(run_dir_, step_, /*epoch_row_at_step_kept=*/ended_at_start_);
   }
   if (run_.group() && main_process) run_.group()->all_gather_text("run_dir", run_dir_.string());
   checkpoint_dir_ = run_dir_ / "checkpoints";
@@ -509,7 +628,7 @@ void Trainer::open_run_directory() {
   for (const fs::path& folder : {run_dir_, checkpoint_dir_})
     for (const fs::path& file : files::remove_stale_temporaries(folder))
       spdlog::info("removed {}: an unfinished write of a process that no longer runs", file.string());
-  io::write_text_file(run_dir_ / "config.json", config::to_json(config_).dump(2) + "\n");
+  io::write_text_file(run_dir_ / "config.json", saved_config_json(config_).dump(2) + "\n");
 }
 
 void Trainer::log_start() const {
@@ -520,8 +639,9 @@ void Trainer::log_start() const {
   if (const std::string limits = describe_gpu_limits(device, run_.gpu_memory_limit()); !limits.empty())
     spdlog::info("GPU limits: {}", limits);
   if (start_.resume) {
-    spdlog::info("resuming from {}: step {}, epoch {} ({} of its {} steps done)", start_.resume->file.string(), step_,
-                 first_epoch_, first_index_, steps_per_epoch_);
+    spdlog::info("resuming from {}: step {}, epoch {} ({} of its {} steps done); {} steps to go",
+                 start_.resume->file.string(), step_, first_epoch_, first_index_, steps_per_epoch_,
+                 total_steps_ - step_);
     warn_of_changed_settings(start_.resume->checkpoint.meta.config, config_);
     if (start_.run_dir.empty()) {
       const std::string resumed_name = saved_run_name(start_.resume->checkpoint);
@@ -587,7 +707,7 @@ void Trainer::train_epoch(int64_t epoch) {
     if (hooks_.after_step) hooks_.after_step(step_);
     const bool last_of_epoch = index + 1 == epoch_steps;
     // Several processes act on a signal together, at the next log interval, where they agree.
-    const bool stop = !run_.group() && interrupt::stop_requested();
+    const bool stop = !run_.group() && stop_due(false);
     // Steps checkpoints inside the epoch; one at its last step waits for the evaluation.
     const bool periodic_checkpoint =
         config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0 && !last_of_epoch;
@@ -604,7 +724,7 @@ void Trainer::train_epoch(int64_t epoch) {
 void Trainer::end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps, bool stop, bool periodic_checkpoint) {
   const StepTotals totals = train_step_->take_totals();
   log_interval_ended_ = true;
-  if (run_.group()) stop = stop_requested_anywhere(run_.group(), run_.device());
+  if (run_.group()) stop = stop_due(true);
   const double interval_seconds = seconds_since(interval_start_);
   interval_start_ = Clock::now();
   sums_.epoch_seconds += interval_seconds;
@@ -622,7 +742,7 @@ void Trainer::end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps
                                        {"train_loss", totals.mean_loss()},
                                        {"train_acc", totals.accuracy()},
                                        {"img_per_s", images_per_second},
-                                       {"elapsed_s", seconds_since(run_start_)}};
+                                       {"elapsed_s", run_elapsed()}};
   if (run_.scaler().enabled()) {
     values["loss_scale"] = totals.loss_scale;
     values["skipped_steps"] = static_cast<double>(totals.skipped_steps);
@@ -638,7 +758,7 @@ void Trainer::end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps
   if (stop || periodic_checkpoint) {
     progress_->clear();
     const fs::path file = checkpoint_dir_ / checkpoint_file_name(step_);
-    write_checkpoint(file, epoch - 1, index + 1, values);
+    write_checkpoint(file, epoch, /*epoch_ended=*/false, values);
     if (run_.main_process()) prune_checkpoints(checkpoint_dir_, config_.checkpoint.keep_last);
     if (stop) stop_for_signal(file);
   }
@@ -662,6 +782,7 @@ void Trainer::show_early_progress(int64_t epoch, int64_t index, int64_t epoch_st
 std::optional<EvalResult> Trainer::evaluate(int64_t epoch, bool last_epoch, bool& new_best) {
   new_best = false;
   if (!due(epoch, config_.run.eval_every_epochs, last_epoch)) return std::nullopt;
+  if (hooks_.before_evaluation) hooks_.before_evaluation(epoch);
   std::optional<Ema::Applied> averaged;  // with optim.ema_decay: evaluate the average
   if (ema_) averaged.emplace(*ema_);
   // Without SyncBatchNorm each rank's running statistics are its own: all evaluate (and rank 0
@@ -714,7 +835,7 @@ void Trainer::end_epoch(int64_t epoch, bool last_epoch, const std::optional<Eval
                                              {"train_loss", sums_.epoch.mean_loss()},
                                              {"train_acc", sums_.epoch.accuracy()},
                                              {"img_per_s", epoch_images_per_second},
-                                             {"elapsed_s", seconds_since(run_start_)}};
+                                             {"elapsed_s", run_elapsed()}};
   std::string test_text;
   if (run_.scaler().enabled()) {
     epoch_values["loss_scale"] = sums_.last_scale;
@@ -732,47 +853,73 @@ void Trainer::end_epoch(int64_t epoch, bool last_epoch, const std::optional<Eval
     const log::JsonFields json_fields(fields);  // this line's only: the checkpoint lines below are not the epoch's
     spdlog::info("epoch {}/{} | train loss {:.4f} acc {:.2f}%{} | {:.0f} img/s | {} elapsed", epoch, epochs_,
                  sums_.epoch.mean_loss(), 100.0 * sums_.epoch.accuracy(), test_text, epoch_images_per_second,
-                 format_duration(seconds_since(run_start_)));
+                 format_duration(run_elapsed()));
   }
   if (metrics_) metrics_->write({"epoch", epoch, step_, epoch_values});
 
-  const bool stop = stop_requested_anywhere(run_.group(), run_.device());
+  const bool stop = stop_due(true);
   sums_.epoch = StepTotals();
   sums_.epoch_seconds = 0.0;
   const fs::path file = checkpoint_dir_ / checkpoint_file_name(step_);
   if (due(epoch, config_.checkpoint.every_epochs, last_epoch) || stop ||
       (config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0)) {
-    write_checkpoint(file, epoch, 0, epoch_values);
+    write_checkpoint(file, epoch, /*epoch_ended=*/true, epoch_values);
     if (run_.main_process()) prune_checkpoints(checkpoint_dir_, config_.checkpoint.keep_last);
   }
-  if (new_best) write_checkpoint(checkpoint_dir_ / kBestCheckpointName, epoch, 0, epoch_values);
+  if (new_best) write_checkpoint(checkpoint_dir_ / kBestCheckpointName, epoch, /*epoch_ended=*/true, epoch_values);
   log::throw_if_file_failed();
-  if (stop && !last_epoch) stop_for_signal(file);
+  // After the last epoch too: the signal's exit code, with the checkpoint of the finished run.
+  if (stop) stop_for_signal(file, last_epoch);
 }
 
-void Trainer::write_checkpoint(const fs::path& file, int64_t epochs_done, int64_t steps_done,
+void Trainer::write_checkpoint(const fs::path& file, int64_t epoch, bool epoch_ended,
                                const std::map<std::string, double>& values) {
   if (!run_.main_process()) return;
+  // The steps of `epoch` done; an epoch that ended with all of them done is a whole one.
+  const int64_t done = step_ - (epoch - 1) * steps_per_epoch_;
+  const bool whole = epoch_ended && done == steps_per_epoch_;
   CheckpointMeta meta;
-  meta.epoch = epochs_done;
+  meta.epoch = whole ? epoch : epoch - 1;
   meta.step = step_;
-  meta.epoch_steps_done = steps_done;
+  meta.epoch_steps_done = whole ? 0 : done;
   meta.config = config::to_json(config_);
   meta.progress = sums_.to_json();
-  meta.progress["wall_seconds"] = sums_.wall_seconds + seconds_since(run_start_);
+  meta.progress["wall_seconds"] = run_elapsed();
+  meta.progress["epoch_ended"] = epoch_ended;
   for (const auto& [key, value] : values) meta.metrics[key] = value;
   save_checkpoint(file, *run_.model(), &run_.optimizer(), &run_.scaler(), meta,
                   ema_ ? ema_->weights() : NamedTensors{});
   spdlog::info("checkpoint {}", file.string());
 }
 
-void Trainer::stop_for_signal(const fs::path& file) const {
-  throw Interrupted(fmt::format("stopped by {} after step {}; checkpoint {} written: run the same command with "
-                                "--set checkpoint.resume=auto (or ={}) to continue",
-                                stop_cause(), step_, file.string(), file.string()));
+bool Trainer::stop_due(bool collective) const {
+  const bool here = interrupt::stop_requested() || log::console_failure().has_value();
+  return collective && run_.group() ? any_rank(*run_.group(), here, run_.device()) : here;
 }
 
-TrainResult Trainer::summarize() {
+void Trainer::stop_for_signal(const fs::path& file, bool last) const {
+  const std::string where =
+      last ? fmt::format("after the last step ({}) and its evaluation", step_) : fmt::format("after step {}", step_);
+  const std::string next = last ? "to write the run's summary" : "to continue";
+  // Standard output that refused a write (a closed pipe, a full disk) stops the run as a signal
+  // does, with exit code 4 (a RunError: the run's own files are fine).
+  if (const std::optional<files::WriteError> console = log::console_failure())
+    throw RunError(fmt::format("{}: the run stopped {}; checkpoint {} written: once the output goes where it can be "
+                               "written, the same command with --set checkpoint.resume=auto {}",
+                               console->what(), where, file.string(), next));
+  throw Interrupted(fmt::format("stopped by {} {}; checkpoint {} written: run the same command with --set "
+                                "checkpoint.resume=auto (or ={}) {}",
+                                stop_cause(), where, file.string(), file.string(), next));
+}
+
+bool Trainer::summary_written() {
+  const bool here = !start_.run_dir.empty() && fs::exists(start_.run_dir / "summary.json");
+  // Rank 0 alone writes the run directory: its answer holds for every rank.
+  if (dist::Group* group = run_.group()) return group->all_gather_text("summary_written", here ? "1" : "0")[0] == "1";
+  return here;
+}
+
+TrainResult Trainer::summarize(bool write) {
   TrainResult result = result_;
   result.steps = step_;
   result.final_test_accuracy = sums_.final_test_accuracy;
@@ -791,6 +938,7 @@ TrainResult Trainer::summarize() {
           : 0.0;
   result.peak_memory_bytes = compat::peak_memory_bytes(run_.device());
   result.peak_reserved_bytes = compat::peak_reserved_bytes(run_.device());
+  if (!write) return result;
   // A resumed run's times are the whole run's; this process's share follows them.
   const std::string this_process =
       result.resumed_at_step == 0
@@ -801,11 +949,17 @@ TrainResult Trainer::summarize() {
   nlohmann::json fields = result_json(result);
   fields["event"] = "done";
   const log::JsonFields json_fields(fields);
-  spdlog::info("done: {} epoch(s), {} steps in {} (training {}; set-up before them {}{}) | test accuracy {:.2f}%, "
-               "best {:.2f}% (epoch {}) | {:.0f} img/s",
+  // Early stopping on the test loss names that best too, each best with its metric.
+  const std::string test_loss =
+      config_.run.early_stop_metric == config::BestMetric::test_loss
+          ? fmt::format(" | test loss {:.4f} (best {:.4f}, epoch {})", result.final_test_loss, sums_.early_stop_best,
+                        sums_.early_stop_best_epoch)
+          : "";
+  spdlog::info("done: {} epoch(s), {} steps in {} (training {}; set-up before them {}{}) | test accuracy {:.2f}% "
+               "(best {:.2f}%, epoch {}){} | {:.0f} img/s",
                result.epochs, result.steps, format_duration(result.wall_seconds),
                format_duration(result.train_seconds), format_duration(result.startup_seconds), this_process,
-               100.0 * result.final_test_accuracy, 100.0 * result.best_test_accuracy, result.best_epoch,
+               100.0 * result.final_test_accuracy, 100.0 * result.best_test_accuracy, result.best_epoch, test_loss,
                result.images_per_second);
   if (run_.main_process()) {
     nlohmann::json summary = result_json(result);
@@ -839,6 +993,7 @@ RunPlan plan_run(const config::LoadedConfig& loaded) {
   plan.steps_per_epoch = run.train_loader().batches_per_epoch();
   plan.total_steps = total_steps_of(run.config(), plan.steps_per_epoch);
   plan.epochs = epochs_of(plan.total_steps, plan.steps_per_epoch);
+  check_steps_left(loaded, start, plan.steps_per_epoch);
   if (start.resume) {
     plan.resume_from = start.resume->file;
     plan.resume_step = start.resume->checkpoint.meta.step;
@@ -854,7 +1009,8 @@ std::string to_text(const config::RunConfig& config, const RunPlan& plan) {
                      plan.steps_per_epoch, plan.images_per_step, plan.total_steps, plan.epochs,
                      plan.resume_from.empty()
                          ? ""
-                         : fmt::format(", resuming from {} (step {})", plan.resume_from.string(), plan.resume_step),
+                         : fmt::format(", resuming from {} (step {}: {} to go)", plan.resume_from.string(),
+                                       plan.resume_step, plan.total_steps - plan.resume_step),
                      plan.device);
 }
 
@@ -868,6 +1024,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   parts.data_parallel = true;
   parts.weights_from_caller = start.resume.has_value();  // a resumed run takes the checkpoint's weights
   Run run(loaded, parts);
+  check_steps_left(loaded, start, run.train_loader().batches_per_epoch());
   Trainer trainer(run, std::move(start), hooks, started);
   return trainer.train();
 }

@@ -24,7 +24,8 @@ struct StepBenchResult {
   int64_t steps = 0;   ///< timed steps per round
   int64_t rounds = 1;  ///< timed rounds of `steps` steps, one after another in the same run
   double seconds = 0.0;  ///< all rounds
-  /// Images per second of each round, in order; images_per_second and ms_per_step are the median round's.
+  /// Images per second of each round, in order; images_per_second and ms_per_step are those of the
+  /// rounds' median time (of an even count of rounds, the mean of the middle two).
   std::vector<double> round_images_per_second;
   double ms_per_step = 0.0;
   /// Host time to issue the timed steps, before the final sync, per step. Close to ms_per_step

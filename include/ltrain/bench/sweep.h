@@ -20,6 +20,7 @@
 //    "batch_search": {"start": 256, "factor": 2, "memory_fraction": 0.9, "max": 65536, "refine": 3}}
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -27,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ltrain/config/load.h"
 #include "ltrain/config/sweep_spec.h"
 
 namespace ltrain::bench {
@@ -67,6 +69,9 @@ class BatchSearchPlan {
 };
 
 struct SweepResult {
+  /// False while the sweep runs, and for one that was stopped (a signal, a time limit) before its
+  /// last point: results.json says so ("finished"), results.md opens with it.
+  bool finished = true;
   /// io::provenance of the sweep: the sweep file, the base config and the files it extends, and
   /// the SHA-256 of the base resolved with the sweep's "set" and --set (each point adds its grid
   /// values; null when that alone does not resolve). Null for a result not made by run_sweep.
@@ -91,24 +96,40 @@ struct SweepPlan {
 /// overrides of sweep keys among `overrides`), and every point as a config (the base config, its
 /// "set", the run config overrides among `overrides`, the point's settings; with batch_search at
 /// its start batch); `on_this_machine`, also what this machine must offer each point's run
-/// (engine::check_device_support: its device, fp16 or TF32 there). ConfigError naming the file and
-/// what is wrong, or the first point that is no valid config or cannot run here, its settings and why.
+/// (engine::check_device_support: its device, fp16 or TF32 there; a CUDA device for a batch
+/// search) and a batch no larger than the training set (the data read once). ConfigError naming
+/// the file and what is wrong, or every point that is no valid config or cannot run here, a line
+/// for each with its settings and why; DataError when the data cannot be read.
 SweepPlan plan_sweep(const std::filesystem::path& sweep_file, const std::vector<std::string>& overrides = {},
                      bool on_this_machine = false);
 
-/// Runs the sweep described by `sweep_file`; points' run directories (mode train) go under
-/// `out_dir`/runs, which is created first (ConfigError when it cannot be), unless the file's "set"
-/// or `overrides` set run.out_dir. `overrides` (--set) of sweep keys apply to the file, the others
-/// to every point after the file's "set". The results files (write_sweep_results) are rewritten
-/// as the points finish, so a sweep cut short keeps what it measured; unless `fresh`, a point
-/// whose key (SweepPoint::key) matches a finished row of `out_dir`/results.json is taken from
-/// there instead of being run again. ConfigError naming the file for a sweep file
-/// config::load_sweep refuses, or a point that sets optim.lr with scale_lr_with.
-SweepResult run_sweep(const std::filesystem::path& sweep_file, const std::filesystem::path& out_dir,
-                      const std::vector<std::string>& overrides = {}, bool fresh = false);
+/// Observers and stand-ins of a sweep (tests use them).
+struct SweepHooks {
+  /// Measures a bench point in place of timed steps on its device: the point's values (img_per_s,
+  /// memory_fraction, ...). A batch search then needs no CUDA device.
+  std::function<std::map<std::string, double>(const config::LoadedConfig& point)> measure;
+  /// After each point's row is written, with the number of rows.
+  std::function<void(int64_t rows)> after_point;
+};
 
-/// Writes results.csv, results.md and results.json (with the provenance) into `out_dir`; returns the
-/// Markdown table.
+/// Runs the sweep described by `sweep_file`; points' run directories (mode train) go under
+/// `out_dir`/runs/point-NNN-SETTINGS, which is created first (ConfigError when it cannot be),
+/// unless the file's "set" or `overrides` set run.out_dir. `overrides` (--set) of sweep keys apply
+/// to the file, the others to every point after the file's "set". First every point is checked as
+/// plan_sweep(on_this_machine) does: a ConfigError with a line for each point refused, before
+/// anything is written. The results files (write_sweep_results) are rewritten as each point (each
+/// batch of a search) finishes, so a sweep cut short keeps what it measured; unless `fresh`, a
+/// point whose key (SweepPoint::key) matches a finished row of `out_dir`/results.json is taken from
+/// there instead of being run again, so the same command continues a sweep, a batch search
+/// included. SIGINT or SIGTERM stops the point in progress at its next step and then the sweep:
+/// Interrupted (exit code 130), the results of the points before it written and marked unfinished.
+SweepResult run_sweep(const std::filesystem::path& sweep_file, const std::filesystem::path& out_dir,
+                      const std::vector<std::string>& overrides = {}, bool fresh = false,
+                      const SweepHooks& hooks = {});
+
+/// Writes results.csv, results.md and results.json (with the provenance and whether the sweep
+/// finished) into `out_dir`; returns the Markdown table (after a line saying so where the sweep
+/// did not finish).
 std::string write_sweep_results(const SweepResult& result, const std::filesystem::path& out_dir);
 
 }  // namespace ltrain::bench

@@ -5,6 +5,7 @@
 // are cut to kMaxShownChars characters.
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -68,12 +69,18 @@ std::string shown(const std::string& text);
 /// validates.
 LoadedConfig load_file(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
 
+/// Checks a caller adds to loading (what the device can run, say): a ConfigError it throws joins
+/// the config's own problems, so that one run names them all.
+using MoreChecks = std::function<void(const LoadedConfig&)>;
+
 /// load_file of several files merged in order, each with its "extends": a key a later file sets
 /// replaces an earlier file's (objects merge key by key, lists are replaced whole), then the
 /// overrides. `paths` holds at least one file; the last names the config in messages about keys
-/// left at their defaults.
+/// left at their defaults. Every value out of its type or limits, every check across keys that
+/// fails and `more_checks`' refusals (run on the config with such values at their defaults) come
+/// in one ConfigError, a line each.
 LoadedConfig load_files(const std::vector<std::filesystem::path>& paths,
-                        const std::vector<std::string>& overrides = {});
+                        const std::vector<std::string>& overrides = {}, const MoreChecks& more_checks = {});
 
 /// Builds a config from a JSON document (e.g. one saved in a run directory or a checkpoint).
 /// `source` names the document in error messages.

@@ -25,14 +25,17 @@ void install_stop_handlers();
 /// until the handlers exist (a signal that came meanwhile is delivered now).
 void unblock_stop_signals();
 
-/// True once SIGINT or SIGTERM arrived since the current StopRequests scope began.
+/// True once SIGINT or SIGTERM arrived since the current StopRequests scope began (false while
+/// none is alive: then a signal ends the process at once).
 bool stop_requested();
 
 /// The signal that asked to stop (0 if none).
 int stop_signal();
 
 /// While alive, SIGINT and SIGTERM are stop requests that its owner polls. Clears any earlier
-/// request when it begins (installing the handlers if main did not).
+/// request when it begins (installing the handlers if main did not). A scope made while another
+/// is alive (a training run inside a sweep) adds nothing: the outer scope's request holds, and
+/// signals stay requests until the outer one ends.
 class StopRequests {
  public:
   StopRequests();

@@ -3,9 +3,12 @@
 // message reaches the log file before the logging call returns; a write the system refuses is
 // kept (spdlog would only print it and go on) for throw_if_file_failed.
 #include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "ltrain/core/files.h"
 
 namespace ltrain::log {
 
@@ -25,6 +28,12 @@ void use_json_console();
 
 /// Whether use_json_console was called (since the last init_console).
 bool json_console();
+
+/// The first write of the JSON console that standard output refused (a pipe whose reader is gone,
+/// a full disk: "cannot write to standard output (Broken pipe)"), if any. The console's lines
+/// reach stdout before each logging call returns, so this holds from the first line lost; the
+/// training loop stops on it as on a signal, with a checkpoint (exit code 4).
+std::optional<files::WriteError> console_failure();
 
 /// Fields the JSON console adds to the messages logged on this thread while it lives.
 class JsonFields {

@@ -36,7 +36,8 @@ struct LrFindResult {
 /// process. ConfigError for options out of range, and what a run's start throws.
 LrFindResult find_lr(const config::LoadedConfig& loaded, const LrFindOptions& options);
 
-/// The lr where the smoothed loss falls fastest against log(lr), before its lowest point; a tenth
+/// The lr where the smoothed loss falls fastest against log(lr), before its lowest point, leaving
+/// out the first points (10, at most a tenth of them), whose few averaged steps are noise; a tenth
 /// of the lowest point's lr when it comes too early to tell.
 double suggest_lr(const std::vector<LrFindPoint>& points);
 

@@ -58,6 +58,10 @@ data::TrainTestSets load_data(const config::RunConfig& config, const torch::Devi
 /// data data.source names has classes (config::DataSection::classes; known before it is read).
 void check_num_classes(const config::LoadedConfig& loaded);
 
+/// ConfigError naming data.batch_size and its file when a training set of `train_images` holds
+/// fewer images than a global batch (data.batch_size x optim.accumulation_steps x `processes`).
+void check_batch_fits(const config::LoadedConfig& loaded, int64_t train_images, int64_t processes = 1);
+
 /// The training loader over `train`, serving optim.accumulation_steps micro-batches per batch
 /// (`shard`'s part of the global batch in a data-parallel run). ConfigError naming
 /// data.batch_size and its file when the set holds fewer images than a global batch.

@@ -45,6 +45,7 @@ struct TrainResult {
 struct TrainHooks {
   std::function<void()> after_setup;             ///< set-up done, before anything is written
   std::function<void(int64_t step)> after_step;  ///< after each optimizer step is enqueued
+  std::function<void(int64_t epoch)> before_evaluation;  ///< as an epoch's evaluation begins
 };
 
 /// A run as `ltrain train --dry-run` reports it.
@@ -76,10 +77,16 @@ RunPlan plan_run(const config::LoadedConfig& loaded);
 std::string to_text(const config::RunConfig& config, const RunPlan& plan);
 
 /// Trains as `loaded` says, writing logs, metrics, checkpoints and summary.json into a new run
-/// directory, or continuing one (checkpoint.resume). SIGINT/SIGTERM (interrupt::StopRequests) during
-/// set-up throw Interrupted before anything is written; during training they finish the step,
-/// write a checkpoint and throw Interrupted. Throws ConfigError, DataError or RunError for the
-/// user to act on; a file that cannot be written (files::WriteError) stops the run at once.
+/// directory, or continuing one (checkpoint.resume) to the steps this config runs (run.epochs,
+/// run.max_steps: raised since the checkpoint, the run goes on to them; below its step, a
+/// ConfigError before anything is written; at its step, after that step's evaluation, nothing is
+/// trained: one line, and the summary written where it is missing). SIGINT/SIGTERM
+/// (interrupt::StopRequests) during set-up throw Interrupted before anything is written; during
+/// training, and during an evaluation (the last one too), they finish the step or the evaluation,
+/// write a checkpoint and throw Interrupted. A JSON console (log::use_json_console) that refuses a
+/// write stops the run the same way, with a RunError (exit code 4). Throws ConfigError, DataError or
+/// RunError for the user to act on; a file that cannot be written (files::WriteError) stops the
+/// run at once.
 TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks = {});
 
 }  // namespace ltrain::engine
