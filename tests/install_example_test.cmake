@@ -82,7 +82,10 @@ endif()
 if(CUDA_COMPILER)  # a CUDA LibTorch's CMake files look for the toolkit: the one ltrain was built with
   get_filename_component(cuda_root "${CUDA_COMPILER}" DIRECTORY)
   get_filename_component(cuda_root "${cuda_root}" DIRECTORY)
-  list(APPEND configure_args "-DCMAKE_CUDA_COMPILER=${CUDA_COMPILER}" "-DCUDAToolkit_ROOT=${cuda_root}")
+  # CUDAToolkit_ROOT for CMake's FindCUDAToolkit, CUDA_TOOLKIT_ROOT_DIR for the older FindCUDA that
+  # torch's files still run, which otherwise takes the first nvcc on the PATH.
+  list(APPEND configure_args "-DCMAKE_CUDA_COMPILER=${CUDA_COMPILER}" "-DCUDAToolkit_ROOT=${cuda_root}"
+                             "-DCUDA_TOOLKIT_ROOT_DIR=${cuda_root}")
 endif()
 run("configuring the example" "${CMAKE_COMMAND}" ${configure_args})
 run("building the example" "${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
