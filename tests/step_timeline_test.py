@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/report/step_timeline.py on a made-up Chrome trace of two steps with two streams: the busy
 share, the idle stretches, the share of SMs with a block where kernels overlap (summed, at most
-all of them), the overlap, the kernel families' shares and the busiest stream; host events count
+all of them), the overlap, the kernel families' shares of SMs and of time and the busiest stream; host events count
 for nothing, and a kernel with neither blocks per SM nor a grid over a known SM count is refused.
 
     python3 tests/step_timeline_test.py      # exit 0 when all hold
@@ -24,18 +24,22 @@ EVENTS = [
     ("kernel", "sm90_xmma_wgrad_implicit_gemm_f16f16", 50, 100, 9, {"blocks per SM": 0.25}),
     ("kernel", "void ltrain::kernels::batch_norm_detail::backward_kernel<__half, 4>", 120, 40, 7, {"blocks per SM": 2.0}),
     ("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 200, 20, 7, {}),
-    ("kernel", "void ltrain::kernels::sgd_kernel<float>", 300, 100, 7, {"grid": [66, 1, 1]}),
+    ("kernel", "void ltrain::kernels::sgd_kernel<float>", 300, 60, 7, {"grid": [66, 1, 1]}),
+    ("kernel", "void at::native::reduce_kernel<512, 1>", 360, 40, 7, {"grid": [132, 1, 1]}),
     ("cuda_runtime", "cudaGraphLaunch", 0, 1000, 0, {}),
 ]
 EXPECTED = {
-    "kernels": 2.0,
+    "kernels": 2.5,
     "step_ms": 0.2,            # 400 us over 2 steps
     "busy": 0.7,               # [0,160] + [200,220] + [300,400] of 400
     "gaps_ms": 0.06,           # 40 + 80 us over 2 steps
     "gaps": 1.0,
-    "sm_share": 157.5 / 260,   # 25 + 37.5 + 5 + 30 (1.25 counts as 1) + 10 + 50 over 260 us of kernels
+    "sm_share": 177.5 / 260,   # 25 + 37.5 + 5 + 30 (1.25 counts as 1) + 10 + 30 + 40 over 260 us of kernels
     "sm_share_conv": 0.375,    # (0.5 * 100 + 0.25 * 100) / 200
     "sm_share_batch_norm": 1.0,
+    "time_conv": 200 / 340,    # of the kernels' summed time, 340 us
+    "time_batch_norm": 40 / 340,
+    "time_optimizer": 60 / 340,  # the reduction is none of the three
     "overlap": 0.2,            # [50,100] and [120,150] of 400
     "streams": 2,
     "critical_ms": 0.12,       # stream 7: 240 us over 2 steps

@@ -15,6 +15,9 @@ holds 5 steps and nothing else on the GPU):
                  time (over the kernels' own time where one kernel runs at a time)
   sm_share_conv, sm_share_batch_norm   the same over convolution and BatchNorm kernels alone,
                  weighted by each kernel's own time
+  time_conv, time_batch_norm, time_optimizer   each family's share of the kernels' summed time
+                 (the optimizer's: the update, the GradScaler's unscale and inf check); the rest is
+                 pooling, the loss, casts and copies
   overlap        share of the span in which two or more kernels run at once
   streams        the streams with kernels; critical_ms, the busiest stream's kernel time a step: the
                  step cannot be shorter with those kernels kept on those streams (the trace holds no
@@ -35,10 +38,15 @@ GPU_EVENT_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 # "cudnn" in their names too.
 BATCH_NORM_MARKS = ("batch_norm", "batchnorm", "bn_fw", "bn_bw")
 CONVOLUTION_MARKS = ("xmma", "nvjet", "gemm", "cutlass", "cudnn", "implicit_conv", "fprop", "dgrad", "wgrad")
+# ltrain's sgd_kernel and find_inf_kernel; LibTorch's fused and multi-tensor SGD and AdamW, and its
+# GradScaler's _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_.
+OPTIMIZER_MARKS = ("sgd", "adam", "find_inf", "multi_tensor", "amp_", "non_finite", "unscale")
 
 COLUMNS = (("kernels", "kernels", "{:.0f}"), ("step_ms", "step ms", "{:.3f}"), ("busy", "busy", "{:.0%}"),
            ("gaps_ms", "gaps ms", "{:.3f}"), ("gaps", "gaps", "{:.0f}"), ("sm_share", "SMs with a block", "{:.0%}"),
            ("sm_share_conv", "conv", "{:.0%}"), ("sm_share_batch_norm", "BatchNorm", "{:.0%}"),
+           ("time_conv", "conv time", "{:.0%}"), ("time_batch_norm", "BatchNorm time", "{:.0%}"),
+           ("time_optimizer", "optimizer time", "{:.0%}"),
            ("overlap", "2+ kernels", "{:.0%}"), ("streams", "streams", "{:.0f}"),
            ("critical_ms", "busiest stream ms", "{:.3f}"))
 
@@ -118,6 +126,11 @@ def weighted_share(kernels, sms):
     return sum(sm_fraction(e, sms) * e["dur"] for e in kernels) / time if time else float("nan")
 
 
+def time_share(family, kernels):
+    total = sum(e["dur"] for e in kernels)
+    return sum(e["dur"] for e in family) / total
+
+
 def summarize(events, steps, sms=None):
     kernels = [e for e in events if e.get("cat") == "kernel"]
     if not kernels:
@@ -133,6 +146,8 @@ def summarize(events, steps, sms=None):
         by_stream.setdefault(e.get("args", {}).get("stream", 0), []).append((e["ts"], e["ts"] + e["dur"]))
     batch_norm = [e for e in kernels if has_mark(e, BATCH_NORM_MARKS)]
     conv = [e for e in kernels if not has_mark(e, BATCH_NORM_MARKS) and has_mark(e, CONVOLUTION_MARKS)]
+    optimizer = [e for e in kernels if not has_mark(e, BATCH_NORM_MARKS + CONVOLUTION_MARKS)
+                 and has_mark(e, OPTIMIZER_MARKS)]
     return {
         "kernels": len(kernels) / steps,
         "step_ms": span / steps / 1000,
@@ -142,6 +157,9 @@ def summarize(events, steps, sms=None):
         "sm_share": filled / kernel_busy,
         "sm_share_conv": weighted_share(conv, sms),
         "sm_share_batch_norm": weighted_share(batch_norm, sms),
+        "time_conv": time_share(conv, kernels),
+        "time_batch_norm": time_share(batch_norm, kernels),
+        "time_optimizer": time_share(optimizer, kernels),
         "overlap": overlapped / span,
         "streams": len(by_stream),
         "critical_ms": max(union_length(v) for v in by_stream.values()) / steps / 1000,
