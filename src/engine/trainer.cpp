@@ -3,13 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
+#include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "early_stopping.h"
 #include "ltrain/amp/precision.h"
 #include "ltrain/core/files.h"
 #include "ltrain/core/interrupt.h"
@@ -18,14 +20,15 @@
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/dist/group.h"
 #include "ltrain/engine/checkpoint.h"
+#include "ltrain/engine/ema.h"
 #include "ltrain/engine/evaluator.h"
 #include "ltrain/engine/run.h"
-#include "ltrain/engine/setup.h"
 #include "ltrain/engine/train_step.h"
-#include "ltrain/engine/ema.h"
 #include "ltrain/io/provenance.h"
 #include "ltrain/io/run_files.h"
 #include "ltrain/optim/schedule.h"
+#include "resume.h"
+#include "run_report.h"
 
 namespace ltrain::engine {
 namespace {
@@ -42,18 +45,11 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+double seconds_since(std::chrono::system_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::system_clock::now() - start).count();
+}
+
 bool due(int64_t epoch, int64_t every, bool last) { return last || (every > 0 && epoch % every == 0); }
-
-/// The run's optimizer steps: run.epochs of `steps_per_epoch`, capped by run.max_steps.
-int64_t total_steps_of(const config::RunConfig& config, int64_t steps_per_epoch) {
-  const int64_t all = config.run.epochs * steps_per_epoch;
-  return config.run.max_steps > 0 ? std::min(config.run.max_steps, all) : all;
-}
-
-/// The epochs `total_steps` begin (the last one may be cut short by run.max_steps).
-int64_t epochs_of(int64_t total_steps, int64_t steps_per_epoch) {
-  return (total_steps + steps_per_epoch - 1) / steps_per_epoch;
-}
 
 /// Out-of-memory as a user error with what to try, as the GPU guides advise.
 RunError out_of_memory_error(const config::RunConfig& config, const std::exception& error) {
@@ -86,240 +82,12 @@ void check_numerics(const config::RunConfig& config, const StepTotals& totals, i
   }
 }
 
-/// A value of `metric` as the log shows it: "18.90%" (test_acc), "0.1550" (test_loss).
-std::string metric_text(config::BestMetric metric, double value) {
-  return metric == config::BestMetric::test_acc ? fmt::format("{:.2f}%", 100.0 * value) : fmt::format("{:.4f}", value);
-}
-
-nlohmann::json result_json(const TrainResult& r) {
-  // Byte counts the device does not keep (the CPU's) are null, not a number.
-  const auto bytes = [](int64_t count) { return count < 0 ? nlohmann::json() : nlohmann::json(count); };
-  return {{"run_dir", r.run_dir.string()},
-          {"epochs", r.epochs},
-          {"steps", r.steps},
-          {"final_test_accuracy", r.final_test_accuracy},
-          {"final_test_loss", r.final_test_loss},
-          {"best_test_accuracy", r.best_test_accuracy},
-          {"best_epoch", r.best_epoch},
-          {"train_seconds", r.train_seconds},
-          {"wall_seconds", r.wall_seconds},
-          {"startup_seconds", r.startup_seconds},
-          {"images_per_second", r.images_per_second},
-          {"stopped_early", r.stopped_early},
-          {"this_process",
-           {{"resumed_at_step", r.resumed_at_step},
-            {"steps", r.steps - r.resumed_at_step},
-            {"train_seconds", r.process_train_seconds},
-            {"wall_seconds", r.process_wall_seconds}}},
-          {"peak_memory_bytes", bytes(r.peak_memory_bytes)},
-          {"peak_reserved_bytes", bytes(r.peak_reserved_bytes)}};
-}
-
-/// What the loop accumulates beyond the model and optimizer; a checkpoint carries it (as JSON,
-/// whose numbers round-trip exactly) so that a resumed run continues the same sums.
-struct RunningSums {
-  StepTotals epoch;            // loss, hits and images of the epoch in progress
-  double epoch_seconds = 0.0;  // its time in training steps
-  double train_seconds = 0.0;  // time in training steps of the epochs before it
-  double wall_seconds = 0.0;   // the run's earlier processes' time after set-up, up to this checkpoint
-  double final_test_accuracy = 0.0;
-  double final_test_loss = 0.0;
-  double best_test_accuracy = 0.0;
-  int64_t best_epoch = 0;
-  double best_metric = 0.0;  // checkpoint.best_metric's value in best.ltc
-  bool has_best_metric = false;
-  double last_scale = 0.0;  // the GradScaler's scale and skipped steps at the last read (fp16)
-  int64_t skipped_steps = 0;
-  double early_stop_best = 0.0;  // run.early_stop_metric's best value, its epoch, evaluations since
-  int64_t early_stop_best_epoch = 0;
-  int64_t evaluations_without_improvement = 0;
-
-  nlohmann::json to_json() const {
-    return {{"epoch_loss_sum", number(epoch.loss_sum)}, {"epoch_correct", epoch.correct},
-            {"epoch_images", epoch.images},             {"epoch_seconds", number(epoch_seconds)},
-            {"train_seconds", number(train_seconds)},   {"final_test_accuracy", number(final_test_accuracy)},
-            {"final_test_loss", number(final_test_loss)}, {"best_test_accuracy", number(best_test_accuracy)},
-            {"best_epoch", best_epoch},                 {"best_metric", number(best_metric)},
-            {"has_best_metric", has_best_metric},       {"last_scale", number(last_scale)},
-            {"skipped_steps", skipped_steps},           {"wall_seconds", number(wall_seconds)},
-            {"early_stop_best", number(early_stop_best)}, {"early_stop_best_epoch", early_stop_best_epoch},
-            {"evaluations_without_improvement", evaluations_without_improvement}};
-  }
-  static RunningSums from_json(const nlohmann::json& j) {
-    RunningSums s;
-    s.epoch.loss_sum = number(j, "epoch_loss_sum");
-    s.epoch.correct = j.value("epoch_correct", int64_t{0});
-    s.epoch.images = j.value("epoch_images", int64_t{0});
-    s.epoch_seconds = number(j, "epoch_seconds");
-    s.train_seconds = number(j, "train_seconds");
-    s.final_test_accuracy = number(j, "final_test_accuracy");
-    s.final_test_loss = number(j, "final_test_loss");
-    s.best_test_accuracy = number(j, "best_test_accuracy");
-    s.best_epoch = j.value("best_epoch", int64_t{0});
-    s.best_metric = number(j, "best_metric");
-    s.has_best_metric = j.value("has_best_metric", false);
-    s.last_scale = number(j, "last_scale");
-    s.skipped_steps = j.value("skipped_steps", int64_t{0});
-    s.wall_seconds = number(j, "wall_seconds");
-    s.early_stop_best = number(j, "early_stop_best");
-    s.early_stop_best_epoch = j.value("early_stop_best_epoch", int64_t{0});
-    s.evaluations_without_improvement = j.value("evaluations_without_improvement", int64_t{0});
-    return s;
-  }
-
- private:
-  // JSON has no inf or NaN (a diverged run's test loss can be either): they travel as strings.
-  static nlohmann::json number(double value) {
-    if (std::isfinite(value)) return value;
-    return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
-  }
-  static double number(const nlohmann::json& j, const char* key) {
-    const nlohmann::json value = j.value(key, nlohmann::json(0.0));
-    if (value.is_number()) return value.get<double>();
-    const std::string text = value.is_string() ? value.get<std::string>() : "nan";
-    if (text == "inf") return std::numeric_limits<double>::infinity();
-    if (text == "-inf") return -std::numeric_limits<double>::infinity();
-    return std::numeric_limits<double>::quiet_NaN();
-  }
-};
-
-/// Where a run starts: its directory and, when it resumes, the checkpoint it resumes from.
-struct StartPoint {
-  fs::path run_dir;  // empty: a new one under run.out_dir
-  std::optional<FoundCheckpoint> resume;
-};
-
-/// The run.name `checkpoint` was written under ("" when its config lacks one).
-std::string saved_run_name(const Checkpoint& checkpoint) {
-  const nlohmann::json& saved = checkpoint.meta.config;
-  if (!saved.is_object() || !saved.contains("run") || !saved["run"].is_object()) return "";
-  const nlohmann::json& name = saved["run"].value("name", nlohmann::json());
-  return name.is_string() ? name.get<std::string>() : "";
-}
-
-/// checkpoint.resume -> the run directory and checkpoint to continue from. DataError for a
-/// checkpoint that cannot be resumed (named, with why); nothing is created here.
-StartPoint choose_start(const config::LoadedConfig& loaded) {
-  const config::RunConfig& config = loaded.config;
-  const std::string& resume = config.checkpoint.resume;
-  StartPoint start;
-  if (resume == "none") return start;
-  if (resume == "auto") {
-    start.run_dir = fs::path(config.run.out_dir) / config.run.name;
-    start.resume = newest_valid_checkpoint(start.run_dir / "checkpoints");
-  } else {
-    const fs::path file = resume;
-    if (!fs::is_regular_file(file)) {
-      std::error_code no_absolute_path;  // "" has none
-      const fs::path absolute = fs::absolute(file, no_absolute_path);
-      throw config::config_error(loaded, "checkpoint.resume",
-                                 fmt::format("no such checkpoint file{}; use \"auto\", \"none\" or the path of a .ltc "
-                                             "file",
-                                             file.is_relative() && !no_absolute_path ? " (" + absolute.string() + ")"
-                                                                                     : ""));
-    }
-    start.resume = FoundCheckpoint{file, read_checkpoint(file)};
-    // A checkpoint inside a run directory continues that run's logs and metrics, unless run.name
-    // names another run: that one starts in a folder of its own from the checkpoint's state.
-    const fs::path folder = fs::absolute(file).parent_path();
-    if (folder.filename() == "checkpoints" && fs::exists(folder.parent_path() / "config.json") &&
-        saved_run_name(start.resume->checkpoint) == config.run.name)
-      start.run_dir = folder.parent_path();
-  }
-  if (start.resume) check_resumable(start.resume->checkpoint, config, start.resume->file);
-  return start;
-}
-
-/// Where a resumed run picks up in a run of `steps_per_epoch` steps per epoch: the step, the epoch
-/// it falls in and the steps of that epoch done, and whether that epoch's end (its evaluation, its
-/// metrics row) came at this step. Taken from the step alone, so that a run whose epoch was cut
-/// short by run.max_steps, or which now has another run.max_steps or run.epochs, goes on from
-/// where it stood.
-struct ResumePoint {
-  int64_t step = 0;
-  int64_t epoch = 1;  // the epoch the next step (or the pending evaluation) belongs to
-  int64_t index = 0;  // steps of that epoch done
-  bool epoch_ended = false;
-};
-
-ResumePoint resume_point(const FoundCheckpoint& found, int64_t steps_per_epoch) {
-  const CheckpointMeta& meta = found.checkpoint.meta;
-  ResumePoint point;
-  point.step = meta.step;
-  // Checkpoints written at an epoch's end say so; those of earlier versions have no steps of the
-  // next epoch done there (even where run.max_steps cut that epoch short).
-  const nlohmann::json ended = meta.progress.value("epoch_ended", nlohmann::json(meta.epoch_steps_done == 0));
-  if (!ended.is_boolean())
-    throw DataError(fmt::format("{}: its training progress holds a value of the wrong type; use an earlier checkpoint",
-                                found.file.string()));
-  point.epoch_ended = ended.get<bool>() || meta.step == 0;
-  if (!point.epoch_ended && meta.step % steps_per_epoch == 0) {
-    // The last step of an epoch, before its evaluation: the resumed run evaluates it.
-    point.epoch = meta.step / steps_per_epoch;
-    point.index = steps_per_epoch;
-  } else {
-    point.epoch = meta.step / steps_per_epoch + 1;
-    point.index = meta.step % steps_per_epoch;
-  }
-  return point;
-}
-
-/// Whether run.max_steps, not run.epochs, sets where the run ends.
-bool ended_by_max_steps(const config::RunConfig& config, int64_t steps_per_epoch) {
-  return config.run.max_steps > 0 && config.run.max_steps < config.run.epochs * steps_per_epoch;
-}
-
-/// "run.epochs 3 of 78 steps" or "run.max_steps 100": what sets the run's length.
-std::string length_text(const config::RunConfig& config, int64_t steps_per_epoch) {
-  return ended_by_max_steps(config, steps_per_epoch)
-             ? fmt::format("run.max_steps {}", config.run.max_steps)
-             : fmt::format("run.epochs {} of {} steps", config.run.epochs, steps_per_epoch);
-}
-
-/// ConfigError naming run.max_steps (or run.epochs) when the checkpoint a run resumes from is past
-/// the steps the config runs: one line before anything is written, with the setting that goes on.
-void check_steps_left(const config::LoadedConfig& loaded, const StartPoint& start, int64_t steps_per_epoch) {
-  if (!start.resume) return;
-  const config::RunConfig& config = loaded.config;
-  const int64_t total = total_steps_of(config, steps_per_epoch);
-  const int64_t step = start.resume->checkpoint.meta.step;
-  if (step <= total) return;
-  const bool by_max_steps = ended_by_max_steps(config, steps_per_epoch);
-  const int64_t epochs_needed = step / steps_per_epoch + 1;
-  const std::string go_on =
-      by_max_steps ? fmt::format("set run.max_steps above {} (0: no limit){}", step,
-                                 config.run.epochs < epochs_needed
-                                     ? fmt::format(" and run.epochs to {} or more", epochs_needed)
-                                     : std::string())
-                   : fmt::format("set run.epochs to {} or more", epochs_needed);
-  throw config::config_error(
-      loaded, by_max_steps ? "run.max_steps" : "run.epochs",
-      fmt::format("{} is at step {}, past the {} steps this config runs ({}); {} to train further, or start a new "
-                  "run (checkpoint.resume \"none\")",
-                  start.resume->file.string(), step, total, length_text(config, steps_per_epoch), go_on));
-}
-
 /// The config as a run directory's config.json keeps it: checkpoint.resume says how one process
 /// started, not what the run is, so the file holds "none" (run again, it starts a new run).
 nlohmann::json saved_config_json(const config::RunConfig& config) {
   nlohmann::json saved = config::to_json(config);
   saved["checkpoint"]["resume"] = config::CheckpointSection{}.resume;
   return saved;
-}
-
-/// Warns of each setting that changed since `saved` (a checkpoint's config) and changes what the
-/// run computes: where it writes, how often it logs or checkpoints, and checkpoint.resume itself
-/// are no news.
-void warn_of_changed_settings(const nlohmann::json& saved, const config::RunConfig& config) {
-  nlohmann::json before = saved, after = config::to_json(config);
-  for (nlohmann::json* settings : {&before, &after}) {
-    for (const char* key : {"name", "out_dir", "log_every_steps", "tensorboard"}) (*settings)["run"].erase(key);
-    settings->erase("checkpoint");
-  }
-  const std::vector<std::string> changes = config::changed_settings(before, after);
-  if (!changes.empty())
-    spdlog::warn("settings changed since the checkpoint (the run will not repeat an uninterrupted one exactly): {}",
-                 fmt::join(changes, ", "));
 }
 
 /// True on every rank when `value` is true on any (a collective: every rank must call it).
@@ -344,7 +112,9 @@ std::vector<torch::Tensor> model_state(const torch::nn::Module& model) {
 }
 
 /// One training run: the loop's state, and the parts of the loop as methods in the order a run
-/// meets them. Built from a Run (the objects) and a StartPoint (where it begins).
+/// meets them. Built from a Run (the objects) and a StartPoint (where it begins). Where it starts
+/// and what a checkpoint carries are resume.h's; what it reports beside the loop, run_report.h's;
+/// when it stops early, early_stopping.h's.
 class Trainer {
  public:
   /// `started`: when the command began, for the provenance record.
@@ -361,13 +131,28 @@ class Trainer {
 
   // ---- Start-up ----
   void restore_or_share_weights();
+  /// The checkpoint's weights, optimizer and scaler, its sums and early stopping, and where it
+  /// picks up.
+  void resume_from_checkpoint();
+  /// Every rank starts from rank 0's weights and buffers, at the same step.
+  void share_weights(dist::Group& group);
+  /// optim.ema_decay: the average from the weights now in the model, or the checkpoint's average.
+  void start_ema();
+  /// Interrupted (exit code 130) for a signal, RunError (exit code 4) for a console that refused a
+  /// write: a stop asked for during set-up, before anything is written.
+  [[noreturn]] void stop_during_setup() const;
+  /// A run resumed at its end whose summary is written: its results and one line, nothing written.
+  TrainResult report_nothing_to_train();
   void open_run_directory();
-  void log_start() const;
+  /// metrics.csv/jsonl (and the TensorBoard events) with the run's first row and provenance.
+  void open_metrics();
   /// The run's time after set-up so far: its earlier processes' up to the checkpoint this one
   /// resumed from, and this process's.
   double run_elapsed() const { return sums_.wall_seconds + seconds_since(run_start_); }
 
   // ---- Epochs ----
+  /// The epochs from begin_ to the last, or to an early stop.
+  void train_epochs();
   void train_epoch(int64_t epoch);
   /// The log interval ending at step_: the loop's only host sync. Reads the step totals, logs,
   /// writes metrics, and a checkpoint where one is due (or a stop was asked for).
@@ -377,13 +162,11 @@ class Trainer {
   bool early_progress_due() const;
   /// That line, from this process's sums so far in the interval, which stay for end_log_interval.
   void show_early_progress(int64_t epoch, int64_t index, int64_t epoch_steps);
-  /// Evaluation where due, with the EMA weights where kept; updates the best result.
+  /// Evaluation where due, with the EMA weights where kept; updates the best result and early
+  /// stopping's count.
   std::optional<EvalResult> evaluate(int64_t epoch, bool last_epoch, bool& new_best);
-  /// Counts the evaluations since run.early_stop_metric last improved by more than
-  /// run.early_stop_min_delta.
-  void track_early_stop(int64_t epoch, const EvalResult& evaluation);
-  /// Whether run.early_stop_metric has gone run.early_stop_patience evaluations without improving.
-  bool early_stop_due() const;
+  /// Whether `evaluation` beats checkpoint.best_metric's best so far (then it is the best).
+  bool take_best_metric(const EvalResult& evaluation);
   void end_epoch(int64_t epoch, bool last_epoch, const std::optional<EvalResult>& evaluation, bool new_best);
 
   // ---- Checkpoints and the end ----
@@ -398,8 +181,10 @@ class Trainer {
   /// for a console that refused a write. `last`: the run's last step and evaluation were done, only
   /// its summary is left.
   [[noreturn]] void stop_for_signal(const fs::path& file, bool last = false) const;
-  /// The run's results from the sums; `write`: also logged ("done: ...") and in summary.json.
-  TrainResult summarize(bool write = true);
+  /// The run's results from the sums.
+  TrainResult result() const;
+  /// The results logged ("done: ...") and in summary.json.
+  TrainResult summarize();
   /// Whether summary.json of a run whose checkpoint is at its last step exists (rank 0's answer).
   bool summary_written();
 
@@ -407,17 +192,15 @@ class Trainer {
   const config::RunConfig& config_;
   StartPoint start_;
   const TrainHooks& hooks_;
-  int64_t steps_per_epoch_;
-  int64_t total_steps_;
-  int64_t epochs_;
+  RunLength length_;
   optim::LrSchedule schedule_;
   RunningSums sums_;
+  EarlyStopping early_stopping_;
   double resumed_train_seconds_ = 0.0;  // sums_'s training time when this process took over
-  int64_t first_epoch_ = 1, first_index_ = 0, step_ = 0;  // where the loop begins; step_ then counts
-  int64_t resumed_at_step_ = 0;                          // where this process began
-  bool ended_at_start_ = false;  // the epoch's end (evaluation, metrics row) came at the resumed step
-  int64_t batch_side_ = 0;                               // the last epoch's side of training images
-  std::optional<Ema> ema_;                 // optim.ema_decay
+  ResumePoint begin_;                   // where this process's loop begins (a fresh run: step 0)
+  int64_t step_ = 0;                    // the steps done
+  int64_t batch_side_ = 0;              // the last epoch's side of training images
+  std::optional<Ema> ema_;              // optim.ema_decay
   // Optional only to be destroyed before the group closes (see train()).
   std::optional<TrainStep> train_step_;
   std::optional<Evaluator> evaluator_;
@@ -439,10 +222,9 @@ Trainer::Trainer(Run& run, StartPoint start, const TrainHooks& hooks, std::chron
       config_(run.config()),
       start_(std::move(start)),
       hooks_(hooks),
-      steps_per_epoch_(run.train_loader().batches_per_epoch()),
-      total_steps_(total_steps_of(config_, steps_per_epoch_)),
-      epochs_(epochs_of(total_steps_, steps_per_epoch_)),
-      schedule_(config_.schedule, config_.optim.lr, total_steps_, steps_per_epoch_),
+      length_(run_length(config_, run.train_loader().batches_per_epoch())),
+      schedule_(config_.schedule, config_.optim.lr, length_.total_steps, length_.steps_per_epoch),
+      early_stopping_(config_.run),
       started_(started) {}
 
 TrainResult Trainer::train() {
@@ -466,77 +248,31 @@ TrainResult Trainer::train_to_the_end() {
   restore_or_share_weights();
   train_step_.emplace(run_.model(), run_.optimizer(), run_.scaler(), config_, run_.group());
   evaluator_.emplace(run_.model(), run_.eval_loader(), config_, run_.group());
-  // A stop asked for during set-up ends the run here, before anything is written.
   if (hooks_.after_setup) hooks_.after_setup();
-  if (stop_due(true)) {
-    if (const std::optional<files::WriteError> console = log::console_failure())
-      throw RunError(fmt::format("{} during set-up, before step {}; nothing was written: run the same command again "
-                                 "with its output going where it can be written",
-                                 console->what(), step_ + 1));
-    throw Interrupted(fmt::format("stopped by {} during set-up, before step {}; nothing was written: run the same "
-                                  "command again",
-                                  stop_cause(), step_ + 1));
-  }
-  result_.epochs = std::min(ended_at_start_ ? epochs_of(step_, steps_per_epoch_) : first_epoch_ - 1, epochs_);
+  if (stop_due(true)) stop_during_setup();
+  result_.epochs = std::min(begin_.epoch_ended ? epochs_of(step_, length_.steps_per_epoch) : begin_.epoch - 1,
+                            length_.epochs);
   // A run resumed at its last step after that step's evaluation has nothing left to train: where
   // its summary was written, one line and nothing written; else (stopped after its last
   // evaluation) it writes the summary.
-  const bool nothing_left = start_.resume && step_ == total_steps_ && ended_at_start_;
-  if (nothing_left && summary_written()) {
-    result_.run_dir = start_.run_dir;
-    result_.startup_seconds = std::chrono::duration<double>(std::chrono::system_clock::now() - started_).count();
-    run_start_ = Clock::now();
-    const TrainResult result = summarize(/*write=*/false);
-    nlohmann::json fields = result_json(result);
-    fields["event"] = "done";  // for --json's readers, as at the end of a run
-    const log::JsonFields json_fields(fields);
-    spdlog::info("nothing to train: {} is at step {}, the end of this run ({}), and the run's summary is written; "
-                 "raise run.max_steps or run.epochs to train further",
-                 start_.resume->file.string(), step_, length_text(config_, steps_per_epoch_));
-    return result;
-  }
-  open_run_directory();
-  log_start();
+  const bool nothing_left = start_.resume && step_ == length_.total_steps && begin_.epoch_ended;
+  if (nothing_left && summary_written()) return report_nothing_to_train();
 
-  if (run_.main_process()) {
-    metrics_.emplace(run_dir_, config_.run.tensorboard);
-    const nlohmann::json saved_config = saved_config_json(config_);
-    provenance_ = io::provenance(run_.loaded().files, saved_config, started_);
-    metrics_->write_run(first_epoch_, step_, provenance_, saved_config);
-  }
+  open_run_directory();
+  log_start(run_, start_, begin_, length_, run_dir_);
+  open_metrics();
   progress_.emplace(run_.console_process() && stderr_is_terminal() && !log::json_console());
   result_.run_dir = run_dir_;
-  result_.startup_seconds = std::chrono::duration<double>(std::chrono::system_clock::now() - started_).count();
+  result_.startup_seconds = seconds_since(started_);
   run_start_ = Clock::now();
   // A run resumed from its early stop's checkpoint stays stopped (unless the patience grew).
-  stopped_early_ = early_stop_due() && first_epoch_ <= epochs_;
+  stopped_early_ = early_stopping_.due() && begin_.epoch <= length_.epochs;
   if (nothing_left)
     spdlog::info("{} is at step {}, the end of this run ({}), after its last evaluation: nothing left to train; "
                  "writing the run's summary",
-                 start_.resume->file.string(), step_, length_text(config_, steps_per_epoch_));
-  try {
-    for (int64_t epoch = first_epoch_; !nothing_left && epoch <= epochs_ && !stopped_early_; ++epoch) {
-      train_epoch(epoch);
-      bool new_best = false;
-      const std::optional<EvalResult> evaluation = evaluate(epoch, epoch == epochs_, new_best);
-      stopped_early_ = evaluation && early_stop_due() && epoch < epochs_;
-      // An early stop ends the run as its last epoch would: checkpoint, then the summary.
-      end_epoch(epoch, epoch == epochs_ || stopped_early_, evaluation, new_best);
-      if (stopped_early_)
-        spdlog::info("early stop after epoch {} of {}: {} has not improved on its best, {} at epoch {}, by more "
-                     "than {:g} in {} evaluations",
-                     epoch, epochs_, config::to_string(config_.run.early_stop_metric),
-                     metric_text(config_.run.early_stop_metric, sums_.early_stop_best), sums_.early_stop_best_epoch,
-                     config_.run.early_stop_min_delta, sums_.evaluations_without_improvement);
-    }
-  } catch (const c10::Error& error) {
-    if (compat::is_out_of_memory(error)) throw out_of_memory_error(config_, error);
-    throw;
-  } catch (const files::WriteError& error) {
-    throw files::WriteError(fmt::format("{}; the checkpoints already in {} are intact: once it is fixed, the same "
-                                        "command with --set checkpoint.resume=auto continues the run",
-                                        error.what(), checkpoint_dir_.string()));
-  }
+                 start_.resume->file.string(), step_, length_text(config_, length_));
+  else
+    train_epochs();
   return summarize();
 }
 
@@ -549,44 +285,42 @@ void Trainer::leave_group() {
 }
 
 void Trainer::restore_or_share_weights() {
-  models::ResNet& model = run_.model();
-  if (start_.resume) {
-    const Checkpoint& checkpoint = start_.resume->checkpoint;
-    restore_training_state(checkpoint, start_.resume->file, *model, run_.optimizer(), run_.scaler());
-    try {
-      sums_ = RunningSums::from_json(checkpoint.meta.progress);
-    } catch (const nlohmann::json::exception&) {
-      throw DataError(fmt::format(
-          "{}: its training progress holds a value of the wrong type; use an earlier checkpoint",
-          start_.resume->file.string()));
-    }
-    resumed_train_seconds_ = sums_.train_seconds + sums_.epoch_seconds;
-    const ResumePoint point = resume_point(*start_.resume, steps_per_epoch_);
-    first_epoch_ = point.epoch;
-    first_index_ = point.index;
-    ended_at_start_ = point.epoch_ended;
-    step_ = point.step;
-    resumed_at_step_ = step_;
-  }
-  if (dist::Group* group = run_.group()) {
-    // Each rank found its checkpoint itself: on machines that do not share run.out_dir they may
-    // differ, and ranks at different steps would not issue the same collectives.
-    const std::vector<std::string> steps = group->all_gather_text("start_step", std::to_string(step_));
-    for (size_t rank = 1; rank < steps.size(); ++rank)
-      if (steps[rank] != steps[0])
-        throw ConfigError(fmt::format("rank {} starts at step {} and rank 0 at step {} (checkpoint.resume \"{}\"): "
-                                      "every process must find the same checkpoint; on several machines, give "
-                                      "run.out_dir a folder they share, or copy the run folder to the same path on each",
-                                      rank, steps[rank], steps[0], config_.checkpoint.resume));
-    // Every rank starts from rank 0's weights and buffers (a resumed run: the same file anyway).
-    group->broadcast_from_main(model_state(*model));
-    if (config_.distributed.sync_batch_norm)
-      model->synchronize_batch_norm(
-          [group](const torch::Tensor& values) { return dist::all_reduce_sum_differentiable(*group, values); });
-  }
+  if (start_.resume) resume_from_checkpoint();
+  if (dist::Group* group = run_.group()) share_weights(*group);
   // optim.ema_decay: from the (broadcast, or resumed) weights on.
-  if (config_.optim.ema_decay <= 0.0) return;
-  ema_.emplace(*model, config_.optim.ema_decay);
+  if (config_.optim.ema_decay > 0.0) start_ema();
+}
+
+void Trainer::resume_from_checkpoint() {
+  const FoundCheckpoint& found = *start_.resume;
+  restore_training_state(found.checkpoint, found.file, *run_.model(), run_.optimizer(), run_.scaler());
+  const ResumeState state = read_resume_state(found, length_.steps_per_epoch);
+  sums_ = state.sums;
+  early_stopping_ = EarlyStopping(config_.run, state.early_stop);
+  resumed_train_seconds_ = sums_.train_seconds + sums_.epoch_seconds;
+  begin_ = state.point;
+  step_ = begin_.step;
+}
+
+void Trainer::share_weights(dist::Group& group) {
+  // Each rank found its checkpoint itself: on machines that do not share run.out_dir they may
+  // differ, and ranks at different steps would not issue the same collectives.
+  const std::vector<std::string> steps = group.all_gather_text("start_step", std::to_string(step_));
+  for (size_t rank = 1; rank < steps.size(); ++rank)
+    if (steps[rank] != steps[0])
+      throw ConfigError(fmt::format("rank {} starts at step {} and rank 0 at step {} (checkpoint.resume \"{}\"): "
+                                    "every process must find the same checkpoint; on several machines, give "
+                                    "run.out_dir a folder they share, or copy the run folder to the same path on each",
+                                    rank, steps[rank], steps[0], config_.checkpoint.resume));
+  // Every rank starts from rank 0's weights and buffers (a resumed run: the same file anyway).
+  group.broadcast_from_main(model_state(*run_.model()));
+  if (config_.distributed.sync_batch_norm)
+    run_.model()->synchronize_batch_norm(
+        [shared = &group](const torch::Tensor& values) { return dist::all_reduce_sum_differentiable(*shared, values); });
+}
+
+void Trainer::start_ema() {
+  ema_.emplace(*run_.model(), config_.optim.ema_decay);
   if (!start_.resume) return;
   const Checkpoint& checkpoint = start_.resume->checkpoint;
   if (checkpoint.ema_weights.empty()) {
@@ -596,6 +330,25 @@ void Trainer::restore_or_share_weights() {
   } else {
     ema_->load(checkpoint.ema_weights, start_.resume->file);
   }
+}
+
+void Trainer::stop_during_setup() const {
+  if (const std::optional<files::WriteError> console = log::console_failure())
+    throw RunError(fmt::format("{} during set-up, before step {}; nothing was written: run the same command again "
+                               "with its output going where it can be written",
+                               console->what(), step_ + 1));
+  throw Interrupted(fmt::format("stopped by {} during set-up, before step {}; nothing was written: run the same "
+                                "command again",
+                                stop_cause(), step_ + 1));
+}
+
+TrainResult Trainer::report_nothing_to_train() {
+  result_.run_dir = start_.run_dir;
+  result_.startup_seconds = seconds_since(started_);
+  run_start_ = Clock::now();
+  const TrainResult done = result();
+  log_nothing_to_train(done, start_.resume->file, length_text(config_, length_));
+  return done;
 }
 
 /// Only rank 0 writes: the run directory, logs, metrics and checkpoints. Rank 0 of each other node
@@ -615,7 +368,7 @@ void Trainer::open_run_directory() {
       throw RunError(fmt::format("{}: cannot create the run folder ({}); set run.out_dir to a writable folder",
                                  run_dir_.string(), error.message()));
     // Rows written after the checkpoint (or by an attempt without one) will be written again.
-    io::truncate_metrics(run_dir_, step_, /*epoch_row_at_step_kept=*/ended_at_start_);
+    io::truncate_metrics(run_dir_, step_, /*epoch_row_at_step_kept=*/begin_.epoch_ended);
   }
   if (run_.group() && main_process) run_.group()->all_gather_text("run_dir", run_dir_.string());
   checkpoint_dir_ = run_dir_ / "checkpoints";
@@ -631,58 +384,33 @@ void Trainer::open_run_directory() {
   io::write_text_file(run_dir_ / "config.json", saved_config_json(config_).dump(2) + "\n");
 }
 
-void Trainer::log_start() const {
-  const torch::Device& device = run_.device();
-  spdlog::info("ltrain {} | LibTorch {} | device {} | {} CPU threads | seed {}", LTRAIN_VERSION,
-               compat::torch_version(), device.str(), torch::get_num_threads(), config_.run.seed);
-  spdlog::info("run directory {}{}", run_dir_.string(), run_.main_process() ? "" : " (rank 0's, on its machine)");
-  if (const std::string limits = describe_gpu_limits(device, run_.gpu_memory_limit()); !limits.empty())
-    spdlog::info("GPU limits: {}", limits);
-  if (start_.resume) {
-    spdlog::info("resuming from {}: step {}, epoch {} ({} of its {} steps done); {} steps to go",
-                 start_.resume->file.string(), step_, first_epoch_, first_index_, steps_per_epoch_,
-                 total_steps_ - step_);
-    warn_of_changed_settings(start_.resume->checkpoint.meta.config, config_);
-    if (start_.run_dir.empty()) {
-      const std::string resumed_name = saved_run_name(start_.resume->checkpoint);
-      spdlog::info("{}: a new run in {} from its state at step {}",
-                   resumed_name != config_.run.name
-                       ? fmt::format("run.name \"{}\" is not the checkpoint's run (\"{}\")", config_.run.name,
-                                     resumed_name)
-                       : std::string("the checkpoint lies in no run folder"),
-                   run_dir_.string(), step_);
+void Trainer::open_metrics() {
+  if (!run_.main_process()) return;
+  metrics_.emplace(run_dir_, config_.run.tensorboard);
+  const nlohmann::json saved_config = saved_config_json(config_);
+  provenance_ = io::provenance(run_.loaded().files, saved_config, started_);
+  metrics_->write_run(begin_.epoch, step_, provenance_, saved_config);
+}
+
+void Trainer::train_epochs() {
+  try {
+    for (int64_t epoch = begin_.epoch; epoch <= length_.epochs && !stopped_early_; ++epoch) {
+      train_epoch(epoch);
+      bool new_best = false;
+      const std::optional<EvalResult> evaluation = evaluate(epoch, epoch == length_.epochs, new_best);
+      stopped_early_ = evaluation && early_stopping_.due() && epoch < length_.epochs;
+      // An early stop ends the run as its last epoch would: checkpoint, then the summary.
+      end_epoch(epoch, epoch == length_.epochs || stopped_early_, evaluation, new_best);
+      if (stopped_early_) spdlog::info("{}", early_stopping_.stop_text(epoch, length_.epochs));
     }
-  } else if (config_.checkpoint.resume == "auto") {
-    spdlog::info("checkpoint.resume auto: no valid checkpoint in {}, starting afresh", checkpoint_dir_.string());
+  } catch (const c10::Error& error) {
+    if (compat::is_out_of_memory(error)) throw out_of_memory_error(config_, error);
+    throw;
+  } catch (const files::WriteError& error) {
+    throw files::WriteError(fmt::format("{}; the checkpoints already in {} are intact: once it is fixed, the same "
+                                        "command with --set checkpoint.resume=auto continues the run",
+                                        error.what(), checkpoint_dir_.string()));
   }
-  spdlog::info("{}", config::format_table(run_.loaded()));
-  const data::TrainLoader& loader = run_.train_loader();
-  const int64_t ranks = run_.ranks();
-  if (const dist::Group* group = run_.group()) {
-    const dist::Environment& environment = group->environment();
-    const std::string nodes = environment.local_world_size < ranks
-                                  ? fmt::format(" on {} nodes, this is node {},", ranks / environment.local_world_size,
-                                                environment.node_rank)
-                                  : ",";
-    spdlog::info("data-parallel: {} processes ({}){} {} images per process per step{}", ranks, group->backend_name(),
-                 nodes, loader.batch_size(), config_.distributed.sync_batch_norm ? ", SyncBatchNorm" : "");
-  }
-  spdlog::info("model {} ({} stem, width {}): {} parameters{}", config::to_string(config_.model.arch),
-               config::to_string(config_.model.stem), config_.model.width, models::count_parameters(*run_.model()),
-               config_.model.init_from.empty() ? "" : fmt::format(", weights from {}", config_.model.init_from));
-  spdlog::info("data {}: {} training images, {} test images; {} steps per epoch of {} images ({} x {} accumulated), "
-               "{} steps in {} epoch(s)",
-               config::to_string(config_.data.source), run_.sets().train.size(), run_.sets().test.size(),
-               steps_per_epoch_, loader.batch_size() * ranks, config_.optim.accumulation_steps,
-               config_.data.batch_size * ranks, total_steps_, epochs_);
-  const std::string train_graph =
-      config_.cuda_graph.train
-          ? fmt::format(" | CUDA graph of the training step after {} eager steps", config_.cuda_graph.warmup_steps)
-          : "";
-  spdlog::info("precision {}{}{} | optimizer step: {}{}{}", config::to_string(config_.precision.mode),
-               run_.scaler().enabled() ? " with a GradScaler" : "", config_.model.channels_last ? " | channels_last" : "",
-               run_.optimizer().step_kernel(), train_graph, config_.cuda_graph.eval ? " | CUDA graph of evaluation" : "");
-  log::throw_if_file_failed();
 }
 
 void Trainer::train_epoch(int64_t epoch) {
@@ -692,8 +420,9 @@ void Trainer::train_epoch(int64_t epoch) {
     spdlog::info("epoch {}: training images {}x{} (progressive resizing; full size from epoch {})", epoch,
                  loader.batch_side(), loader.batch_side(), config_.data.progressive_epochs + 1);
   batch_side_ = loader.batch_side();
-  const int64_t epoch_steps = std::min(steps_per_epoch_, total_steps_ - (epoch - 1) * steps_per_epoch_);
-  const int64_t first = epoch == first_epoch_ ? first_index_ : 0;
+  const int64_t epoch_steps =
+      std::min(length_.steps_per_epoch, length_.total_steps - (epoch - 1) * length_.steps_per_epoch);
+  const int64_t first = epoch == begin_.epoch ? begin_.index : 0;
   if (first == 0) {
     sums_.epoch = StepTotals();
     sums_.epoch_seconds = 0.0;
@@ -736,8 +465,9 @@ void Trainer::end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps
   const double images_per_second = static_cast<double>(totals.images) / interval_seconds;
   const double seconds_per_step =
       (sums_.train_seconds + sums_.epoch_seconds) / static_cast<double>(std::max<int64_t>(step_, 1));
-  progress_->update({epoch, epochs_, step_, total_steps_, index + 1, epoch_steps, totals.mean_loss(), totals.accuracy(),
-                     lr, images_per_second, seconds_per_step * static_cast<double>(total_steps_ - step_)});
+  progress_->update({epoch, length_.epochs, step_, length_.total_steps, index + 1, epoch_steps, totals.mean_loss(),
+                     totals.accuracy(), lr, images_per_second,
+                     seconds_per_step * static_cast<double>(length_.total_steps - step_)});
   std::map<std::string, double> values{{"lr", lr},
                                        {"train_loss", totals.mean_loss()},
                                        {"train_acc", totals.accuracy()},
@@ -767,15 +497,16 @@ void Trainer::end_log_interval(int64_t epoch, int64_t index, int64_t epoch_steps
 
 bool Trainer::early_progress_due() const {
   if (log_interval_ended_ || !run_.console_process()) return false;
-  return step_ == resumed_at_step_ + 1 || seconds_since(early_progress_shown_) >= kEarlyProgressSeconds;
+  return step_ == begin_.step + 1 || seconds_since(early_progress_shown_) >= kEarlyProgressSeconds;
 }
 
 void Trainer::show_early_progress(int64_t epoch, int64_t index, int64_t epoch_steps) {
   const StepTotals totals = train_step_->peek_totals();
-  const double seconds_per_step = seconds_since(run_start_) / static_cast<double>(step_ - resumed_at_step_);
-  progress_->update({epoch, epochs_, step_, total_steps_, index + 1, epoch_steps, totals.mean_loss(), totals.accuracy(),
-                     schedule_.at(step_ - 1), static_cast<double>(totals.images) / seconds_since(interval_start_),
-                     seconds_per_step * static_cast<double>(total_steps_ - step_)});
+  const double seconds_per_step = seconds_since(run_start_) / static_cast<double>(step_ - begin_.step);
+  progress_->update({epoch, length_.epochs, step_, length_.total_steps, index + 1, epoch_steps, totals.mean_loss(),
+                     totals.accuracy(), schedule_.at(step_ - 1),
+                     static_cast<double>(totals.images) / seconds_since(interval_start_),
+                     seconds_per_step * static_cast<double>(length_.total_steps - step_)});
   early_progress_shown_ = Clock::now();
 }
 
@@ -796,36 +527,19 @@ std::optional<EvalResult> Trainer::evaluate(int64_t epoch, bool last_epoch, bool
     sums_.best_test_accuracy = evaluation.accuracy;
     sums_.best_epoch = epoch;
   }
-  if (config_.run.early_stop_metric != config::BestMetric::none) track_early_stop(epoch, evaluation);
-  if (config_.checkpoint.best_metric != config::BestMetric::none) {
-    const bool accuracy = config_.checkpoint.best_metric == config::BestMetric::test_acc;
-    const double value = accuracy ? evaluation.accuracy : evaluation.loss;
-    new_best = !sums_.has_best_metric || (accuracy ? value > sums_.best_metric : value < sums_.best_metric);
-    if (new_best) {
-      sums_.best_metric = value;
-      sums_.has_best_metric = true;
-    }
-  }
+  early_stopping_.record(epoch, evaluation);
+  new_best = take_best_metric(evaluation);
   return evaluation;
 }
 
-void Trainer::track_early_stop(int64_t epoch, const EvalResult& evaluation) {
-  const bool accuracy = config_.run.early_stop_metric == config::BestMetric::test_acc;
+bool Trainer::take_best_metric(const EvalResult& evaluation) {
+  if (config_.checkpoint.best_metric == config::BestMetric::none) return false;
+  const bool accuracy = config_.checkpoint.best_metric == config::BestMetric::test_acc;
   const double value = accuracy ? evaluation.accuracy : evaluation.loss;
-  const double gain = accuracy ? value - sums_.early_stop_best : sums_.early_stop_best - value;
-  // A NaN loss is no gain.
-  if (sums_.early_stop_best_epoch == 0 || gain > config_.run.early_stop_min_delta) {
-    sums_.early_stop_best = value;
-    sums_.early_stop_best_epoch = epoch;
-    sums_.evaluations_without_improvement = 0;
-  } else {
-    ++sums_.evaluations_without_improvement;
-  }
-}
-
-bool Trainer::early_stop_due() const {
-  return config_.run.early_stop_metric != config::BestMetric::none &&
-         sums_.evaluations_without_improvement >= config_.run.early_stop_patience;
+  if (sums_.has_best_metric && !(accuracy ? value > sums_.best_metric : value < sums_.best_metric)) return false;
+  sums_.best_metric = value;
+  sums_.has_best_metric = true;
+  return true;
 }
 
 /// The epoch's log line and metrics row, then its checkpoints: the state after this epoch.
@@ -847,11 +561,11 @@ void Trainer::end_epoch(int64_t epoch, bool last_epoch, const std::optional<Eval
     epoch_values["test_acc"] = evaluation->accuracy;
     test_text += fmt::format(" | test loss {:.4f} acc {:.2f}%", evaluation->loss, 100.0 * evaluation->accuracy);
   }
-  nlohmann::json fields{{"event", "epoch"}, {"epoch", epoch}, {"epochs", epochs_}, {"step", step_}};
+  nlohmann::json fields{{"event", "epoch"}, {"epoch", epoch}, {"epochs", length_.epochs}, {"step", step_}};
   for (const auto& [key, value] : epoch_values) fields[key] = value;
   {
     const log::JsonFields json_fields(fields);  // this line's only: the checkpoint lines below are not the epoch's
-    spdlog::info("epoch {}/{} | train loss {:.4f} acc {:.2f}%{} | {:.0f} img/s | {} elapsed", epoch, epochs_,
+    spdlog::info("epoch {}/{} | train loss {:.4f} acc {:.2f}%{} | {:.0f} img/s | {} elapsed", epoch, length_.epochs,
                  sums_.epoch.mean_loss(), 100.0 * sums_.epoch.accuracy(), test_text, epoch_images_per_second,
                  format_duration(run_elapsed()));
   }
@@ -876,16 +590,16 @@ void Trainer::write_checkpoint(const fs::path& file, int64_t epoch, bool epoch_e
                                const std::map<std::string, double>& values) {
   if (!run_.main_process()) return;
   // The steps of `epoch` done; an epoch that ended with all of them done is a whole one.
-  const int64_t done = step_ - (epoch - 1) * steps_per_epoch_;
-  const bool whole = epoch_ended && done == steps_per_epoch_;
+  const int64_t done = step_ - (epoch - 1) * length_.steps_per_epoch;
+  const bool whole = epoch_ended && done == length_.steps_per_epoch;
   CheckpointMeta meta;
   meta.epoch = whole ? epoch : epoch - 1;
   meta.step = step_;
   meta.epoch_steps_done = whole ? 0 : done;
   meta.config = config::to_json(config_);
-  meta.progress = sums_.to_json();
-  meta.progress["wall_seconds"] = run_elapsed();
-  meta.progress["epoch_ended"] = epoch_ended;
+  RunningSums sums = sums_;
+  sums.wall_seconds = run_elapsed();  // up to this checkpoint
+  meta.progress = progress_json(sums, early_stopping_.standing(), epoch_ended);
   for (const auto& [key, value] : values) meta.metrics[key] = value;
   save_checkpoint(file, *run_.model(), &run_.optimizer(), &run_.scaler(), meta,
                   ema_ ? ema_->weights() : NamedTensors{});
@@ -919,7 +633,7 @@ bool Trainer::summary_written() {
   return here;
 }
 
-TrainResult Trainer::summarize(bool write) {
+TrainResult Trainer::result() const {
   TrainResult result = result_;
   result.steps = step_;
   result.final_test_accuracy = sums_.final_test_accuracy;
@@ -929,7 +643,7 @@ TrainResult Trainer::summarize(bool write) {
   result.train_seconds = sums_.train_seconds;
   result.process_wall_seconds = seconds_since(run_start_);
   result.wall_seconds = sums_.wall_seconds + result.process_wall_seconds;
-  result.resumed_at_step = resumed_at_step_;
+  result.resumed_at_step = begin_.step;
   result.stopped_early = stopped_early_;
   result.process_train_seconds = sums_.train_seconds - resumed_train_seconds_;
   result.images_per_second =
@@ -938,81 +652,21 @@ TrainResult Trainer::summarize(bool write) {
           : 0.0;
   result.peak_memory_bytes = compat::peak_memory_bytes(run_.device());
   result.peak_reserved_bytes = compat::peak_reserved_bytes(run_.device());
-  if (!write) return result;
-  // A resumed run's times are the whole run's; this process's share follows them.
-  const std::string this_process =
-      result.resumed_at_step == 0
-          ? ""
-          : fmt::format("; this process from step {}: {} steps in {}, training {}", result.resumed_at_step,
-                        result.steps - result.resumed_at_step, format_duration(result.process_wall_seconds),
-                        format_duration(result.process_train_seconds));
-  nlohmann::json fields = result_json(result);
-  fields["event"] = "done";
-  const log::JsonFields json_fields(fields);
-  // Early stopping on the test loss names that best too, each best with its metric.
-  const std::string test_loss =
-      config_.run.early_stop_metric == config::BestMetric::test_loss
-          ? fmt::format(" | test loss {:.4f} (best {:.4f}, epoch {})", result.final_test_loss, sums_.early_stop_best,
-                        sums_.early_stop_best_epoch)
-          : "";
-  spdlog::info("done: {} epoch(s), {} steps in {} (training {}; set-up before them {}{}) | test accuracy {:.2f}% "
-               "(best {:.2f}%, epoch {}){} | {:.0f} img/s",
-               result.epochs, result.steps, format_duration(result.wall_seconds),
-               format_duration(result.train_seconds), format_duration(result.startup_seconds), this_process,
-               100.0 * result.final_test_accuracy, 100.0 * result.best_test_accuracy, result.best_epoch, test_loss,
-               result.images_per_second);
-  if (run_.main_process()) {
-    nlohmann::json summary = result_json(result);
-    summary["data"] = config::data_summary(config_.data);
-    summary["provenance"] = provenance_;
-    io::write_text_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
-    log::throw_if_file_failed();
-    log::remove_file();
-  }
   return result;
 }
 
-}  // namespace
-
-void check_device_support(const config::LoadedConfig& loaded) {
-  resolve_device(loaded);
-  check_threads(loaded);
-}
-
-RunPlan plan_run(const config::LoadedConfig& loaded) {
-  const StartPoint start = choose_start(loaded);
-  RunParts parts;  // one process: a dry run joins no group
-  parts.weights_from_caller = start.resume.has_value();
-  Run run(loaded, parts);
-  RunPlan plan;
-  plan.device = run.device().str();
-  plan.parameters = models::count_parameters(*run.model());
-  plan.train_images = run.sets().train.size();
-  plan.test_images = run.sets().test.size();
-  plan.images_per_step = run.train_loader().batch_size();
-  plan.steps_per_epoch = run.train_loader().batches_per_epoch();
-  plan.total_steps = total_steps_of(run.config(), plan.steps_per_epoch);
-  plan.epochs = epochs_of(plan.total_steps, plan.steps_per_epoch);
-  check_steps_left(loaded, start, plan.steps_per_epoch);
-  if (start.resume) {
-    plan.resume_from = start.resume->file;
-    plan.resume_step = start.resume->checkpoint.meta.step;
+TrainResult Trainer::summarize() {
+  const TrainResult done = result();
+  log_summary(done, config_, early_stopping_.standing());
+  if (run_.main_process()) {
+    write_summary(run_dir_, done, config_, provenance_);
+    log::throw_if_file_failed();
+    log::remove_file();
   }
-  return plan;
+  return done;
 }
 
-std::string to_text(const config::RunConfig& config, const RunPlan& plan) {
-  return fmt::format("{} ({} stem, width {}): {} parameters | {}: {} training, {} test images | {} steps per epoch of "
-                     "{} images, {} steps in {} epoch(s){} | device {}",
-                     config::to_string(config.model.arch), config::to_string(config.model.stem), config.model.width,
-                     plan.parameters, config::to_string(config.data.source), plan.train_images, plan.test_images,
-                     plan.steps_per_epoch, plan.images_per_step, plan.total_steps, plan.epochs,
-                     plan.resume_from.empty()
-                         ? ""
-                         : fmt::format(", resuming from {} (step {}: {} to go)", plan.resume_from.string(),
-                                       plan.resume_step, plan.total_steps - plan.resume_step),
-                     plan.device);
-}
+}  // namespace
 
 TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   const auto started = std::chrono::system_clock::now();
@@ -1024,7 +678,7 @@ TrainResult train(const config::LoadedConfig& loaded, const TrainHooks& hooks) {
   parts.data_parallel = true;
   parts.weights_from_caller = start.resume.has_value();  // a resumed run takes the checkpoint's weights
   Run run(loaded, parts);
-  check_steps_left(loaded, start, run.train_loader().batches_per_epoch());
+  check_steps_left(loaded, start, run_length(loaded.config, run.train_loader().batches_per_epoch()));
   Trainer trainer(run, std::move(start), hooks, started);
   return trainer.train();
 }

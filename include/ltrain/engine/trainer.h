@@ -1,5 +1,7 @@
 #pragma once
-// The training loop: read it top to bottom in trainer.cpp.
+// Training a run: the loop reads top to bottom in src/engine/trainer.cpp; where a run starts and
+// what a checkpoint carries (resume.cpp), early stopping (early_stopping.cpp) and what a run
+// reports beside the loop, the dry run's plan included (run_report.cpp), lie beside it.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
