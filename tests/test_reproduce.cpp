@@ -241,6 +241,26 @@ TEST(ReproduceClaims, TheThresholdGivesTheVerdictOnGivenNumbers) {
   EXPECT_EQ(cpu.measured, "time per image +100% (fp16 vs fp32)");
 }
 
+TEST(ReproduceClaims, TwoVariantsOfOneNameOnThisConfigAreRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  testing::write_file(dir.path() / "base.json", R"({"run": {"device": "cpu"}})");
+  nlohmann::json claims = small_claims();
+  claims["variants"]["fp32 NCHW"] = {"precision.mode=fp32"};  // "{mode} NCHW" is that too under fp32
+  testing::write_file(dir.path() / "claims.json", claims.dump());
+  ReproduceOptions options;
+  options.base_config = dir.path() / "base.json";
+  options.claims_file = dir.path() / "claims.json";
+  try {
+    reproduce(options, dir.path() / "report");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()), (dir.path() / "claims.json").string() +
+                                             ": variants \"fp32 NCHW\" and \"{mode} NCHW\" are both \"fp32 NCHW\" on "
+                                             "this config and device; give them names of their own");
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "report"));
+}
+
 TEST(Reproduce, ABadClaimsFileStopsTheCommandWithExitCodeTwoBeforeAnythingIsWritten) {
   TempDir dir;
   testing::write_file(dir.path() / "base.json", R"({"run": {"device": "cpu"}})");

@@ -132,16 +132,16 @@ std::vector<std::string> step_placeholder_names() {
   return names;
 }
 
-/// `text` filled with sample values of `names`: a ConfigError names `path` where it holds another
-/// placeholder.
-void check_placeholders(const Entry& entry, const std::string& key, const std::string& path, const std::string& text,
+/// `text`, the value of `key`, filled with sample values of `names`: a ConfigError names the key
+/// where it holds another placeholder.
+void check_placeholders(const Entry& entry, const std::string& key, const std::string& text,
                         const std::vector<std::string>& names) {
   std::map<std::string, std::string> values;
   for (const std::string& name : names) values[name] = "1";
   try {
     fill_placeholders(text, values);
   } catch (const std::invalid_argument& error) {
-    entry.fail(path, entry.value().at(key),
+    entry.fail(entry.at(key), entry.value().at(key),
                fmt::format("{}; {}", error.what(),
                            names.empty() ? "this text takes no placeholders" : "this text takes " + braced(names)));
   }
@@ -242,7 +242,7 @@ Claim read_claim(const std::string& source, const json& value, size_t index, con
     entry.fail(entry.at("guide"), value.at("guide"), "expected " + guide_expected);
   claim.text = entry.string("claim", "what the guide says, in English, a string");
   if (claim.text.empty()) entry.fail(entry.at("claim"), value.at("claim"), "expected what the guide says, in English");
-  check_placeholders(entry, "claim", entry.at("claim"), claim.text, text_placeholders(claim.kind));
+  check_placeholders(entry, "claim", claim.text, text_placeholders(claim.kind));
   claim.quote = entry.string("quote", "the guide's line that says it, a string (\"\" for a row of ltrain's own)");
   if (claim.quote.empty() && claim.guide != kNoGuide)
     entry.fail(entry.at("quote"), value.at("quote"), "expected the guide's line that says it");
@@ -306,7 +306,7 @@ Claim read_claim(const std::string& source, const json& value, size_t index, con
                    fmt::format("expected a card whose published figures ltrain knows: {}", fmt::join(known, ", ")));
       }
       claim.wrong = entry.string("wrong", "what is wrong with the statement, a string");
-      check_placeholders(entry, "wrong", entry.at("wrong"), claim.wrong, {"published"});
+      check_placeholders(entry, "wrong", claim.wrong, {"published"});
       break;
     }
     case ClaimKind::unmeasurable:

@@ -1,6 +1,7 @@
 #include "ltrain/bench/reproduce.h"
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -110,6 +111,20 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
   const ClaimCatalogue catalogue =
       options.claims_file.empty() ? shipped_claims() : load_claims(options.claims_file);
   const torch::Device device = engine::resolve_device(base);
+  // What the A/B claims' placeholders stand for here, and their variants filled.
+  const StepValues values{unpaired_precision(base, device),
+                          base.config.data.batch_size * base.config.optim.accumulation_steps};
+  std::vector<Variant> variants;
+  std::map<std::string, std::string> named_by;  // a variant's name here -> its name in the file
+  for (const auto& [name, variant] : catalogue.variants) {
+    variants.push_back(fill_variant(variant, values));
+    // The measurements go by a variant's name: two variants may not come to one name here.
+    const auto [other, first] = named_by.emplace(variants.back().name, name);
+    if (!first)
+      throw ConfigError(fmt::format("{}: variants \"{}\" and \"{}\" are both \"{}\" on this config and device; "
+                                    "give them names of their own",
+                                    catalogue.source, other->second, name, variants.back().name));
+  }
   files::create_results_folder(out_dir, "--out");
   const env::Environment environment = env::probe();
   ReproduceReport report;
@@ -137,11 +152,6 @@ ReproduceReport reproduce(const ReproduceOptions& options, const fs::path& out_d
                      {"batch_search", options.batch_search},
                      {"device", report.device}};
 
-  // What the A/B claims' placeholders stand for here, and their variants filled.
-  const StepValues values{unpaired_precision(base, device),
-                          base.config.data.batch_size * base.config.optim.accumulation_steps};
-  std::vector<Variant> variants;
-  for (const auto& [name, variant] : catalogue.variants) variants.push_back(fill_variant(variant, values));
   StepMeasurements m(options, base, device, options.fresh ? nlohmann::json() : earlier_steps(out_dir, report.settings),
                      variants);
   report.reused = m.reused();
