@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "ltrain/bench/claims.h"
 #include "ltrain/bench/sweep.h"
 #include "ltrain/config/load.h"
 #include "ltrain/config/sweep_spec.h"
@@ -775,7 +776,8 @@ TEST(Config, ShippedConfigsAndTheDefaultsValidateAgainstTheSchema) {
   const auto configs = std::filesystem::path(LTRAIN_SOURCE_DIR) / "configs";
   int count = 0;
   for (const auto& file : ltrain::testing::files_below(configs, ".json")) {
-    if (file.parent_path().filename() == "sweeps") continue;  // sweep descriptions, not run configs
+    // Sweep descriptions and the guides' claims (configs/claims/), not run configs.
+    if (file.parent_path().filename() == "sweeps" || file.parent_path().filename() == "claims") continue;
     EXPECT_EQ(schema_problems(nlohmann::json::parse(testing::read_file(file))), std::vector<std::string>{}) << file;
     ++count;
   }
@@ -853,9 +855,12 @@ TEST(Config, ShippedConfigsLoad) {
   const auto configs = std::filesystem::path(LTRAIN_SOURCE_DIR) / "configs";
   int count = 0;
   for (const auto& file : ltrain::testing::files_below(configs, ".json")) {
-    // configs/sweeps/ holds sweep descriptions, whose points are run configs.
+    // configs/sweeps/ holds sweep descriptions, whose points are run configs; configs/claims/ the
+    // claims `ltrain reproduce` measures.
     if (file.parent_path().filename() == "sweeps")
       EXPECT_NO_THROW(bench::plan_sweep(file)) << file;
+    else if (file.parent_path().filename() == "claims")
+      EXPECT_NO_THROW(bench::load_claims(file)) << file;
     else
       EXPECT_NO_THROW(load_file(file)) << file;
     ++count;

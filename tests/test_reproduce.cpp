@@ -1,14 +1,20 @@
-// ltrain reproduce: the verdict from rounds of A/B measurements, the published card figures, and a
-// run reduced to a tiny model on the CPU in which every claim gets a row with its guide and line,
-// measured where the CPU can measure it and "not measurable here" with the reason elsewhere.
+// ltrain reproduce: the verdict from rounds of A/B measurements, the published card figures, the
+// claims files (the one ltrain carries, and bad ones refused in one line), the verdict a claim's
+// threshold gives on given numbers, and a run reduced to a tiny model on the CPU in which every
+// claim gets a row with its guide and line, measured where the CPU can measure it and "not
+// measurable here" with the reason elsewhere.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
+#include <map>
 #include <thread>
 
+#include "ltrain/bench/claim_runner.h"
 #include "ltrain/bench/reproduce.h"
 #include "support.h"
 
@@ -72,6 +78,208 @@ TEST(ReproduceCards, PublishedFiguresByTheDriversName) {
   EXPECT_EQ(blackwell->memory, "32 GB GDDR7");
   EXPECT_EQ(published_card("NVIDIA H200")->multiprocessors, 132);
   EXPECT_EQ(published_card("NVIDIA A10"), nullptr);
+}
+
+TEST(ReproduceClaims, EveryShippedClaimLoadsAndTheBuiltInCopyIsTheFile) {
+  const ClaimCatalogue& shipped = shipped_claims();
+  EXPECT_EQ(shipped.source, "configs/claims/guides.json");
+  ASSERT_EQ(shipped.guides.size(), 3u);
+  EXPECT_EQ(shipped.guides[0].name, "RTX 5090 guide");
+  EXPECT_EQ(shipped.guides[2].title, "NVIDIA 4090D算力实战指南：从环境搭建到深度学习模型部署");
+  // 12 A/B step claims, the matmul test, the batch search, 5 statements about cards, 1 unmeasurable.
+  std::map<ClaimKind, int> kinds;
+  for (const Claim& claim : shipped.claims) ++kinds[claim.kind];
+  EXPECT_EQ(kinds[ClaimKind::speed], 7);
+  EXPECT_EQ(kinds[ClaimKind::memory], 5);
+  EXPECT_EQ(kinds[ClaimKind::matmul], 1);
+  EXPECT_EQ(kinds[ClaimKind::batch_search], 1);
+  EXPECT_EQ(kinds[ClaimKind::card], 5);
+  EXPECT_EQ(kinds[ClaimKind::unmeasurable], 1);
+  const Claim& amp = shipped.claims.front();
+  EXPECT_EQ(amp.guide, "RTX 4090 guide");
+  EXPECT_EQ(amp.quote, "效果：ResNet50 训练速度提升 2 - 3 倍，显存占用减少 30%");
+  EXPECT_EQ(amp.a, "fp32");
+  EXPECT_EQ(amp.b, "fp16");
+  EXPECT_DOUBLE_EQ(amp.threshold, 2.0);
+  // Every variant an A/B claim compares exists and fills; so do the claims' texts.
+  const StepValues values{"fp16", 256};
+  for (const Claim& claim : shipped.claims) {
+    if (claim.kind != ClaimKind::speed && claim.kind != ClaimKind::memory) continue;
+    for (const std::string& name : {claim.a, claim.b}) {
+      ASSERT_TRUE(shipped.variants.count(name)) << name;
+      for (const std::string& setting : fill_variant(shipped.variants.at(name), values).settings)
+        EXPECT_EQ(setting.find('{'), std::string::npos) << setting;
+    }
+    EXPECT_EQ(fill_placeholders(claim.text, step_placeholders(values)).find('{'), std::string::npos) << claim.text;
+  }
+  const Variant split = fill_variant(shipped.variants.at("{micro_batches} x {micro_batch} accumulated"), values);
+  EXPECT_EQ(split.name, "4 x 64 accumulated");
+  EXPECT_EQ(split.settings.back(), "optim.accumulation_steps=4");
+  // The copy built into ltrain is the file in the source folder.
+  const ClaimCatalogue file = load_claims(fs::path(LTRAIN_SOURCE_DIR) / "configs/claims/guides.json");
+  ASSERT_EQ(file.claims.size(), shipped.claims.size());
+  for (size_t i = 0; i < file.claims.size(); ++i) {
+    EXPECT_EQ(file.claims[i].text, shipped.claims[i].text);
+    EXPECT_EQ(file.claims[i].quote, shipped.claims[i].quote);
+  }
+}
+
+/// A claims document of one guide, two variants and one speed claim, for the tests to break.
+nlohmann::json small_claims() {
+  return nlohmann::json::parse(R"({
+    "guides": [{"name": "G", "title": "指南", "about": "a guide"}],
+    "variants": {"fp32": ["precision.mode=fp32"], "{mode} NCHW": ["precision.mode={mode}", "model.channels_last=false"]},
+    "claims": [{"guide": "G", "claim": "it is faster", "quote": "更快", "kind": "speed", "a": "fp32",
+                "b": "{mode} NCHW", "at_least": 2.0}]})");
+}
+
+/// parse_claims' ConfigError for `document`, "" when it reads.
+std::string claims_error(const nlohmann::json& document) {
+  try {
+    parse_claims(document.dump(), "my-claims.json");
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(ReproduceClaims, ABadClaimsFileIsOneLineNamingTheFileAndTheKey) {
+  EXPECT_EQ(claims_error(small_claims()), "");
+  nlohmann::json missing = small_claims();
+  missing["claims"][0].erase("quote");
+  EXPECT_EQ(claims_error(missing), "my-claims.json: claims[0].quote: missing; expected the guide's line that says it, "
+                                   "a string (\"\" for a row of ltrain's own)");
+  nlohmann::json wrong_type = small_claims();
+  wrong_type["claims"][0]["at_least"] = "2";
+  EXPECT_EQ(claims_error(wrong_type), "my-claims.json: claims[0].at_least = \"2\": expected the ratio B / A of images/s "
+                                      "the claim needs, a number > 0 (none: measured only)");
+  nlohmann::json unknown_setting = small_claims();
+  unknown_setting["variants"]["fp32"][0] = "precision.modee=fp32";
+  EXPECT_EQ(claims_error(unknown_setting), "my-claims.json: variants.\"fp32\"[0] = \"precision.modee=fp32\": unknown "
+                                           "key \"precision.modee\": did you mean \"precision.mode\"?");
+  nlohmann::json bad_value = small_claims();
+  bad_value["variants"]["fp32"][0] = "precision.mode=fp64";
+  EXPECT_EQ(claims_error(bad_value), "my-claims.json: variants.\"fp32\"[0] = \"precision.mode=fp64\": precision.mode = "
+                                     "\"fp64\": expected one of fp32, tf32, fp16, bf16");
+  nlohmann::json unknown_variant = small_claims();
+  unknown_variant["claims"][0]["a"] = "fp33";
+  EXPECT_EQ(claims_error(unknown_variant),
+            "my-claims.json: claims[0].a = \"fp33\": no such variant; did you mean \"fp32\"?");
+  nlohmann::json unknown_guide = small_claims();
+  unknown_guide["claims"][0]["guide"] = "H";
+  EXPECT_EQ(claims_error(unknown_guide),
+            "my-claims.json: claims[0].guide = \"H\": expected one of the guides' names (G, none)");
+  nlohmann::json unknown_key = small_claims();
+  unknown_key["claims"][0]["at_leest"] = 2.0;
+  EXPECT_EQ(claims_error(unknown_key),
+            "my-claims.json: unknown key \"claims[0].at_leest\": did you mean \"claims[0].at_least\"?");
+  nlohmann::json unknown_kind = small_claims();
+  unknown_kind["claims"][0]["kind"] = "sped";
+  EXPECT_EQ(claims_error(unknown_kind), "my-claims.json: claims[0].kind = \"sped\": expected one of speed, memory, "
+                                        "matmul, batch_search, card, unmeasurable");
+  nlohmann::json unknown_placeholder = small_claims();
+  unknown_placeholder["claims"][0]["claim"] = "it is faster at {size}";
+  EXPECT_EQ(claims_error(unknown_placeholder),
+            "my-claims.json: claims[0].claim = \"it is faster at {size}\": unknown placeholder \"{size}\"; this text "
+            "takes {batch}, {micro_batch}, {micro_batches}, {mode}");
+  nlohmann::json unknown_card = small_claims();
+  unknown_card["claims"][0] = {{"guide", "G"}, {"claim", "c"}, {"quote", "q"}, {"kind", "card"},
+                               {"card", "NVIDIA GeForce RTX 2080"}, {"wrong", "w"}};
+  EXPECT_NE(claims_error(unknown_card).find("my-claims.json: claims[0].card = \"NVIDIA GeForce RTX 2080\": expected a "
+                                            "card whose published figures ltrain knows: NVIDIA GeForce RTX 5090, "),
+            std::string::npos)
+      << claims_error(unknown_card);
+  // Not JSON, and no file at all.
+  try {
+    parse_claims("{\"guides\": [", "my-claims.json");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()).rfind("my-claims.json: ", 0), 0u) << error.what();
+  }
+  TempDir dir;
+  try {
+    load_claims(dir.path());
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()).find(dir.path().string() + ": "), 0u) << error.what();
+    EXPECT_NE(std::string(error.what()).find("--claims names a JSON file of claims as configs/claims/guides.json"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(ReproduceClaims, TheThresholdGivesTheVerdictOnGivenNumbers) {
+  Claim speed;
+  speed.kind = ClaimKind::speed;
+  speed.threshold = 2.0;
+  const SideRounds fp32{"fp32", {100, 100, 100}, {-1, -1, -1}};
+  // B at 2.5-2.6x A in every round: holds; at 1.5x: does not; 1.9-2.2x: undecided.
+  EXPECT_EQ(judge_step_claim(speed, {}, fp32, {"fp16", {250, 260, 255}, {-1, -1, -1}}).verdict, "holds");
+  const ClaimRow slower = judge_step_claim(speed, {}, fp32, {"fp16", {150, 150, 150}, {-1, -1, -1}});
+  EXPECT_EQ(slower.verdict, "does not hold");
+  EXPECT_DOUBLE_EQ(slower.ratio.median, 1.5);
+  EXPECT_DOUBLE_EQ(slower.claimed, 2.0);
+  EXPECT_EQ(slower.measured, "fp16: 150 img/s (150-150), fp32: 100 img/s (100-100)");
+  EXPECT_EQ(judge_step_claim(speed, {}, fp32, {"fp16", {190, 220, 210}, {-1, -1, -1}}).verdict,
+            "undecided: the claimed 2.00x lies within the rounds' 1.90-2.20x");
+  // Without a threshold: measured only.
+  speed.threshold = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(judge_step_claim(speed, {}, fp32, {"fp16", {150, 150, 150}, {-1, -1, -1}}).verdict, "measured");
+
+  // A memory claim of a 30% saving: B's peak at most 0.70 of A's in every round.
+  Claim memory;
+  memory.kind = ClaimKind::memory;
+  memory.threshold = 0.30;
+  const SideRounds a{"fp32", {100, 100}, {1000, 1000}};
+  const ClaimRow saves = judge_step_claim(memory, {}, a, {"fp16", {200, 200}, {520, 550}});
+  EXPECT_EQ(saves.verdict, "holds");
+  EXPECT_DOUBLE_EQ(saves.claimed, 0.70);
+  EXPECT_EQ(judge_step_claim(memory, {}, a, {"fp16", {200, 200}, {880, 880}}).verdict, "does not hold");
+  // Where the device measures no peak memory (the CPU), the time paid alone.
+  const ClaimRow cpu = judge_step_claim(memory, {}, {"fp32", {100, 100}, {-1, -1}}, {"fp16", {50, 50}, {-1, -1}});
+  EXPECT_EQ(cpu.verdict, "not measurable here: peak memory is measured on CUDA devices");
+  EXPECT_EQ(cpu.measured, "time per image +100% (fp16 vs fp32)");
+}
+
+TEST(ReproduceClaims, TwoVariantsOfOneNameOnThisConfigAreRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  testing::write_file(dir.path() / "base.json", R"({"run": {"device": "cpu"}})");
+  nlohmann::json claims = small_claims();
+  claims["variants"]["fp32 NCHW"] = {"precision.mode=fp32"};  // "{mode} NCHW" is that too under fp32
+  testing::write_file(dir.path() / "claims.json", claims.dump());
+  ReproduceOptions options;
+  options.base_config = dir.path() / "base.json";
+  options.claims_file = dir.path() / "claims.json";
+  try {
+    reproduce(options, dir.path() / "report");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()), (dir.path() / "claims.json").string() +
+                                             ": variants \"fp32 NCHW\" and \"{mode} NCHW\" are both \"fp32 NCHW\" on "
+                                             "this config and device; give them names of their own");
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "report"));
+}
+
+TEST(Reproduce, ABadClaimsFileStopsTheCommandWithExitCodeTwoBeforeAnythingIsWritten) {
+  TempDir dir;
+  testing::write_file(dir.path() / "base.json", R"({"run": {"device": "cpu"}})");
+  nlohmann::json claims = small_claims();
+  claims["variants"]["fp32"].push_back("precision.tf33=true");
+  testing::write_file(dir.path() / "claims.json", claims.dump());
+  const fs::path out = dir.path() / "report";
+  EXPECT_EQ(testing::run_ltrain("reproduce --config " + (dir.path() / "base.json").string() + " --claims " +
+                                    (dir.path() / "claims.json").string() + " --out " + out.string(),
+                                dir.path() / "log"),
+            2);
+  const std::string log = read_file(dir.path() / "log");
+  EXPECT_NE(log.find((dir.path() / "claims.json").string() + ": variants.\"fp32\"[1] = \"precision.tf33=true\": "
+                                                             "unknown key \"precision.tf33\": did you mean "
+                                                             "\"precision.tf32\"?\n"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(Reproduce, ReducedRunOnTheCpuWritesEveryClaimWithItsGuide) {

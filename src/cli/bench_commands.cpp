@@ -328,6 +328,8 @@ cxxopts::Options reproduce_options() {
       "same settings (one cut short by Ctrl-C or a time limit).");
   options.add_options()("config", "the run config every measurement starts from", cxxopts::value<std::string>(), "FILE")(
       "out", "report folder", cxxopts::value<std::string>()->default_value("reports/reproduce"), "DIR")(
+      "claims", "the claims to measure, a JSON file of the form of configs/claims/guides.json (default: that file, "
+      "built into ltrain)", cxxopts::value<std::string>(), "FILE")(
       "warmup", "untimed steps per measurement", cxxopts::value<int64_t>()->default_value("10"), "N")(
       "steps", "timed steps per measurement", cxxopts::value<int64_t>()->default_value("30"), "N")(
       "rounds", "A/B rounds per claim, alternating", cxxopts::value<int64_t>()->default_value("3"), "N")(
@@ -348,6 +350,7 @@ int run_reproduce(int argc, char** argv) {
   bench::ReproduceOptions settings;
   settings.base_config = required(*args, "config", "ltrain reproduce");
   settings.overrides = overrides(*args, options.program());
+  if (args->count("claims")) settings.claims_file = (*args)["claims"].as<std::string>();
   settings.warmup = (*args)["warmup"].as<int64_t>();
   settings.steps = (*args)["steps"].as<int64_t>();
   settings.rounds = (*args)["rounds"].as<int64_t>();
