@@ -246,7 +246,7 @@ TEST(CudaGraph, GraphedEvaluationCountsEveryImageOnce_CUDA) {
                                            "model.channels_last=true"});
     engine::apply_runtime_settings(loaded.config);
     const data::TrainTestSets sets = engine::load_data(loaded.config, torch::kCUDA);
-    const data::EvalLoader loader(sets.test, loaded.config.data);
+    const data::EvalLoader loader(sets.test, engine::eval_loader_options(loaded.config.data));
     models::ResNet model = engine::build_model(loaded, torch::kCUDA);
     engine::Evaluator graphed(model, loader, loaded.config);
     for (int round = 0; round < 3; ++round) {

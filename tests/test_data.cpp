@@ -20,6 +20,7 @@
 #include "ltrain/core/sha256.h"
 #include "ltrain/data/cifar.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/engine/setup.h"
 #include "support.h"
 
 namespace {
@@ -29,10 +30,13 @@ using ltrain::DataError;
 using ltrain::config::DataSection;
 using ltrain::data::Batch;
 using ltrain::data::EvalLoader;
+using ltrain::data::EvalLoaderOptions;
 using ltrain::data::ImageSet;
+using ltrain::data::NormalizeOptions;
 using ltrain::data::Normalizer;
 using ltrain::data::ProgressiveResize;
 using ltrain::data::TrainLoader;
+using ltrain::data::TrainLoaderOptions;
 using ltrain::testing::TempDir;
 using ltrain::testing::write_file;
 
@@ -81,20 +85,19 @@ ImageSet indexed_images(int64_t count, uint64_t seed, int64_t side = 32) {
   return set;
 }
 
-DataSection loader_config(int64_t batch_size, bool random_crop, int64_t padding, bool flip) {
-  DataSection data;
-  data.batch_size = batch_size;
-  data.eval_batch_size = batch_size;
-  data.random_crop = random_crop;
-  data.crop_padding = padding;
-  data.horizontal_flip = flip;
-  return data;
+TrainLoaderOptions loader_config(int64_t images_per_step, bool random_crop, int64_t padding, bool flip) {
+  TrainLoaderOptions options;
+  options.images_per_step = images_per_step;
+  options.random_crop = random_crop;
+  options.crop_padding = padding;
+  options.horizontal_flip = flip;
+  return options;
 }
 
 /// torchvision's ToTensor() + Normalize(mean, std), written out: (x/255 - mean) / std.
-torch::Tensor reference_normalize(const torch::Tensor& images_uint8, const DataSection& data) {
-  const auto mean = torch::tensor(data.mean).to(torch::kFloat32).view({1, 3, 1, 1});
-  const auto std = torch::tensor(data.std).to(torch::kFloat32).view({1, 3, 1, 1});
+torch::Tensor reference_normalize(const torch::Tensor& images_uint8, const NormalizeOptions& options) {
+  const auto mean = torch::tensor(options.mean).to(torch::kFloat32).view({1, 3, 1, 1});
+  const auto std = torch::tensor(options.std).to(torch::kFloat32).view({1, 3, 1, 1});
   return (images_uint8.to(torch::kFloat32) / 255.0 - mean) / std;
 }
 
@@ -119,8 +122,8 @@ struct Augmentation {
 
 /// For each image of `batch`, the one (dy, dx, flip) whose torchvision reference it equals;
 /// fails the test where none or several match.
-std::vector<Augmentation> identify_augmentations(const Batch& batch, const ImageSet& set, const DataSection& data,
-                                                 int64_t padding, bool flips) {
+std::vector<Augmentation> identify_augmentations(const Batch& batch, const ImageSet& set,
+                                                 const TrainLoaderOptions& data, int64_t padding, bool flips) {
   std::vector<Augmentation> candidates;
   for (int64_t dy = -padding; dy <= padding; ++dy)
     for (int64_t dx = -padding; dx <= padding; ++dx)
@@ -133,7 +136,7 @@ std::vector<Augmentation> identify_augmentations(const Batch& batch, const Image
     std::vector<torch::Tensor> references;
     for (const auto& candidate : candidates)
       references.push_back(reference_crop_flip(image, padding, candidate.dy, candidate.dx, candidate.flip));
-    const auto normalized = reference_normalize(torch::stack(references), data);  // [K,3,S,S]
+    const auto normalized = reference_normalize(torch::stack(references), data.normalize);  // [K,3,S,S]
     const auto matches = (normalized - batch.images[b].unsqueeze(0)).abs().amax({1, 2, 3}).lt(1e-5);
     const auto matching = torch::nonzero(matches);
     EXPECT_EQ(matching.size(0), 1) << "image " << b << " matches " << matching.size(0) << " references";
@@ -723,7 +726,7 @@ TEST(DataImageSet, ToMovesBothTensors) {
 // ---- normalization --------------------------------------------------------------------------------------
 
 TEST(LoaderNormalizer, MatchesToTensorThenNormalize) {
-  DataSection data;
+  NormalizeOptions data;
   const auto images = indexed_images(4, 3).images;
   images[0][0][0][0] = 0;  // both ends of the byte range
   images[0][1][0][0] = 255;
@@ -747,7 +750,7 @@ TEST(LoaderTrain, WithoutAugmentationABatchIsTheNormalizedImagesInOrder) {
   EXPECT_EQ(batch.images.sizes(), torch::IntArrayRef({8, 3, 32, 32}));
   EXPECT_EQ(batch.images.scalar_type(), torch::kFloat32);
   EXPECT_TRUE(batch.images.is_contiguous());
-  EXPECT_TRUE(close(batch.images, reference_normalize(set.images.index_select(0, batch.labels), data)));
+  EXPECT_TRUE(close(batch.images, reference_normalize(set.images.index_select(0, batch.labels), data.normalize)));
 }
 
 TEST(LoaderTrain, ZeroShiftAndNoFlipIsIdentity) {
@@ -756,7 +759,7 @@ TEST(LoaderTrain, ZeroShiftAndNoFlipIsIdentity) {
   TrainLoader loader(set, data, 12);
   for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
     const auto batch = loader.batch(i);
-    EXPECT_TRUE(close(batch.images, reference_normalize(set.images.index_select(0, batch.labels), data)));
+    EXPECT_TRUE(close(batch.images, reference_normalize(set.images.index_select(0, batch.labels), data.normalize)));
   }
 }
 
@@ -769,8 +772,8 @@ TEST(LoaderTrain, FlipOnlyMirrorsAboutHalfTheImages) {
   for (const auto& batch : epoch_batches(loader, 1)) {
     // Each image is either itself or tensor.flip(3) of itself, normalized.
     const auto originals = set.images.index_select(0, batch.labels);
-    const auto plain = reference_normalize(originals, data);
-    const auto mirrored = reference_normalize(originals.flip({3}), data);
+    const auto plain = reference_normalize(originals, data.normalize);
+    const auto mirrored = reference_normalize(originals.flip({3}), data.normalize);
     for (int64_t b = 0; b < batch.labels.size(0); ++b) {
       const bool is_plain = close(batch.images[b], plain[b]);
       const bool is_mirrored = close(batch.images[b], mirrored[b]);
@@ -902,8 +905,8 @@ TEST(LoaderTrain, PaddedPixelsAreMinusMeanOverStd) {
   const auto images = loader.batch(0).images;  // [32,3,32,32]
   for (int64_t c = 0; c < 3; ++c) {
     const auto plane = images.select(1, c);
-    const float padded = static_cast<float>(-data.mean[c] / data.std[c]);
-    const float white_value = static_cast<float>((1.0 - data.mean[c]) / data.std[c]);
+    const float padded = static_cast<float>(-data.normalize.mean[c] / data.normalize.std[c]);
+    const float white_value = static_cast<float>((1.0 - data.normalize.mean[c]) / data.normalize.std[c]);
     const auto is_padded = (plane - padded).abs().lt(1e-5);
     const auto is_white = (plane - white_value).abs().lt(1e-5);
     EXPECT_TRUE(is_padded.logical_or(is_white).all().item<bool>()) << "channel " << c;
@@ -946,7 +949,7 @@ TEST(LoaderTrain, OtherEpochOrSeedOtherOrder) {
 TEST(LoaderTrain, EachImageAtMostOncePerEpochAndTheRemainderDropped) {
   const auto set = indexed_images(100, 8);
   TrainLoader loader(set, loader_config(16, true, 4, true), 24);
-  EXPECT_EQ(loader.batch_size(), 16);
+  EXPECT_EQ(loader.images_per_step(), 16);
   EXPECT_EQ(loader.batches_per_epoch(), 6);  // 100 / 16, the last 4 images dropped
   std::vector<torch::Tensor> labels;
   for (const auto& batch : epoch_batches(loader, 5)) {
@@ -967,12 +970,24 @@ TEST(LoaderTrain, BatchLargerThanTheSetIsAConfigError) {
 // ---- progressive resizing --------------------------------------------------------------------------------
 
 TEST(ProgressiveResize, ZeroEpochsIsOff) {
-  DataSection data;
-  data.progressive_start_size = 16;
-  data.progressive_epochs = 0;
-  const ProgressiveResize off = ProgressiveResize::from(data);
+  ltrain::config::RunConfig config;
+  config.data.progressive_start_size = 16;
+  config.data.progressive_epochs = 0;
+  const ProgressiveResize off = ltrain::engine::train_loader_options(config).progressive;
   EXPECT_EQ(off.start_size, 0);
   for (int64_t epoch = 0; epoch < 3; ++epoch) EXPECT_EQ(off.side(32, epoch), 32);
+}
+
+TEST(LoaderTrain, ABatchIsOneStepsImagesTheMicroBatchTimesTheAccumulationSteps) {
+  ltrain::config::RunConfig config;
+  config.data.batch_size = 8;
+  config.optim.accumulation_steps = 3;
+  const TrainLoaderOptions options = ltrain::engine::train_loader_options(config);
+  EXPECT_EQ(options.images_per_step, 24);
+  TrainLoader loader(indexed_images(100, 4), options, 0);
+  EXPECT_EQ(loader.images_per_step(), 24);
+  EXPECT_EQ(loader.batches_per_epoch(), 4);  // 100 images hold 4 steps of 24
+  EXPECT_EQ(loader.batch(3).labels.size(0), 24);
 }
 
 TEST(ProgressiveResize, SidesGrowLinearlyInStepsToTheFullSide) {
@@ -995,11 +1010,9 @@ TEST(ProgressiveResize, SidesGrowLinearlyInStepsToTheFullSide) {
 
 TEST(LoaderTrain, ProgressiveResizingScalesEachEpochsBatchesAndChangesNothingElse) {
   const auto set = indexed_images(64, 21);
-  const DataSection full = loader_config(16, true, 4, true);
-  DataSection progressive = full;
-  progressive.progressive_start_size = 16;
-  progressive.progressive_epochs = 2;
-  progressive.progressive_size_step = 8;
+  const TrainLoaderOptions full = loader_config(16, true, 4, true);
+  TrainLoaderOptions progressive = full;
+  progressive.progressive = {/*start_size=*/16, /*epochs=*/2, /*size_step=*/8};
   TrainLoader plain(set, full, 5), scaled(set, progressive, 5);
   namespace F = torch::nn::functional;
   for (const auto& [epoch, side] : std::vector<std::pair<int64_t, int64_t>>{{0, 16}, {1, 24}, {2, 32}, {3, 32}}) {
@@ -1023,9 +1036,8 @@ TEST(LoaderTrain, ProgressiveResizingScalesEachEpochsBatchesAndChangesNothingEls
 }
 
 TEST(LoaderTrain, AProgressiveStartSizeNotBelowTheImagesSideIsAConfigError) {
-  DataSection data = loader_config(8, true, 4, true);
-  data.progressive_start_size = 32;
-  data.progressive_epochs = 2;
+  TrainLoaderOptions data = loader_config(8, true, 4, true);
+  data.progressive = {/*start_size=*/32, /*epochs=*/2, /*size_step=*/4};
   try {
     TrainLoader(indexed_images(16, 1), data, 0);
     FAIL() << "no error";
@@ -1039,7 +1051,7 @@ TEST(LoaderTrain, AProgressiveStartSizeNotBelowTheImagesSideIsAConfigError) {
 
 TEST(LoaderEval, CoversEveryImageOnceWithAShortLastBatch) {
   const auto set = indexed_images(10, 10);
-  const auto data = loader_config(4, true, 4, true);  // augmentation settings must not apply
+  const EvalLoaderOptions data{/*batch_size=*/4, NormalizeOptions{}};
   EvalLoader loader(set, data);
   EXPECT_EQ(loader.size(), 10);
   ASSERT_EQ(loader.num_batches(), 3);
@@ -1054,7 +1066,7 @@ TEST(LoaderEval, CoversEveryImageOnceWithAShortLastBatch) {
   }
   EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2}));
   EXPECT_TRUE(torch::equal(torch::cat(labels), torch::arange(10, torch::kInt64)));
-  EXPECT_TRUE(close(torch::cat(images), reference_normalize(set.images, data)));
+  EXPECT_TRUE(close(torch::cat(images), reference_normalize(set.images, data.normalize)));
   EXPECT_THROW(loader.batch(3), std::out_of_range);
 }
 
@@ -1073,8 +1085,9 @@ TEST(LoaderDevice, SameBatchesAsOnTheCpu_CUDA) {
     EXPECT_TRUE(torch::equal(got[i].labels.cpu(), expected[i].labels)) << "batch " << i;
     EXPECT_TRUE(close(got[i].images.cpu(), expected[i].images)) << "batch " << i;
   }
-  EvalLoader eval(set.to(torch::Device(torch::kCUDA)), data);
-  EXPECT_TRUE(close(eval.batch(eval.num_batches() - 1).images.cpu(), EvalLoader(set, data).batch(6).images));
+  const EvalLoaderOptions eval_options{/*batch_size=*/16, data.normalize};
+  EvalLoader eval(set.to(torch::Device(torch::kCUDA)), eval_options);
+  EXPECT_TRUE(close(eval.batch(eval.num_batches() - 1).images.cpu(), EvalLoader(set, eval_options).batch(6).images));
 }
 
 }  // namespace

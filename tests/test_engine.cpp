@@ -95,7 +95,8 @@ TEST(Trainer, ShortRunOnCifarMiniLearns) {
   models::ResNet model = build_model(loaded, torch::kCPU);
   load_state_dict(*model, checkpoint.model, last.string());
   const auto sets = load_data(loaded.config, torch::kCPU);
-  const EvalResult again = evaluate(model, data::EvalLoader(sets.test, loaded.config.data), loaded.config);
+  const data::EvalLoader test_loader(sets.test, eval_loader_options(loaded.config.data));
+  const EvalResult again = evaluate(model, test_loader, loaded.config);
   EXPECT_EQ(again.images, 1000);
   EXPECT_DOUBLE_EQ(again.accuracy, result.final_test_accuracy);
 }
@@ -110,7 +111,7 @@ TEST(Evaluator, FlipAverageScoresTheMeanLogitsOfEachImageAndItsMirror) {
   torch::manual_seed(0);
   models::ResNet model = build_model(loaded, torch::kCPU);
   const auto sets = load_data(loaded.config, torch::kCPU);
-  const data::EvalLoader loader(sets.test, loaded.config.data);
+  const data::EvalLoader loader(sets.test, eval_loader_options(loaded.config.data));
   const EvalResult flipped = evaluate(model, loader, loaded.config);
 
   model->eval();
@@ -188,7 +189,8 @@ TEST(Trainer, WithEmaTheCheckpointsAveragedWeightsAreWhatTheRunEvaluated) {
   models::ResNet model = build_model(loaded, torch::kCPU);
   load_state_dict(*model, evaluation_weights(checkpoint), "checkpoint");
   const auto sets = load_data(loaded.config, torch::kCPU);
-  const EvalResult again = evaluate(model, data::EvalLoader(sets.test, loaded.config.data), loaded.config);
+  const data::EvalLoader test_loader(sets.test, eval_loader_options(loaded.config.data));
+  const EvalResult again = evaluate(model, test_loader, loaded.config);
   EXPECT_NEAR(again.loss, result.final_test_loss, 1e-6);
 }
 

@@ -90,10 +90,10 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
   result.channels_last = config.model.channels_last;
   result.checkpoint_segments = config.model.checkpoint_segments;
   result.cuda_graph = train_step.graphed();
-  result.batch_size = loader.batch_size();
+  result.batch_size = loader.images_per_step();
   result.steps = steps;
   result.rounds = rounds;
-  const auto images = static_cast<double>(steps * loader.batch_size());
+  const auto images = static_cast<double>(steps * loader.images_per_step());
   for (const double seconds : round_seconds) {
     result.seconds += seconds;
     result.round_images_per_second.push_back(images / seconds);

@@ -45,15 +45,15 @@ void require_rgb(const std::vector<double>& values, const char* key) {
 
 // ---- Normalizer -------------------------------------------------------------------------------
 
-Normalizer::Normalizer(const config::DataSection& data, const torch::Device& device) {
+Normalizer::Normalizer(const NormalizeOptions& options, const torch::Device& device) {
   std::vector<double> scale(kChannels, 1.0 / 255.0);
   std::vector<double> shift(kChannels, 0.0);
-  if (data.normalize) {
-    require_rgb(data.mean, "mean");
-    require_rgb(data.std, "std");
+  if (options.normalize) {
+    require_rgb(options.mean, "mean");
+    require_rgb(options.std, "std");
     for (size_t c = 0; c < scale.size(); ++c) {
-      scale[c] = 1.0 / (255.0 * data.std[c]);
-      shift[c] = -data.mean[c] / data.std[c];
+      scale[c] = 1.0 / (255.0 * options.std[c]);
+      shift[c] = -options.mean[c] / options.std[c];
     }
   }
   scale_ = per_channel(scale, device);
@@ -75,25 +75,28 @@ int64_t ProgressiveResize::side(int64_t full_side, int64_t epoch) const {
 
 // ---- TrainLoader ------------------------------------------------------------------------------
 
-TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64_t seed, Shard shard)
+TrainLoader::TrainLoader(ImageSet train, const TrainLoaderOptions& options, uint64_t seed, Shard shard)
     : train_(std::move(train)),
-      normalize_(data, train_.images.device()),
+      normalize_(options.normalize, train_.images.device()),
       side_(train_.side()),
-      batch_size_(data.batch_size),
+      images_per_step_(options.images_per_step),
       shard_(shard),
-      shuffle_(data.shuffle),
-      random_crop_(data.random_crop),
-      padding_(data.crop_padding),
-      flip_(data.horizontal_flip),
-      cutout_(data.cutout),
-      progressive_(ProgressiveResize::from(data)),
+      shuffle_(options.shuffle),
+      random_crop_(options.random_crop),
+      padding_(options.crop_padding),
+      flip_(options.horizontal_flip),
+      cutout_(options.cutout),
+      progressive_(options.progressive),
       batch_side_(side_),
       seed_(seed) {
-  if (batch_size_ < 1) throw ConfigError(fmt::format("data.batch_size: {} is not a positive number", batch_size_));
-  if (train_.size() < batch_size_ * shard_.count)
-    throw ConfigError(fmt::format("data.batch_size: {} x {} process(es) is larger than the training set ({} images): "
-                                  "no full batch fits in an epoch; lower data.batch_size",
-                                  batch_size_, shard_.count, train_.size()));
+  // The run's set-up checks data.batch_size against the training set first, naming
+  // optim.accumulation_steps and the processes; this guards the loader's own use.
+  if (images_per_step_ < 1)
+    throw ConfigError(fmt::format("data.batch_size: {} images a step is not a positive number", images_per_step_));
+  if (train_.size() < images_per_step_ * shard_.count)
+    throw ConfigError(fmt::format("data.batch_size: {} images a step x {} process(es) is larger than the training set "
+                                  "({} images): no full step fits in an epoch; lower data.batch_size",
+                                  images_per_step_, shard_.count, train_.size()));
   if (padding_ < 0 || padding_ >= side_)
     throw ConfigError(fmt::format("data.crop_padding: {} is outside 0-{}", padding_, side_ - 1));
   if (cutout_ < 0 || cutout_ > side_)
@@ -118,7 +121,7 @@ TrainLoader::TrainLoader(ImageSet train, const config::DataSection& data, uint64
   set_epoch(0);  // batches are valid from the start
 }
 
-int64_t TrainLoader::batches_per_epoch() const { return train_.size() / (batch_size_ * shard_.count); }
+int64_t TrainLoader::batches_per_epoch() const { return train_.size() / (images_per_step_ * shard_.count); }
 
 void TrainLoader::set_epoch(int64_t epoch) {
   // Drawn on the CPU from a private generator, so the result is the same on every device and
@@ -152,9 +155,9 @@ Batch TrainLoader::batch(int64_t index) const {
   if (index < 0 || index >= batches_per_epoch())
     throw std::out_of_range(fmt::format("{}:{}: TrainLoader::batch({}) outside 0-{}", __FILE__, __LINE__, index,
                                         batches_per_epoch() - 1));
-  const int64_t start = (index * shard_.count + shard_.rank) * batch_size_;
-  const auto indices = order_.narrow(0, start, batch_size_);           // [B] int64, device
-  const auto labels = labels_in_order_.narrow(0, start, batch_size_);  // [B] int64, device
+  const int64_t start = (index * shard_.count + shard_.rank) * images_per_step_;
+  const auto indices = order_.narrow(0, start, images_per_step_);           // [B] int64, device
+  const auto labels = labels_in_order_.narrow(0, start, images_per_step_);  // [B] int64, device
   torch::Tensor images =
       augments() ? cropped_and_flipped(indices, start) : normalize_(train_.images.index_select(0, indices));
   if (cutout_ > 0) cut_out(images, start);
@@ -176,20 +179,22 @@ torch::Tensor TrainLoader::cropped_and_flipped(const torch::Tensor& indices, int
   // zero-padded image Q (Q[Y, X] = image[Y - p, X - p], 0 in the border):
   //   out[y, x] = crop[y, flip ? S-1-x : x] = Q[y + p + dy, x' + p + dx],  x' = flip ? S-1-x : x
   // whose flat index in Q's P x P plane is y * P + crop_offset + x'.
+  const int64_t batch = images_per_step_;  // B
   const int64_t plane = side_ * side_;
   const int64_t padded = padded_side();
-  const auto columns = columns_.index_select(0, flipped_.narrow(0, start, batch_size_));  // [B,1,S] x'
-  const auto source = (rows_ + crop_offset_.narrow(0, start, batch_size_)) + columns;    // [B,S,S] int64
-  const auto gathered = padded_images_.index_select(0, indices)                           // [B,3,P,P] uint8
-                            .view({batch_size_, kChannels, padded * padded})
-                            .gather(2, source.view({batch_size_, 1, plane}).expand({batch_size_, kChannels, plane}));
-  return normalize_(gathered.view({batch_size_, kChannels, side_, side_}));
+  const auto columns = columns_.index_select(0, flipped_.narrow(0, start, batch));  // [B,1,S] x'
+  const auto source = (rows_ + crop_offset_.narrow(0, start, batch)) + columns;    // [B,S,S] int64
+  const auto gathered = padded_images_.index_select(0, indices)                 // [B,3,P,P] uint8
+                            .view({batch, kChannels, padded * padded})
+                            .gather(2, source.view({batch, 1, plane}).expand({batch, kChannels, plane}));
+  return normalize_(gathered.view({batch, kChannels, side_, side_}));
 }
 
 void TrainLoader::cut_out(torch::Tensor& images, int64_t start) const {
-  const auto corner = cutout_corner_.narrow(0, start, batch_size_);  // [B,2] int64
-  const auto top = corner.select(1, 0).view({batch_size_, 1, 1});
-  const auto left = corner.select(1, 1).view({batch_size_, 1, 1});
+  const int64_t batch = images_per_step_;  // B
+  const auto corner = cutout_corner_.narrow(0, start, batch);  // [B,2] int64
+  const auto top = corner.select(1, 0).view({batch, 1, 1});
+  const auto left = corner.select(1, 1).view({batch, 1, 1});
   const auto y = pixel_index_.view({1, side_, 1});
   const auto x = pixel_index_.view({1, 1, side_});
   const auto inside = (y >= top) & (y < top + cutout_) & (x >= left) & (x < left + cutout_);  // [B,S,S] bool
@@ -198,8 +203,8 @@ void TrainLoader::cut_out(torch::Tensor& images, int64_t start) const {
 
 // ---- EvalLoader -------------------------------------------------------------------------------
 
-EvalLoader::EvalLoader(ImageSet test, const config::DataSection& data)
-    : test_(std::move(test)), normalize_(data, test_.images.device()), batch_size_(data.eval_batch_size) {
+EvalLoader::EvalLoader(ImageSet test, const EvalLoaderOptions& options)
+    : test_(std::move(test)), normalize_(options.normalize, test_.images.device()), batch_size_(options.batch_size) {
   if (batch_size_ < 1)
     throw ConfigError(fmt::format("data.eval_batch_size: {} is not a positive number", batch_size_));
 }

@@ -65,7 +65,7 @@ Run::Run(const config::LoadedConfig& loaded, const RunParts& parts)
     check_num_classes(loaded_);
     sets_.emplace(load_data(config, device_));
     if (parts.training) train_loader_.emplace(make_train_loader(loaded_, sets_->train, {rank(), ranks()}));
-    eval_loader_.emplace(shard_of(sets_->test, rank(), ranks()), config.data);
+    eval_loader_.emplace(shard_of(sets_->test, rank(), ranks()), eval_loader_options(config.data));
   }
   config::LoadedConfig model_source = loaded_;
   if (parts.weights_from_caller) model_source.config.model.init_from.clear();

@@ -51,7 +51,7 @@ void log_start(Run& run, const StartPoint& start, const ResumePoint& begin, cons
                                                 environment.node_rank)
                                   : ",";
     spdlog::info("data-parallel: {} processes ({}){} {} images per process per step{}", ranks, group->backend_name(),
-                 nodes, loader.batch_size(), config.distributed.sync_batch_norm ? ", SyncBatchNorm" : "");
+                 nodes, loader.images_per_step(), config.distributed.sync_batch_norm ? ", SyncBatchNorm" : "");
   }
   spdlog::info("model {} ({} stem, width {}): {} parameters{}", config::to_string(config.model.arch),
                config::to_string(config.model.stem), config.model.width, models::count_parameters(*run.model()),
@@ -59,7 +59,7 @@ void log_start(Run& run, const StartPoint& start, const ResumePoint& begin, cons
   spdlog::info("data {}: {} training images, {} test images; {} steps per epoch of {} images ({} x {} accumulated), "
                "{} steps in {} epoch(s)",
                config::to_string(config.data.source), run.sets().train.size(), run.sets().test.size(),
-               length.steps_per_epoch, loader.batch_size() * ranks, config.optim.accumulation_steps,
+               length.steps_per_epoch, loader.images_per_step() * ranks, config.optim.accumulation_steps,
                config.data.batch_size * ranks, length.total_steps, length.epochs);
   const std::string train_graph =
       config.cuda_graph.train
@@ -159,7 +159,7 @@ RunPlan plan_run(const config::LoadedConfig& loaded) {
   plan.parameters = models::count_parameters(*run.model());
   plan.train_images = run.sets().train.size();
   plan.test_images = run.sets().test.size();
-  plan.images_per_step = run.train_loader().batch_size();
+  plan.images_per_step = run.train_loader().images_per_step();
   plan.steps_per_epoch = length.steps_per_epoch;
   plan.total_steps = length.total_steps;
   plan.epochs = length.epochs;

@@ -249,11 +249,41 @@ void check_batch_fits(const config::LoadedConfig& loaded, int64_t train_images, 
   throw config::config_error(loaded, "data.batch_size", why);
 }
 
+namespace {
+
+data::NormalizeOptions normalize_options(const config::DataSection& data) {
+  return {data.normalize, data.mean, data.std};
+}
+
+data::ProgressiveResize progressive_resize(const config::DataSection& data) {
+  if (data.progressive_start_size == 0 || data.progressive_epochs == 0) return {0, 0, data.progressive_size_step};
+  return {data.progressive_start_size, data.progressive_epochs, data.progressive_size_step};
+}
+
+}  // namespace
+
+data::TrainLoaderOptions train_loader_options(const config::RunConfig& config) {
+  const config::DataSection& data = config.data;
+  data::TrainLoaderOptions options;
+  options.images_per_step = data.batch_size * config.optim.accumulation_steps;
+  options.shuffle = data.shuffle;
+  options.random_crop = data.random_crop;
+  options.crop_padding = data.crop_padding;
+  options.horizontal_flip = data.horizontal_flip;
+  options.cutout = data.cutout;
+  options.progressive = progressive_resize(data);
+  options.normalize = normalize_options(data);
+  return options;
+}
+
+data::EvalLoaderOptions eval_loader_options(const config::DataSection& data) {
+  return {data.eval_batch_size, normalize_options(data)};
+}
+
 data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train, data::Shard shard) {
   check_batch_fits(loaded, train.size(), shard.count);
-  config::DataSection step_data = loaded.config.data;
-  step_data.batch_size *= loaded.config.optim.accumulation_steps;
-  return data::TrainLoader(train, step_data, static_cast<uint64_t>(loaded.config.run.seed), shard);
+  const auto seed = static_cast<uint64_t>(loaded.config.run.seed);
+  return data::TrainLoader(train, train_loader_options(loaded.config), seed, shard);
 }
 
 }  // namespace ltrain::engine

@@ -648,7 +648,7 @@ TrainResult Trainer::result() const {
   result.process_train_seconds = sums_.train_seconds - resumed_train_seconds_;
   result.images_per_second =
       result.train_seconds > 0
-          ? static_cast<double>(step_ * run_.train_loader().batch_size() * run_.ranks()) / result.train_seconds
+          ? static_cast<double>(step_ * run_.train_loader().images_per_step() * run_.ranks()) / result.train_seconds
           : 0.0;
   result.peak_memory_bytes = compat::peak_memory_bytes(run_.device());
   result.peak_reserved_bytes = compat::peak_reserved_bytes(run_.device());

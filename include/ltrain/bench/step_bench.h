@@ -20,7 +20,7 @@ struct StepBenchResult {
   bool channels_last = false;  ///< model.channels_last
   int64_t checkpoint_segments = 0;  ///< model.checkpoint_segments (0: activation checkpointing off)
   bool cuda_graph = false;          ///< cuda_graph.train: the timed steps were graph replays
-  int64_t batch_size = 0;
+  int64_t batch_size = 0;  ///< images a step: data.batch_size x optim.accumulation_steps
   int64_t steps = 0;   ///< timed steps per round
   int64_t rounds = 1;  ///< timed rounds of `steps` steps, one after another in the same run
   double seconds = 0.0;  ///< all rounds

@@ -6,7 +6,6 @@
 
 #include <torch/torch.h>
 
-#include "ltrain/config/config.h"
 #include "ltrain/data/cifar.h"
 
 namespace ltrain::data {
@@ -18,11 +17,19 @@ struct Batch {
   torch::Tensor labels;  ///< [B] int64 on the device
 };
 
+/// The loaders' options are the data module's own; engine/setup.cpp fills them from a run config's
+/// data section (data.normalize, data.mean, data.std, ...), the one place that reads those keys.
+struct NormalizeOptions {
+  bool normalize = true;  ///< subtract `mean` and divide by `std` per channel, after scaling to [0, 1]
+  std::vector<double> mean{0.4914, 0.4822, 0.4465};  ///< (R, G, B) of pixels in [0, 1]
+  std::vector<double> std{0.2470, 0.2435, 0.2616};   ///< (R, G, B)
+};
+
 /// uint8 [B,3,S,S] -> float32 [B,3,S,S]: x/255, then (x - mean) / std per channel when
-/// data.normalize is on. One fused multiply-add with per-channel scale and shift.
+/// `normalize` is on. One fused multiply-add with per-channel scale and shift.
 class Normalizer {
  public:
-  Normalizer(const config::DataSection& data, const torch::Device& device);
+  Normalizer(const NormalizeOptions& options, const torch::Device& device);
   torch::Tensor operator()(const torch::Tensor& images_uint8) const;
 
  private:
@@ -30,8 +37,8 @@ class Normalizer {
   torch::Tensor shift_;  // [1,3,1,1] float32: -mean / std
 };
 
-/// This process's part of each batch in a data-parallel run: of a global batch of
-/// `count` x batch_size images, positions [rank*batch_size, (rank+1)*batch_size).
+/// This process's part of each step's images in a data-parallel run: of a global step of
+/// `count` x B images (B: one process's images per step), positions [rank*B, (rank+1)*B).
 struct Shard {
   int64_t rank = 0;
   int64_t count = 1;
@@ -43,29 +50,38 @@ struct ProgressiveResize {
   int64_t epochs = 0;
   int64_t size_step = 1;
 
-  static ProgressiveResize from(const config::DataSection& data) {
-    if (data.progressive_start_size == 0 || data.progressive_epochs == 0) return {0, 0, data.progressive_size_step};
-    return {data.progressive_start_size, data.progressive_epochs, data.progressive_size_step};
-  }
   /// The side of training images in epoch `epoch` (counted from 0): start_size in epoch 0, then
   /// start_size + (full_side - start_size) * epoch / epochs rounded down to a multiple of
   /// size_step (never below start_size); `full_side` when off and from epoch `epochs` on.
   int64_t side(int64_t full_side, int64_t epoch) const;
 };
 
-/// Training batches: a seeded order per epoch (file order with data.shuffle off; drop_last: the
-/// remainder is skipped) and
-/// per-image augmentation drawn per epoch, so batch (epoch, index) is a pure function of
-/// (seed, epoch, index) on any device and after any resume.
+struct TrainLoaderOptions {
+  /// This process's images per optimizer step: one batch of the loader. With gradient
+  /// accumulation the step splits it into micro-batches (config: data.batch_size, the micro-batch,
+  /// times optim.accumulation_steps).
+  int64_t images_per_step = 256;
+  bool shuffle = true;     ///< a new random order each epoch; false: file order every epoch
+  bool random_crop = true;  ///< a random crop of the image padded with zeros by `crop_padding`
+  int64_t crop_padding = 4;
+  bool horizontal_flip = true;  ///< mirror half of the images left-right
+  int64_t cutout = 0;           ///< side of the square set to 0 in each normalized image; 0: off
+  ProgressiveResize progressive;
+  NormalizeOptions normalize;
+};
+
+/// Training batches, one per optimizer step: a seeded order per epoch (file order with shuffle off;
+/// drop_last: the remainder is skipped) and per-image augmentation drawn per epoch, so batch
+/// (epoch, index) is a pure function of (seed, epoch, index) on any device and after any resume.
 class TrainLoader {
  public:
   /// `train` must already be on the device the batches are wanted on. Every shard draws the
-  /// same order and augmentation, so the shards of a global batch are the batch one process
-  /// with count x batch_size images would get.
-  TrainLoader(ImageSet train, const config::DataSection& data, uint64_t seed, Shard shard = {});
+  /// same order and augmentation, so the shards of a global step are the batch one process
+  /// with count x images_per_step images would get.
+  TrainLoader(ImageSet train, const TrainLoaderOptions& options, uint64_t seed, Shard shard = {});
 
-  /// This process's images per batch.
-  int64_t batch_size() const { return batch_size_; }
+  /// This process's images per batch, which is one optimizer step's.
+  int64_t images_per_step() const { return images_per_step_; }
   /// Full global batches per epoch (the last partial one is dropped).
   int64_t batches_per_epoch() const;
   /// Draws epoch `epoch`'s order and augmentation parameters (on the CPU, copied once).
@@ -93,7 +109,7 @@ class TrainLoader {
   ImageSet train_;  // its images are dropped when augmenting (padded_images_ holds them)
   Normalizer normalize_;
   int64_t side_;  // the images' side, S
-  int64_t batch_size_;
+  int64_t images_per_step_;  // B, the batch's images
   Shard shard_;
   bool shuffle_;
   bool random_crop_;
@@ -116,10 +132,15 @@ class TrainLoader {
   torch::Tensor cutout_corner_;   // [N,2] int64 (y, x): the cutout square's top-left corner, maybe outside the image
 };
 
+struct EvalLoaderOptions {
+  int64_t batch_size = 1000;  ///< images per evaluation batch
+  NormalizeOptions normalize;
+};
+
 /// Test batches: every image once, in file order; the last batch may be smaller.
 class EvalLoader {
  public:
-  EvalLoader(ImageSet test, const config::DataSection& data);
+  EvalLoader(ImageSet test, const EvalLoaderOptions& options);
   int64_t size() const { return test_.size(); }
   int64_t num_batches() const;
   Batch batch(int64_t index) const;
