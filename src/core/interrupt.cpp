@@ -65,8 +65,8 @@ extern "C" void on_stop_signal(int signal_number) {
   }
   g_first_signal_ns.store(now);
   g_signal.store(signal_number);
-  write_stderr("\nltrain: stopping with a checkpoint after this step (with several processes: at the next log "
-               "interval); a signal 2 s or more from now exits at once, without one\n");
+  write_stderr("\nltrain: stopping with a checkpoint once this step or evaluation ends (with several processes: at "
+               "the next log interval); a signal 2 s or more from now exits at once, without one\n");
 }
 
 sigset_t stop_signals() {
