@@ -7,26 +7,13 @@
 
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/ops/adamw.h"
 #include "ltrain/ops/gradient_kernels.h"
 
 namespace ltrain::optim {
 namespace {
 
-/// The gradient the update uses: divided by the scaler's scale when it is still in it.
-torch::Tensor unscaled(const torch::Tensor& grad, const amp::ScalerState& scaler) {
-  return scaler.grad_scale.defined() ? grad / scaler.grad_scale : grad;
-}
-
-/// target = value, or target unchanged where the scaler found inf/NaN (decided on the device).
-void assign(const torch::Tensor& target, const torch::Tensor& value, const torch::Tensor& skip) {
-  target.copy_(skip.defined() ? torch::where(skip, target, value) : value);
-}
-
-/// [1] bool on the device, or undefined when no step is ever skipped.
-torch::Tensor skip_mask(const amp::ScalerState& scaler) {
-  return scaler.found_inf.defined() ? scaler.found_inf > 0 : torch::Tensor();
-}
-
+using ops::AdamwBackend;
 using ops::SgdBackend;
 
 /// torch.optim.SGD (dampening 0, not maximizing), stepped by ops::sgd_step on the backend
@@ -86,20 +73,26 @@ class Sgd final : public Optimizer {
   SgdBackend backend_;
 };
 
-/// torch.optim.AdamW (amsgrad off). The step count lives on the device so that bias
-/// corrections need no host value; a skipped step does not count.
+/// torch.optim.AdamW (amsgrad off), stepped by ops::adamw_step on the backend ops::adamw_backend
+/// chose. The step count lives on the device so that bias corrections need no host value; a
+/// skipped step does not count.
 class AdamW final : public Optimizer {
  public:
-  AdamW(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device, bool fused)
-      : Optimizer(std::move(groups), device, fused),
+  AdamW(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device,
+        AdamwBackend backend)
+      : Optimizer(std::move(groups), device, backend != AdamwBackend::portable),
         beta1_(options.betas.at(0)),
         beta2_(options.betas.at(1)),
         eps_(options.eps),
-        step_count_(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device))) {
+        step_count_(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device))),
+        backend_(backend) {
     for (const auto& group : groups_) {
+      GroupMoments& moments = moments_.emplace_back();
       for (size_t i = 0; i < group.params.size(); ++i) {
         exp_avg_.emplace_back("exp_avg/" + group.names[i], torch::zeros_like(group.params[i]));
         exp_avg_sq_.emplace_back("exp_avg_sq/" + group.names[i], torch::zeros_like(group.params[i]));
+        moments.exp_avg.push_back(exp_avg_.back().second);
+        moments.exp_avg_sq.push_back(exp_avg_sq_.back().second);
       }
     }
   }
@@ -108,16 +101,21 @@ class AdamW final : public Optimizer {
     torch::NoGradGuard no_grad;
     const std::vector<torch::Tensor> grads = given.empty() ? gradients() : given;
     step_count_.add_(1.0);
-    size_t first = 0;  // index of the group's first parameter
-    for (const auto& group : groups_) {
-      if (fused_) fused_group_step(group, first, grads, scaler);
-      else portable_group_step(group, first, grads, scaler);
-      first += group.params.size();
+    auto first = grads.begin();  // the group's first parameter's gradient
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const ParamGroup& group = groups_[g];
+      const auto end = first + static_cast<std::ptrdiff_t>(group.params.size());
+      ops::adamw_step(backend_, group.params, std::vector<torch::Tensor>(first, end), moments_[g].exp_avg,
+                      moments_[g].exp_avg_sq, step_count_, lr_, {beta1_, beta2_, eps_, group.weight_decay},
+                      scaler.grad_scale, scaler.found_inf);
+      first = end;
     }
     if (scaler.found_inf.defined()) step_count_.sub_(scaler.found_inf.reshape({}));
   }
 
-  const char* step_kernel() const override { return fused_ ? "fused (LibTorch's AdamW kernel)" : "portable"; }
+  const char* step_kernel() const override {
+    return backend_ == AdamwBackend::libtorch ? "fused (LibTorch's AdamW kernel)" : "portable";
+  }
 
   NamedTensors state() const override {
     NamedTensors out{{"step", step_count_}};
@@ -127,49 +125,19 @@ class AdamW final : public Optimizer {
   }
 
  private:
-  void fused_group_step(const ParamGroup& group, size_t first, const std::vector<torch::Tensor>& all_grads,
-                        const amp::ScalerState& scaler) {
-    std::vector<torch::Tensor> grads, averages, squares;
-    for (size_t i = 0; i < group.params.size(); ++i) {
-      grads.push_back(all_grads[first + i]);
-      averages.push_back(exp_avg_[first + i].second);
-      squares.push_back(exp_avg_sq_[first + i].second);
-    }
-    // The kernel reads one step count per parameter; they all share ours.
-    const std::vector<torch::Tensor> steps(group.params.size(), step_count_);
-    compat::fused_adamw(group.params, grads, averages, squares, steps, lr_, beta1_, beta2_, group.weight_decay, eps_,
-                        scaler.grad_scale, scaler.found_inf);
-  }
-
-  void portable_group_step(const ParamGroup& group, size_t first, const std::vector<torch::Tensor>& grads,
-                           const amp::ScalerState& scaler) {
-    const torch::Tensor skip = skip_mask(scaler);
-    // 0-dim device tensors: 1 - beta^t for the bias corrections.
-    const torch::Tensor correction1 = 1.0 - torch::pow(beta1_, step_count_);
-    const torch::Tensor correction2_sqrt = torch::sqrt(1.0 - torch::pow(beta2_, step_count_));
-    const torch::Tensor step_size = lr_ / correction1;
-    const torch::Tensor decay_factor = 1.0 - lr_ * group.weight_decay;
-    for (size_t i = 0; i < group.params.size(); ++i) {
-      const torch::Tensor& param = group.params[i];
-      const torch::Tensor grad = unscaled(grads[first + i], scaler);
-      const torch::Tensor& m = exp_avg_[first + i].second;
-      const torch::Tensor& v = exp_avg_sq_[first + i].second;
-      const torch::Tensor new_m = m.lerp(grad, 1.0 - beta1_);                          // b1 m + (1 - b1) g
-      const torch::Tensor new_v = v.mul(beta2_).addcmul_(grad, grad, 1.0 - beta2_);  // b2 v + (1 - b2) g^2
-      const torch::Tensor denom = (new_v.sqrt() / correction2_sqrt).add_(eps_);
-      // decoupled weight decay, then p -= lr / c1 * m / denom
-      assign(param, param.mul(decay_factor).addcdiv_(new_m * step_size, denom, -1.0), skip);
-      assign(m, new_m, skip);
-      assign(v, new_v, skip);
-    }
-  }
+  struct GroupMoments {  // a group's moments, the tensors of exp_avg_ and exp_avg_sq_, as the step takes them
+    std::vector<torch::Tensor> exp_avg;
+    std::vector<torch::Tensor> exp_avg_sq;
+  };
 
   double beta1_;
   double beta2_;
   double eps_;
   torch::Tensor step_count_;  // 0-dim float32 on the device
-  NamedTensors exp_avg_;
+  NamedTensors exp_avg_;      // one per parameter, in group order
   NamedTensors exp_avg_sq_;
+  std::vector<GroupMoments> moments_;  // one per group
+  AdamwBackend backend_;
 };
 
 }  // namespace
@@ -233,13 +201,12 @@ std::vector<ParamGroup> make_param_groups(const NamedTensors& named_parameters, 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, const NamedTensors& named_parameters) {
   if (named_parameters.empty()) throw std::invalid_argument("make_optimizer: no parameters");
   const torch::Device device = named_parameters.front().second.device();
-  const bool fused = options.fused && device.is_cuda();
   auto groups = make_param_groups(named_parameters, options.weight_decay, options.no_decay_norm_and_bias);
   switch (options.name) {
     case config::OptimizerKind::sgd:
       return std::make_unique<Sgd>(std::move(groups), options, device, ops::sgd_backend(device, options.fused));
     case config::OptimizerKind::adamw:
-      return std::make_unique<AdamW>(std::move(groups), options, device, fused && compat::has_fused_optimizers());
+      return std::make_unique<AdamW>(std::move(groups), options, device, ops::adamw_backend(device, options.fused));
   }
   throw std::invalid_argument("make_optimizer: unknown optimizer");
 }
