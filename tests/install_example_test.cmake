@@ -33,8 +33,7 @@ file(MAKE_DIRECTORY "${WORK_DIR}")
 run("cmake --install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}")
 foreach(file IN ITEMS "${LIBDIR}/cmake/ltrain/ltrainConfig.cmake" "${LIBDIR}/cmake/ltrain/ltrainConfigVersion.cmake"
                       "${LIBDIR}/cmake/ltrain/ltrainTargets.cmake" "${LIBDIR}/libltrain.a" "bin/ltrain" "bin/ltrain-core"
-                      "include/ltrain/engine/trainer.h" "include/ltrain/config/load.h"
-                      "include/ltrain/kernels/device_fit.h")
+                      "include/ltrain/engine/trainer.h" "include/ltrain/config/load.h")
   expect("${prefix}/${file} to be installed" EXISTS "${prefix}/${file}")
 endforeach()
 # The public headers are include/ltrain/'s, but for the CUDA kernels' launch interfaces and the
@@ -42,7 +41,6 @@ endforeach()
 get_filename_component(source_dir "${EXAMPLE_DIR}/../.." ABSOLUTE)
 file(GLOB_RECURSE public RELATIVE "${source_dir}/include" "${source_dir}/include/ltrain/*.h")
 list(FILTER public EXCLUDE REGEX "^ltrain/kernels/|^ltrain/ops/kernel_bridge\\.h$")
-list(APPEND public ltrain/kernels/device_fit.h)
 list(SORT public)
 file(GLOB_RECURSE headers RELATIVE "${prefix}/include" "${prefix}/include/ltrain/*.h")
 list(SORT headers)

@@ -16,7 +16,7 @@ namespace ltrain::ops {
 
 bool fused_conv_built() { return false; }
 
-kernels::KernelFit fused_conv_fit(const torch::Device&) {
+device::KernelFit fused_conv_fit(const torch::Device&) {
   return {false, "this build has no fused convolutions (configure with -DLTRAIN_FUSED_CONV=ON)"};
 }
 
@@ -50,7 +50,7 @@ kernels::ElementType element_type(const torch::Tensor& x) {
 }
 
 /// The fit function for fit_on (which caches per function and device): the current device.
-kernels::KernelFit current_device_fit() {
+device::KernelFit current_device_fit() {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
@@ -124,7 +124,7 @@ bool is_aligned_channels_last(const torch::Tensor& t) {
 
 bool fused_conv_built() { return true; }
 
-kernels::KernelFit fused_conv_fit(const torch::Device& device) { return fit_on(device, current_device_fit); }
+device::KernelFit fused_conv_fit(const torch::Device& device) { return fit_on(device, current_device_fit); }
 
 ConvWithStatistics conv_with_statistics(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride,
                                         int64_t padding) {

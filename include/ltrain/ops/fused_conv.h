@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "ltrain/kernels/device_fit.h"
+#include "ltrain/device/limits.h"
 
 namespace ltrain::ops {
 
@@ -26,7 +26,7 @@ bool fused_conv_built();
 
 /// Whether they run on CUDA `device` (the build has them, and the GPU is compute capability 9.0),
 /// and if not, why.
-kernels::KernelFit fused_conv_fit(const torch::Device& device);
+device::KernelFit fused_conv_fit(const torch::Device& device);
 
 /// conv2d(x, weight, stride, padding) without bias, dilation 1 and one group, with its statistics,
 /// where the fused kernel takes it and a training step gains by it (kernels/fused_conv.h's
