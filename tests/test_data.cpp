@@ -85,8 +85,12 @@ ImageSet indexed_images(int64_t count, uint64_t seed, int64_t side = 32) {
   return set;
 }
 
+/// The normalization a run config asks for unless it says otherwise: CIFAR-10's mean and std.
+NormalizeOptions default_normalize() { return ltrain::engine::eval_loader_options(DataSection{}).normalize; }
+
 TrainLoaderOptions loader_config(int64_t images_per_step, bool random_crop, int64_t padding, bool flip) {
   TrainLoaderOptions options;
+  options.normalize = default_normalize();
   options.images_per_step = images_per_step;
   options.random_crop = random_crop;
   options.crop_padding = padding;
@@ -726,7 +730,8 @@ TEST(DataImageSet, ToMovesBothTensors) {
 // ---- normalization --------------------------------------------------------------------------------------
 
 TEST(LoaderNormalizer, MatchesToTensorThenNormalize) {
-  NormalizeOptions data;
+  NormalizeOptions data = default_normalize();
+  ASSERT_TRUE(data.normalize);
   const auto images = indexed_images(4, 3).images;
   images[0][0][0][0] = 0;  // both ends of the byte range
   images[0][1][0][0] = 255;
@@ -1051,7 +1056,7 @@ TEST(LoaderTrain, AProgressiveStartSizeNotBelowTheImagesSideIsAConfigError) {
 
 TEST(LoaderEval, CoversEveryImageOnceWithAShortLastBatch) {
   const auto set = indexed_images(10, 10);
-  const EvalLoaderOptions data{/*batch_size=*/4, NormalizeOptions{}};
+  const EvalLoaderOptions data{/*batch_size=*/4, default_normalize()};
   EvalLoader loader(set, data);
   EXPECT_EQ(loader.size(), 10);
   ASSERT_EQ(loader.num_batches(), 3);

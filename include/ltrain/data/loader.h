@@ -18,11 +18,12 @@ struct Batch {
 };
 
 /// The loaders' options are the data module's own; engine/setup.cpp fills them from a run config's
-/// data section (data.normalize, data.mean, data.std, ...), the one place that reads those keys.
+/// data section (data.normalize, data.mean, data.std, ...), the one place that reads those keys and
+/// holds their defaults (CIFAR-10's mean and std among them).
 struct NormalizeOptions {
-  bool normalize = true;  ///< subtract `mean` and divide by `std` per channel, after scaling to [0, 1]
-  std::vector<double> mean{0.4914, 0.4822, 0.4465};  ///< (R, G, B) of pixels in [0, 1]
-  std::vector<double> std{0.2470, 0.2435, 0.2616};   ///< (R, G, B)
+  bool normalize = false;  ///< subtract `mean` and divide by `std` per channel, after scaling to [0, 1]
+  std::vector<double> mean;  ///< (R, G, B) of pixels in [0, 1]
+  std::vector<double> std;   ///< (R, G, B)
 };
 
 /// uint8 [B,3,S,S] -> float32 [B,3,S,S]: x/255, then (x - mean) / std per channel when
