@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <limits>
 #include <tuple>
 
@@ -155,6 +156,36 @@ TEST(CudaGraph, BranchesGiveTheLossesAndWeightsOfOneStreamBitForBit_CUDA) {
     ASSERT_EQ(a.weights.size(), b.weights.size());
     for (size_t i = 0; i < a.weights.size(); ++i) EXPECT_TRUE(torch::equal(a.weights[i], b.weights[i])) << name << i;
   }
+}
+
+TEST(CudaGraph, DependentLaunchesGiveTheStepsOfPlainLaunches_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // cuda_graph.dependent_launch: ltrain's BatchNorm kernels captured as programmatic dependents
+  // (sm_90 and later; elsewhere the setting changes nothing). The capture must take them, and each
+  // must still read what the kernel before it wrote. At the imagenet stem and batch 4 every
+  // BatchNorm reduces within one cluster (fixed order); cuDNN may choose non-deterministic
+  // algorithms here, since deterministic mode would turn ltrain's kernels off, so the runs agree
+  // to rounding rather than bit for bit.
+  std::vector<StepRecord> records;
+  for (const std::string setting : {"false", "true"}) {
+    const auto loaded =
+        graph_test_config({"precision.mode=fp16", "model.channels_last=true", "model.stem=imagenet",
+                           "data.batch_size=4", "precision.deterministic=false", "cuda_graph.train=true",
+                           "cuda_graph.dependent_launch=" + setting});
+    const std::vector<data::Batch> batches = random_batches(6, 4);
+    records.push_back(run_steps(loaded, batches, std::vector<double>(batches.size(), loaded.config.optim.lr), -1));
+  }
+  engine::apply_runtime_settings(graph_test_config({}).config);  // the setting is process-wide: off again
+  const StepRecord &plain = records[0], &dependent = records[1];
+  EXPECT_TRUE(plain.graphed && dependent.graphed);
+  ASSERT_EQ(plain.losses.size(), dependent.losses.size());
+  for (size_t i = 0; i < plain.losses.size(); ++i)
+    EXPECT_NEAR(dependent.losses[i], plain.losses[i], 1e-3 * std::abs(plain.losses[i])) << "step " << i;
+  ASSERT_EQ(plain.weights.size(), dependent.weights.size());
+  for (size_t i = 0; i < plain.weights.size(); ++i)
+    EXPECT_TRUE(torch::allclose(dependent.weights[i].to(torch::kFloat32), plain.weights[i].to(torch::kFloat32),
+                                /*rtol=*/1e-2, /*atol=*/1e-3))
+        << i;
 }
 
 TEST(CudaGraph, AutoBranchesTheStepsWhoseFirstStageIsSmall_CUDA) {

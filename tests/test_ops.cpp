@@ -8,6 +8,7 @@
 #include <iostream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ltrain/amp/autocast.h"
@@ -417,6 +418,59 @@ TEST(LtrainBatchNorm, DeclinesWhatTheKernelsDoNotTake_CUDA) {
   context.setDeterministicAlgorithms(deterministic, warn_only);
   EXPECT_TRUE(declined_for_cudnn_flag);
   EXPECT_TRUE(declined_for_algorithms);
+}
+
+TEST(LtrainBatchNorm, DependentLaunchesGiveTheNumbersOfPlainLaunches_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_batch_norm_fit(torch::kCUDA));
+#if LTRAIN_WITH_CUDA
+  const testing::CudnnFlags repeatable_off(/*deterministic=*/false, /*benchmark=*/false);
+  // Launched as programmatic dependents (sm_90 and later), the kernels may be placed while the
+  // kernel before them still runs, and must wait for its writes: here a copy writes x, and the
+  // backward's incoming gradient, right before each launch, queued behind a spin that keeps the
+  // GPU busy. One shape per reduction: the cluster's fixed-order sums give the same bits, the
+  // grid's and the streamed ones' atomics the same numbers to their order's rounding.
+  struct DependentLaunchOff {
+    ~DependentLaunchOff() { ops::set_batch_norm_dependent_launch(false); }
+  } off_afterwards;
+  auto run = [](const std::vector<int64_t>& shape, bool dependent) {
+    ops::set_batch_norm_dependent_launch(dependent);
+    torch::manual_seed(5);
+    const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf);
+    const torch::Tensor source = torch::randn(shape, options).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor gradient_source = torch::randn(shape, options).contiguous(at::MemoryFormat::ChannelsLast);
+    models::BatchNorm2d norm = gpu_batch_norm(shape[1]);
+    torch::Tensor x = torch::empty_like(source);
+    at::cuda::sleep(1 << 20);
+    x.copy_(source);
+    x.requires_grad_(true);
+    const torch::Tensor y = ops::ltrain_batch_norm(
+        x, {}, /*relu=*/true,
+        {norm->weight, norm->bias, norm->running_mean, norm->running_var, models::BatchNorm2dImpl::kMomentum,
+         models::BatchNorm2dImpl::kEps});
+    torch::Tensor grad_y = torch::empty_like(gradient_source);
+    at::cuda::sleep(1 << 20);
+    grad_y.copy_(gradient_source);
+    y.backward(grad_y);
+    return BatchNormResult{y, x.grad(), {}, norm->weight.grad(), norm->bias.grad(), norm->running_mean,
+                           norm->running_var};
+  };
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{16, 64, 8, 8}, std::vector<int64_t>{130, 64, 8, 8},
+                                            std::vector<int64_t>{257, 512, 8, 8}}) {
+    const std::string reduction = ops::ltrain_batch_norm_reduction(
+        torch::empty(shape, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf)), true, false);
+    SCOPED_TRACE(::testing::Message() << c10::IntArrayRef(shape) << ", " << reduction << " reduction");
+    const BatchNormResult plain = run(shape, false), dependent = run(shape, true);
+    ASSERT_TRUE(plain.y.defined() && dependent.y.defined()) << "the kernels declined";
+    if (reduction == "cluster") {
+      for (const auto& [a, b] : {std::pair{dependent.y, plain.y}, std::pair{dependent.grad_x, plain.grad_x},
+                                 std::pair{dependent.grad_weight, plain.grad_weight},
+                                 std::pair{dependent.running_var, plain.running_var}})
+        EXPECT_TRUE(torch::equal(a, b));
+    } else {
+      expect_close(dependent, plain, 1e-3);
+    }
+  }
+#endif
 }
 
 // ---- Max pooling --------------------------------------------------------------------------------

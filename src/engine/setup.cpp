@@ -18,6 +18,7 @@
 #include "ltrain/device/gpu_profile.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/io/tensor_file.h"
+#include "ltrain/ops/batch_norm.h"
 
 namespace ltrain::engine {
 
@@ -149,6 +150,7 @@ void apply_runtime_settings(const config::RunConfig& config) {
   compat::set_cudnn(config.precision.cudnn_benchmark, config.precision.deterministic,
                     static_cast<int>(config.precision.cudnn_benchmark_limit));
   compat::set_deterministic(config.precision.deterministic);
+  ops::set_batch_norm_dependent_launch(config.cuda_graph.dependent_launch);
 }
 
 int64_t limit_gpu_memory(const config::RunConfig& config, const torch::Device& device) {

@@ -71,7 +71,7 @@ TrainStep::~TrainStep() { model_->set_convolution_backends(convolution_backends_
 
 bool TrainStep::branches_pay(const torch::Tensor& images) const {
   // The largest first stage (positions per micro-batch) at which the branch measured faster, the
-  // recipes' 512 images at 16x16 (docs/BENCHMARKS.md, "The step as branches"); larger maps fill
+  // recipes' 512 images at 16x16 (docs/benchmarks/branches.md); larger maps fill
   // the GPU from one stream.
   constexpr int64_t kMostFirstStagePositions = 512 * 16 * 16;
   const int64_t micro_batch = images.size(0) / accumulation_steps_;

@@ -4,6 +4,7 @@
 #include "ltrain/kernels/batch_norm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -200,6 +201,50 @@ Accumulators* accumulators_for(cudaStream_t stream) {
   return accumulators;
 }
 
+std::atomic<bool> dependent_launch{false};
+
+/// Whether `kernel` is launched as a programmatic dependent of the kernel before it: asked for,
+/// on a GPU of sm_90 or later (within the active GPU profile), and from code compiled for sm_90 or
+/// later, which holds the kernel's wait for that kernel (without it, the early start would race).
+bool launches_dependent(const void* kernel) {
+  if (!dependent_launch.load(std::memory_order_relaxed)) return false;
+  return cached_per_device<bool>(kernel, [kernel](int) {
+    return current_device_limits().capability.major >= 9 && facts_of(kernel).ptx_version >= 90;
+  });
+}
+
+/// Launches `kernel` on a grid of `grid` blocks of kThreads threads with `parameters`: with
+/// `reduction` grid or streaming cooperatively (all of it resident), with cluster in clusters of a
+/// channel group's row groups, with none plainly; and as a programmatic dependent where
+/// launches_dependent says so.
+cudaError_t launch_kernel(const void* kernel, Reduction reduction, dim3 grid, void** parameters, cudaStream_t stream) {
+  cudaLaunchAttribute attributes[2] = {};
+  unsigned count = 0;
+  if (reduction == Reduction::cluster) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = grid.x;  // a channel group's row groups are one cluster
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  } else if (reduction != Reduction::none) {
+    attributes[count].id = cudaLaunchAttributeCooperative;
+    attributes[count].val.cooperative = 1;
+    ++count;
+  }
+  if (launches_dependent(kernel)) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = count;
+  return cudaLaunchKernelExC(&config, kernel, parameters);
+}
+
 /// Launches one of a plan's kernels with `row_groups` row groups.
 template <typename Arguments>
 cudaError_t launch(const void* kernel, Reduction reduction, const BatchNormShape& shape, int64_t row_groups,
@@ -213,19 +258,7 @@ cudaError_t launch(const void* kernel, Reduction reduction, const BatchNormShape
   void* parameters[] = {&shape_argument, &kernel_arguments, &accumulators};
   const dim3 grid(static_cast<unsigned>(row_groups),
                   static_cast<unsigned>(shape.channels / group_channels_of(shape.channels)));
-  if (cooperative) return cudaLaunchCooperativeKernel(kernel, grid, dim3(kThreads), parameters, 0, stream);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = grid.x;  // a channel group's row groups are one cluster
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelExC(&config, kernel, parameters);
+  return launch_kernel(kernel, reduction, grid, parameters, stream);
 }
 
 }  // namespace
@@ -288,7 +321,9 @@ cudaError_t batch_norm_forward_given_statistics(ElementType type, BatchNormActiv
   BatchNormShape shape_argument = shape;
   BatchNormForward kernel_arguments = arguments;
   void* parameters[] = {&shape_argument, &kernel_arguments};
-  return cudaLaunchKernel(kernel, grid, dim3(kThreads), parameters, 0, stream);
+  return launch_kernel(kernel, Reduction::none, grid, parameters, stream);
 }
+
+void set_batch_norm_dependent_launch(bool on) { dependent_launch.store(on, std::memory_order_relaxed); }
 
 }  // namespace ltrain::kernels

@@ -258,12 +258,23 @@ __device__ __forceinline__ uint4 normalized_row(const uint4& x_raw, const uint4&
   return pack<T>(values);
 }
 
+/// Where the launch made this grid a programmatic dependent of the kernel before it (sm_90 and
+/// later), its blocks may start while that kernel still runs: every kernel here waits for it
+/// to complete, and for its writes to be visible, before touching memory. Without that launch
+/// attribute, and before sm_90, the wait returns at once.
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // The first pass loads a thread's rows into registers and sums them, the blocks meet, and the
 // second pass writes the elementwise result from the registers: the tensor is read once.
 
 template <typename T, BatchNormActivation kActivation, Reduction kReduction>
 __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape shape, BatchNormForward a,
                                                            Accumulators* accumulators) {
+  wait_for_prior_grid();
   const int64_t channels = shape.channels;
   const Place place = place_of(channels);
   uint4 x_rows[kRowsPerThread], residual_rows[kRowsPerThread];
@@ -400,6 +411,7 @@ __device__ __forceinline__ uint4 input_gradient_row(const uint4& gradient_raw, c
 template <typename T, BatchNormActivation kActivation, Reduction kReduction, bool kSecondGradient>
 __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape shape, BatchNormBackward a,
                                                             Accumulators* accumulators) {
+  wait_for_prior_grid();
   const int64_t channels = shape.channels;
   const Place place = place_of(channels);
   // Per row: g, the gradient after the activation, and x. (x is loaded before y: loading y first
@@ -468,6 +480,7 @@ __device__ inline uint4 load_stored(const void* base, int64_t offset) {
 template <typename T, BatchNormActivation kActivation>
 __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
     streaming_forward_kernel(BatchNormShape shape, BatchNormForward a, Accumulators* accumulators) {
+  wait_for_prior_grid();
   const Place place = place_of(shape.channels);
   const int streamed_rows = streamed_rows_of(place, shape);
   float shift[kVector];  // as in forward_kernel: sums around each channel's first value
@@ -512,6 +525,7 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
 template <typename T, BatchNormActivation kActivation, bool kSecondGradient>
 __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
     streaming_backward_kernel(BatchNormShape shape, BatchNormBackward a, Accumulators* accumulators) {
+  wait_for_prior_grid();
   const Place place = place_of(shape.channels);
   const int streamed_rows = streamed_rows_of(place, shape);
   float mean[kVector];
@@ -574,6 +588,7 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
 // (as the streaming kernels' first pass); any grid size.
 template <typename T, BatchNormActivation kActivation>
 __global__ void __launch_bounds__(kThreads) given_statistics_forward_kernel(BatchNormShape shape, BatchNormForward a) {
+  wait_for_prior_grid();
   const Place place = place_of(shape.channels);
   float sum[kVector], sum_of_squares[kVector], scale[kVector], offset[kVector];
   load_channels(a.sum, place, sum);

@@ -25,6 +25,8 @@ torch::Tensor ltrain_batch_norm(const torch::Tensor&, const torch::Tensor&, bool
 
 std::string ltrain_batch_norm_reduction(const torch::Tensor&, bool, bool) { return {}; }
 
+void set_batch_norm_dependent_launch(bool) {}
+
 #else
 
 namespace {
@@ -216,6 +218,8 @@ std::string ltrain_batch_norm_reduction(const torch::Tensor& x, bool relu, bool 
   }
   return {};
 }
+
+void set_batch_norm_dependent_launch(bool on) { kernels::set_batch_norm_dependent_launch(on); }
 
 #endif  // LTRAIN_WITH_CUDA
 

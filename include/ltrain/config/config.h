@@ -560,6 +560,10 @@ struct CudaGraphSection {
   /// batch shapes where it was measured faster, those whose first-stage feature maps are small
   /// (engine::TrainStep::branches_pay).
   StepBranches branches = StepBranches::automatic;
+  /// ltrain's BatchNorm kernels launched as programmatic dependents of the kernel before them, on
+  /// GPUs of sm_90 and later (ops/batch_norm.h): each may be placed while that kernel ends, hiding
+  /// part of the gap between the two. The same numbers. Applies to eager steps and evaluation too.
+  bool dependent_launch = false;
 
   template <class V>
   void visit(V& v) {
@@ -569,6 +573,8 @@ struct CudaGraphSection {
     v("branches", branches,
       "with train: each convolution's weight gradient on a second stream, beside the rest of the backward pass "
       "(auto: where the first stage's feature maps are small)");
+    v("dependent_launch", dependent_launch,
+      "ltrain's BatchNorm kernels as programmatic dependents of the kernel before them (sm_90 and later)");
   }
 };
 

@@ -132,4 +132,11 @@ cudaError_t batch_norm_forward_given_statistics(ElementType type, BatchNormActiv
                                                 const BatchNormShape& shape, const BatchNormForward& arguments,
                                                 cudaStream_t stream);
 
+/// Launch the kernels above as programmatic dependents of the kernel before them in the stream,
+/// on GPUs of sm_90 and later where this build's code for them is sm_90 or later: their blocks may
+/// be placed while that kernel's last blocks still run, and wait inside for its results, which
+/// hides part of the gap between the two. The same kernels on the same inputs: the same numbers.
+/// Process-wide; off until set.
+void set_batch_norm_dependent_launch(bool on);
+
 }  // namespace ltrain::kernels
