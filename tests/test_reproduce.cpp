@@ -161,6 +161,10 @@ TEST(ReproduceClaims, ABadClaimsFileIsOneLineNamingTheFileAndTheKey) {
   bad_value["variants"]["fp32"][0] = "precision.mode=fp64";
   EXPECT_EQ(claims_error(bad_value), "my-claims.json: variants.\"fp32\"[0] = \"precision.mode=fp64\": precision.mode = "
                                      "\"fp64\": expected one of fp32, tf32, fp16, bf16");
+  nlohmann::json twice = small_claims();
+  twice["variants"]["fp32"] = {"precision.mode=fp32", "model.channels_last=false", "precision.mode=fp16"};
+  EXPECT_EQ(claims_error(twice), "my-claims.json: variants.\"fp32\"[2] = \"precision.mode=fp16\": sets "
+                                 "precision.mode again (variants.\"fp32\"[0] sets it); a variant sets each key once");
   nlohmann::json unknown_variant = small_claims();
   unknown_variant["claims"][0]["a"] = "fp33";
   EXPECT_EQ(claims_error(unknown_variant),

@@ -185,6 +185,7 @@ std::map<std::string, Variant> read_variants(const std::string& source, const En
     }
     if (!value.is_array() || value.empty()) top.fail(path, value, "expected a list of settings (KEY=VALUE), at least one");
     Variant variant{name, {}};
+    std::map<std::string, size_t> set_keys;  // key -> the first setting that sets it
     for (size_t i = 0; i < value.size(); ++i) {
       const std::string setting_path = fmt::format("{}[{}]", path, i);
       if (!value[i].is_string()) top.fail(setting_path, value[i], "expected a setting KEY=VALUE, a string");
@@ -202,6 +203,12 @@ std::map<std::string, Variant> read_variants(const std::string& source, const En
         if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
         top.fail(setting_path, value[i], why);
       }
+      // The last of two settings of one key would win without a word: a variant says each once.
+      const std::string key = setting.substr(0, setting.find('='));
+      const auto [first, is_new] = set_keys.emplace(key, i);
+      if (!is_new)
+        top.fail(setting_path, value[i], fmt::format("sets {} again ({}[{}] sets it); a variant sets each key once",
+                                                     key, path, first->second));
       variant.settings.push_back(setting);
     }
     variants.emplace(name, variant);
