@@ -605,6 +605,18 @@ TEST(Sweep, DryRunListsThePointsAndNamesEveryOneThatIsNoConfigOrCannotRunHere) {
   EXPECT_EQ(error_line(log), file.string() + ": point 1 (precision.mode=\"fp16\") cannot run on this machine: --set "
                                              "precision.mode=\"fp16\": precision.mode = \"fp16\": fp16 autocast needs a "
                                              "CUDA device; on the CPU use \"bf16\" (CPU autocast) or \"fp32\"");
+  // Warm-up steps that would time a graphed step's capture fail every point alike: refused at
+  // start, before what this machine can run is asked.
+  write_sweep(dir, R"("set": ["cuda_graph.train=true"], "bench": {"warmup": 3, "steps": 2},
+      "grid": {"data.batch_size": [8, 16]})");
+  EXPECT_EQ(run_ltrain("sweep --config " + file.string() + " --out " + (dir.path() / "out").string(), log), 2);
+  const std::string warmup = read_file(log);
+  EXPECT_NE(warmup.find(file.string() + ": point 0 (data.batch_size=8) is not a valid config: bench.warmup 3 must "
+                                        "exceed cuda_graph.warmup_steps (3), so that the capture is not timed\n"),
+            std::string::npos)
+      << warmup;
+  EXPECT_EQ(std::count(warmup.begin(), warmup.end(), '\n'), 2) << warmup;
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));
 }
 
 TEST(Sweep, MisspeltKeysControlCharactersAndUnknownGridKeysAreRefusedAtStartWithExitCode2) {

@@ -25,6 +25,12 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
+void check_bench_warmup(const config::RunConfig& config, int64_t warmup, const std::string& command) {
+  if (config.cuda_graph.train && warmup <= config.cuda_graph.warmup_steps)
+    throw ConfigError(fmt::format("{} {} must exceed cuda_graph.warmup_steps ({}), so that the capture is not timed",
+                                  command, warmup, config.cuda_graph.warmup_steps));
+}
+
 StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, int64_t steps,
                             const std::string& profile_trace, int64_t rounds) {
   if (steps < 1 || rounds < 1 || warmup < 0)
@@ -33,10 +39,7 @@ StepBenchResult bench_steps(const config::LoadedConfig& loaded, int64_t warmup, 
                                   warmup, steps, rounds));
   const config::RunConfig& config = loaded.config;
   const torch::Device device = engine::resolve_device(loaded);
-  if (config.cuda_graph.train && warmup <= config.cuda_graph.warmup_steps)
-    throw ConfigError(fmt::format("ltrain bench step: --warmup {} must exceed cuda_graph.warmup_steps ({}), so that "
-                                  "the capture is not timed",
-                                  warmup, config.cuda_graph.warmup_steps));
+  check_bench_warmup(config, warmup, "ltrain bench step: --warmup");
   if (!profile_trace.empty()) {
     // An empty profile first: a LibTorch that cannot write traces fails now, not after the timing.
     compat::start_profiler(device.is_cuda());

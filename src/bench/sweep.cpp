@@ -418,6 +418,14 @@ std::vector<std::vector<std::string>> check_points(const PreparedSweep& prepared
       refuse("is not a valid config", error.what());
       continue;
     }
+    if (spec.mode == config::SweepMode::bench) {
+      try {
+        check_bench_warmup(loaded->config, spec.bench.warmup, "bench.warmup");
+      } catch (const ConfigError& error) {
+        refuse("is not a valid config", error.what());
+        continue;
+      }
+    }
     if (!on_this_machine) continue;
     try {
       engine::check_device_support(*loaded);

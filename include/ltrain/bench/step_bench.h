@@ -41,6 +41,11 @@ struct StepBenchResult {
 /// Steps run under the profiler when bench_steps is given a trace path (after the timed steps).
 inline constexpr int64_t kProfiledSteps = 5;
 
+/// ConfigError where `warmup` warm-up steps would time the capture of a graphed step: they must
+/// exceed cuda_graph.warmup_steps, the eager steps before it. `command` names the option's owner
+/// in the message ("ltrain bench step: --warmup", a sweep file's "bench.warmup").
+void check_bench_warmup(const config::RunConfig& config, int64_t warmup, const std::string& command);
+
 /// Times `steps` training steps of the config's model, data and optimizer after `warmup` steps,
 /// `rounds` times over (each round between two device syncs, so that their spread shows the noise).
 /// With a `profile_trace` path, kProfiledSteps more steps then run under LibTorch's profiler and
