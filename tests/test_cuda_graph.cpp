@@ -10,6 +10,7 @@
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/batch_graph.h"
 #include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"

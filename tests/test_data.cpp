@@ -20,6 +20,7 @@
 #include "ltrain/core/sha256.h"
 #include "ltrain/data/cifar.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "support.h"
 

@@ -11,6 +11,7 @@
 #include "ltrain/engine/evaluator.h"
 #include "ltrain/engine/run.h"
 #include "ltrain/engine/saved_model.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/trainer.h"

@@ -10,6 +10,7 @@
 #include "ltrain/amp/precision.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 

@@ -16,6 +16,7 @@
 #include "ltrain/core/files.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/device/gpu_profile.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/io/tensor_file.h"
 
@@ -247,37 +248,6 @@ void check_batch_fits(const config::LoadedConfig& loaded, int64_t train_images, 
                       "images); use a smaller batch",
                       processes, accumulation, train_images);
   throw config::config_error(loaded, "data.batch_size", why);
-}
-
-namespace {
-
-data::NormalizeOptions normalize_options(const config::DataSection& data) {
-  return {data.normalize, data.mean, data.std};
-}
-
-data::ProgressiveResize progressive_resize(const config::DataSection& data) {
-  if (data.progressive_start_size == 0 || data.progressive_epochs == 0) return {0, 0, data.progressive_size_step};
-  return {data.progressive_start_size, data.progressive_epochs, data.progressive_size_step};
-}
-
-}  // namespace
-
-data::TrainLoaderOptions train_loader_options(const config::RunConfig& config) {
-  const config::DataSection& data = config.data;
-  data::TrainLoaderOptions options;
-  options.images_per_step = data.batch_size * config.optim.accumulation_steps;
-  options.shuffle = data.shuffle;
-  options.random_crop = data.random_crop;
-  options.crop_padding = data.crop_padding;
-  options.horizontal_flip = data.horizontal_flip;
-  options.cutout = data.cutout;
-  options.progressive = progressive_resize(data);
-  options.normalize = normalize_options(data);
-  return options;
-}
-
-data::EvalLoaderOptions eval_loader_options(const config::DataSection& data) {
-  return {data.eval_batch_size, normalize_options(data)};
 }
 
 data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train, data::Shard shard) {

@@ -17,9 +17,9 @@ struct Batch {
   torch::Tensor labels;  ///< [B] int64 on the device
 };
 
-/// The loaders' options are the data module's own; engine/setup.cpp fills them from a run config's
-/// data section (data.normalize, data.mean, data.std, ...), the one place that reads those keys and
-/// holds their defaults (CIFAR-10's mean and std among them).
+/// The loaders' options are the data module's own; engine/module_options fills them from a run
+/// config's data section (data.normalize, data.mean, data.std, ...), the one place that reads those
+/// keys and holds their defaults (CIFAR-10's mean and std among them).
 struct NormalizeOptions {
   bool normalize = false;  ///< subtract `mean` and divide by `std` per channel, after scaling to [0, 1]
   std::vector<double> mean;  ///< (R, G, B) of pixels in [0, 1]
