@@ -12,6 +12,7 @@
 #include "ltrain/amp/low_precision_weights.h"
 #include "ltrain/config/load.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
@@ -249,7 +250,7 @@ TEST(ActivationCheckpointing, RecomputesUnderTheForwardsAutocastState) {
 TEST(ActivationCheckpointing, SplitsLikeCheckpointSequential) {
   config::ModelSection options;
   options.width = 4;
-  models::ResNet model(options);  // resnet50: 16 blocks
+  models::ResNet model(engine::resnet_options(options));  // resnet50: 16 blocks
   const auto segments = models::split_into_segments(model->blocks(), 4);
   ASSERT_EQ(segments.size(), 4u);
   for (const auto& segment : segments) EXPECT_EQ(segment.size(), 4u);

@@ -466,7 +466,7 @@ TEST(Checkpoint, LoadStateDictNamesTheMismatch) {
   config::ModelSection small;
   small.arch = config::Arch::resnet18;
   small.width = 4;
-  models::ResNet model(small);
+  models::ResNet model(resnet_options(small));
   NamedTensors tensors = state_dict(*model);
   tensors.back().second = torch::zeros({3});  // fc.bias with the wrong number of classes
   try {
@@ -485,7 +485,7 @@ TEST(Checkpoint, StateDictOrderIsPyTorchs) {
   config::ModelSection small;
   small.arch = config::Arch::resnet18;
   small.width = 4;
-  models::ResNet model(small);
+  models::ResNet model(resnet_options(small));
   const NamedTensors state = state_dict(*model);
   ASSERT_GE(state.size(), 7u);
   const std::vector<std::string> first{"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",

@@ -33,4 +33,19 @@ data::EvalLoaderOptions eval_loader_options(const config::DataSection& data) {
   return {data.eval_batch_size, normalize_options(data)};
 }
 
+models::ResNetOptions resnet_options(const config::ModelSection& model) {
+  models::ResNetOptions options{};
+  options.arch = model.arch;
+  options.stem = model.stem;
+  options.num_classes = model.num_classes;
+  options.width = model.width;
+  options.zero_init_residual = model.zero_init_residual;
+  options.checkpoint_segments = model.checkpoint_segments;
+  options.ltrain_batch_norm = model.ltrain_batch_norm;
+  options.cudnn_batch_norm = model.cudnn_batch_norm;
+  options.ltrain_max_pool = model.ltrain_max_pool;
+  options.fused_conv = model.fused_conv;
+  return options;
+}
+
 }  // namespace ltrain::engine

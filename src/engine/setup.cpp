@@ -178,7 +178,7 @@ torch::MemoryFormat memory_format(const config::RunConfig& config) {
 models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Device& device) {
   const config::RunConfig& config = loaded.config;
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-  models::ResNet model(config.model);
+  models::ResNet model(resnet_options(config.model));
   const auto blocks = static_cast<int64_t>(model->blocks().size());
   if (config.model.checkpoint_segments > blocks)
     throw config::config_error(loaded, "model.checkpoint_segments",

@@ -5,6 +5,7 @@
 // options from a default section here (eval_loader_options(config::DataSection{})).
 #include "ltrain/config/config.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/models/resnet.h"
 
 namespace ltrain::engine {
 
@@ -14,5 +15,9 @@ data::TrainLoaderOptions train_loader_options(const config::RunConfig& config);
 
 /// The evaluation loader's options from the config's data section.
 data::EvalLoaderOptions eval_loader_options(const config::DataSection& data);
+
+/// The network's options from the config's model section (all of it but model.channels_last and
+/// model.init_from, which engine::build_model applies).
+models::ResNetOptions resnet_options(const config::ModelSection& model);
 
 }  // namespace ltrain::engine
