@@ -27,9 +27,8 @@ using testing::gpu_batch;
 using testing::gpu_config;
 using testing::train_fixed_batch;
 
-config::OptimSection plain_sgd(double lr, double momentum) {
-  config::OptimSection o;
-  o.lr = lr;
+optim::OptimizerOptions plain_sgd(double momentum) {
+  optim::OptimizerOptions o = engine::optimizer_options(config::OptimSection{});
   o.momentum = momentum;
   o.weight_decay = 0.0;
   return o;
@@ -57,7 +56,7 @@ double value(const torch::Tensor& t) { return t.item<double>(); }
 TEST(GradScaler, FollowsPyTorchsGrowthBackoffAndSkipRules) {
   amp::GradScaler scaler(scaler_options(4.0, 3), torch::kCPU);
   LinearProblem problem;
-  auto optimizer = optim::make_optimizer(plain_sgd(0.5, 0.9), problem.named);
+  auto optimizer = optim::make_optimizer(plain_sgd(0.9), problem.named);
   optimizer->set_lr(0.5);
   const torch::Tensor x = torch::tensor({1.0f, -2.0f, 3.0f, 0.5f});
 
@@ -121,7 +120,7 @@ TEST(GradScaler, CheckOnlyLeavesGradientsScaled) {
   const amp::ScalerState state = scaler.step_state(/*gradients_unscaled=*/false);
   ASSERT_TRUE(state.grad_scale.defined());
   // The portable optimizer divides by grad_scale itself: the same step as with unscaled gradients.
-  auto optimizer = optim::make_optimizer(plain_sgd(0.1, 0.0), problem.named);
+  auto optimizer = optim::make_optimizer(plain_sgd(0.0), problem.named);
   optimizer->set_lr(0.1);
   optimizer->step(state);
   EXPECT_TRUE(torch::allclose(problem.p.detach(), torch::full({4}, 0.9f)));
@@ -195,7 +194,8 @@ TEST(Accumulation, GradientIsTheMeanOfTheMicroBatchGradients) {
   const data::Batch batch = random_batch(12, 5);
 
   models::ResNet accumulated = engine::build_model(loaded, torch::kCPU);
-  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*accumulated));
+  auto optimizer =
+      optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*accumulated));
   amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCPU);
   engine::TrainStep step(accumulated, *optimizer, scaler, loaded.config);
   step.run(batch);  // the step moves the weights; the accumulated gradients stay in .grad
@@ -423,7 +423,8 @@ TEST(Clipping, UnscalesBeforeClipping) {
   auto run = [](bool with_scaler) {
     const auto loaded = tiny({"optim.clip_grad_norm=0.5", "optim.lr=0.1", "data.batch_size=6"});
     models::ResNet model = engine::build_model(loaded, torch::kCPU);
-    auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+    auto optimizer =
+        optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
     optimizer->set_lr(0.1);
     amp::GradScalerOptions options = scaler_options(1024.0, 2000);
     options.enabled = with_scaler;
@@ -500,7 +501,8 @@ TEST(GradScaler, SkipsAndBacksOffOnTheGpu_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   const auto loaded = gpu_config({"precision.mode=fp16"});
   models::ResNet model = engine::build_model(loaded, torch::kCUDA);
-  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+  auto optimizer =
+      optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
   amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   data::Batch batch = gpu_batch(32, 2);

@@ -49,7 +49,7 @@ StepRecord run_steps(const config::LoadedConfig& loaded, const std::vector<data:
     torch::Tensor bn1_weight = *find_tensor(params, "bn1.weight");
     bn1_weight.register_hook([gradient_factor](const torch::Tensor& grad) { return grad * gradient_factor; });
   }
-  auto optimizer = optim::make_optimizer(loaded.config.optim, params);
+  auto optimizer = optim::make_optimizer(engine::optimizer_options(loaded.config.optim), params);
   amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), device);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   StepRecord record;
@@ -170,7 +170,8 @@ TEST(CudaGraph, AutoBranchesTheStepsWhoseFirstStageIsSmall_CUDA) {
                                            "cuda_graph.train=" + std::string(graphed ? "true" : "false")});
     engine::apply_runtime_settings(loaded.config);
     models::ResNet model = engine::build_model(loaded, torch::kCUDA);
-    auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+    auto optimizer =
+        optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
     amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
     {
       engine::TrainStep step(model, *optimizer, scaler, loaded.config);
@@ -186,7 +187,8 @@ TEST(CudaGraph, ReplayReadsTheLearningRateWrittenBeforeIt_CUDA) {
   const auto loaded = graph_test_config({"cuda_graph.train=true", "precision.mode=bf16", "optim.weight_decay=0"});
   engine::apply_runtime_settings(loaded.config);
   models::ResNet model = engine::build_model(loaded, torch::kCUDA);
-  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+  auto optimizer =
+      optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
   amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   const std::vector<data::Batch> batches = random_batches(5, 32);

@@ -48,4 +48,31 @@ models::ResNetOptions resnet_options(const config::ModelSection& model) {
   return options;
 }
 
+optim::OptimizerOptions optimizer_options(const config::OptimSection& optim) {
+  optim::OptimizerOptions options{};
+  options.name = optim.name;
+  options.momentum = optim.momentum;
+  options.nesterov = optim.nesterov;
+  options.weight_decay = optim.weight_decay;
+  options.no_decay_norm_and_bias = optim.no_decay_norm_and_bias;
+  options.betas = {optim.betas.at(0), optim.betas.at(1)};  // two numbers: config/validate checks it
+  options.eps = optim.eps;
+  options.fused = optim.fused;
+  return options;
+}
+
+optim::ScheduleOptions schedule_options(const config::ScheduleSection& schedule) {
+  optim::ScheduleOptions options{};
+  options.name = schedule.name;
+  options.warmup_epochs = schedule.warmup_epochs;
+  options.warmup_start_factor = schedule.warmup_start_factor;
+  options.milestones = schedule.milestones;
+  options.gamma = schedule.gamma;
+  options.min_lr = schedule.min_lr;
+  options.pct_start = schedule.pct_start;
+  options.div_factor = schedule.div_factor;
+  options.final_div_factor = schedule.final_div_factor;
+  return options;
+}
+
 }  // namespace ltrain::engine

@@ -72,7 +72,7 @@ Run::Run(const config::LoadedConfig& loaded, const RunParts& parts)
   if (parts.weights_from_caller) model_source.config.model.init_from.clear();
   model_ = build_model(model_source, device_);
   if (parts.training) {
-    optimizer_ = optim::make_optimizer(config.optim, named_parameters(*model_));
+    optimizer_ = optim::make_optimizer(optimizer_options(config.optim), named_parameters(*model_));
     scaler_.emplace(amp::scaler_options(config.precision), device_);
   }
 }

@@ -22,6 +22,7 @@
 #include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/ema.h"
 #include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/run.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/io/provenance.h"
@@ -223,7 +224,7 @@ Trainer::Trainer(Run& run, StartPoint start, const TrainHooks& hooks, std::chron
       start_(std::move(start)),
       hooks_(hooks),
       length_(run_length(config_, run.train_loader().batches_per_epoch())),
-      schedule_(config_.schedule, config_.optim.lr, length_.total_steps, length_.steps_per_epoch),
+      schedule_(schedule_options(config_.schedule), config_.optim.lr, length_.total_steps, length_.steps_per_epoch),
       early_stopping_(config_.run),
       started_(started) {}
 

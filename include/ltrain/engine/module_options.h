@@ -6,6 +6,8 @@
 #include "ltrain/config/config.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/models/resnet.h"
+#include "ltrain/optim/optimizer.h"
+#include "ltrain/optim/schedule.h"
 
 namespace ltrain::engine {
 
@@ -19,5 +21,12 @@ data::EvalLoaderOptions eval_loader_options(const config::DataSection& data);
 /// The network's options from the config's model section (all of it but model.channels_last and
 /// model.init_from, which engine::build_model applies).
 models::ResNetOptions resnet_options(const config::ModelSection& model);
+
+/// The optimizer's options from the config's optim section (its update's keys: not optim.lr, which
+/// the schedule starts from, nor the step's accumulation, clipping and weight average).
+optim::OptimizerOptions optimizer_options(const config::OptimSection& optim);
+
+/// The learning-rate schedule's options from the config's schedule section.
+optim::ScheduleOptions schedule_options(const config::ScheduleSection& schedule);
 
 }  // namespace ltrain::engine
