@@ -75,4 +75,11 @@ optim::ScheduleOptions schedule_options(const config::ScheduleSection& schedule)
   return options;
 }
 
+dist::GroupOptions group_options(const config::DistributedSection& distributed) {
+  dist::GroupOptions options{};
+  options.backend = distributed.backend;
+  options.timeout_s = distributed.timeout_s;
+  return options;
+}
+
 }  // namespace ltrain::engine

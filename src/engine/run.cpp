@@ -31,7 +31,7 @@ std::unique_ptr<dist::Group> join_group(const config::LoadedConfig& loaded, torc
                                              environment->local_rank, compat::cuda_device_count()));
     device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(environment->local_rank));
   }
-  auto group = std::make_unique<dist::Group>(*environment, loaded.config.distributed, device);
+  auto group = std::make_unique<dist::Group>(*environment, group_options(loaded.config.distributed), device);
   // Every process must train the same thing: compare the resolved configs.
   const std::vector<std::string> configs = group->all_gather_text("config", config::to_json(loaded.config).dump());
   for (size_t rank = 1; rank < configs.size(); ++rank)

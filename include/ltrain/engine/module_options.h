@@ -5,6 +5,7 @@
 // options from a default section here (eval_loader_options(config::DataSection{})).
 #include "ltrain/config/config.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/dist/group.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/optim/optimizer.h"
 #include "ltrain/optim/schedule.h"
@@ -28,5 +29,9 @@ optim::OptimizerOptions optimizer_options(const config::OptimSection& optim);
 
 /// The learning-rate schedule's options from the config's schedule section.
 optim::ScheduleOptions schedule_options(const config::ScheduleSection& schedule);
+
+/// The process group's options from the config's distributed section (distributed.backend and
+/// distributed.timeout_s).
+dist::GroupOptions group_options(const config::DistributedSection& distributed);
 
 }  // namespace ltrain::engine
