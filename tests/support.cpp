@@ -312,7 +312,7 @@ std::vector<double> train_fixed_batch(const config::LoadedConfig& loaded, int st
   auto optimizer =
       optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
   optimizer->set_lr(loaded.config.optim.lr);
-  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), device);
+  amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), device);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   data::Batch batch = gpu_batch(loaded.config.data.batch_size, 1);
   std::vector<double> losses;

@@ -34,8 +34,15 @@ optim::OptimizerOptions plain_sgd(double momentum) {
   return o;
 }
 
+/// The precision section's GradScaler settings, switched on (as precision.mode fp16 does).
+amp::GradScalerOptions enabled_scaler() {
+  amp::GradScalerOptions o = engine::grad_scaler_options(config::PrecisionSection{});
+  o.enabled = true;
+  return o;
+}
+
 amp::GradScalerOptions scaler_options(double init, int64_t interval) {
-  amp::GradScalerOptions o;
+  amp::GradScalerOptions o = enabled_scaler();
   o.init_scale = init;
   o.growth_interval = interval;
   return o;
@@ -196,7 +203,7 @@ TEST(Accumulation, GradientIsTheMeanOfTheMicroBatchGradients) {
   models::ResNet accumulated = engine::build_model(loaded, torch::kCPU);
   auto optimizer =
       optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*accumulated));
-  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCPU);
+  amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), torch::kCPU);
   engine::TrainStep step(accumulated, *optimizer, scaler, loaded.config);
   step.run(batch);  // the step moves the weights; the accumulated gradients stay in .grad
 
@@ -465,9 +472,7 @@ TEST(GradScaler, CheckOnTheGpuReadsEveryDtypeAndChangesNoGradient_CUDA) {
   // Over several blocks of 16-byte loads, and one not 16-byte aligned (read element by element).
   grads.push_back(torch::randn({40000}, cuda).to(torch::kHalf));
   grads.push_back(torch::randn({1001}, cuda).to(torch::kHalf).narrow(0, 1, 1000));
-  amp::GradScalerOptions options;
-  options.enabled = true;
-  amp::GradScaler scaler(options, torch::kCUDA);
+  amp::GradScaler scaler(enabled_scaler(), torch::kCUDA);
   auto found_after_check = [&]() {
     std::vector<torch::Tensor> before;
     for (const auto& grad : grads) before.push_back(grad.clone());
@@ -503,7 +508,7 @@ TEST(GradScaler, SkipsAndBacksOffOnTheGpu_CUDA) {
   models::ResNet model = engine::build_model(loaded, torch::kCUDA);
   auto optimizer =
       optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
-  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
+  amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), torch::kCUDA);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   data::Batch batch = gpu_batch(32, 2);
   batch.images[0][0][0][0] = std::numeric_limits<float>::infinity();

@@ -50,7 +50,7 @@ StepRecord run_steps(const config::LoadedConfig& loaded, const std::vector<data:
     bn1_weight.register_hook([gradient_factor](const torch::Tensor& grad) { return grad * gradient_factor; });
   }
   auto optimizer = optim::make_optimizer(engine::optimizer_options(loaded.config.optim), params);
-  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), device);
+  amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), device);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   StepRecord record;
   for (size_t i = 0; i < batches.size(); ++i) {
@@ -172,7 +172,7 @@ TEST(CudaGraph, AutoBranchesTheStepsWhoseFirstStageIsSmall_CUDA) {
     models::ResNet model = engine::build_model(loaded, torch::kCUDA);
     auto optimizer =
         optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
-    amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
+    amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), torch::kCUDA);
     {
       engine::TrainStep step(model, *optimizer, scaler, loaded.config);
       step.run(random_batches(1, batch).front());
@@ -189,7 +189,7 @@ TEST(CudaGraph, ReplayReadsTheLearningRateWrittenBeforeIt_CUDA) {
   models::ResNet model = engine::build_model(loaded, torch::kCUDA);
   auto optimizer =
       optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
-  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
+  amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), torch::kCUDA);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   const std::vector<data::Batch> batches = random_batches(5, 32);
   optimizer->set_lr(0.05);

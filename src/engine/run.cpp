@@ -73,7 +73,7 @@ Run::Run(const config::LoadedConfig& loaded, const RunParts& parts)
   model_ = build_model(model_source, device_);
   if (parts.training) {
     optimizer_ = optim::make_optimizer(optimizer_options(config.optim), named_parameters(*model_));
-    scaler_.emplace(amp::scaler_options(config.precision), device_);
+    scaler_.emplace(grad_scaler_options(config.precision), device_);
   }
 }
 

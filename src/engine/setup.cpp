@@ -28,7 +28,7 @@ namespace {
 void check_precision_support(const config::LoadedConfig& loaded, const torch::Device& device,
                              std::vector<std::string>& problems) {
   const config::PrecisionSection& precision = loaded.config.precision;
-  const amp::PrecisionPlan plan = amp::plan_precision(precision);
+  const amp::PrecisionPlan plan = precision_plan(precision);
   const auto refuse = [&](const char* key, const std::string& message) {
     problems.push_back(config::config_error(loaded, key, message).what());
   };
@@ -145,7 +145,7 @@ void apply_runtime_settings(const config::RunConfig& config) {
   }
   torch::set_num_threads(static_cast<int>(threads));
   // LibTorch lets cuDNN use TF32 by default; only TF32 modes do here.
-  const bool tf32 = amp::plan_precision(config.precision).tf32;
+  const bool tf32 = precision_plan(config.precision).tf32;
   compat::set_tf32(/*matmul=*/tf32, /*convolutions=*/tf32);
   compat::set_cudnn(config.precision.cudnn_benchmark, config.precision.deterministic,
                     static_cast<int>(config.precision.cudnn_benchmark_limit));

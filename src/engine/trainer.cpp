@@ -63,7 +63,7 @@ RunError out_of_memory_error(const config::RunConfig& config, const std::excepti
 /// steps in a row; says what to try. Checkpoints already written stay as they are.
 void check_numerics(const config::RunConfig& config, const StepTotals& totals, int64_t step, int64_t epoch,
                     const fs::path& checkpoint_dir) {
-  if (amp::plan_precision(config.precision).grad_scaler) {
+  if (precision_plan(config.precision).grad_scaler) {
     if (totals.consecutive_skips > config.precision.max_consecutive_skipped_steps)
       throw RunError(fmt::format("fp16: the last {} steps up to step {} (epoch {}) had inf/NaN gradients and were "
                                  "skipped (loss scale now {:g}): lower optim.lr, set optim.clip_grad_norm, or use "

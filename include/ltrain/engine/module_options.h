@@ -3,6 +3,8 @@
 // options struct of the module it configures. The modules hold no defaults of their own; the
 // config's sections are the one place of defaults, so a test that needs them builds a module's
 // options from a default section here (eval_loader_options(config::DataSection{})).
+#include "ltrain/amp/grad_scaler.h"
+#include "ltrain/amp/precision.h"
 #include "ltrain/config/config.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/dist/group.h"
@@ -33,5 +35,11 @@ optim::ScheduleOptions schedule_options(const config::ScheduleSection& schedule)
 /// The process group's options from the config's distributed section (distributed.backend and
 /// distributed.timeout_s).
 dist::GroupOptions group_options(const config::DistributedSection& distributed);
+
+/// What precision.mode (and precision.tf32) turn on.
+amp::PrecisionPlan precision_plan(const config::PrecisionSection& precision);
+
+/// The GradScaler's options from the config's precision section: enabled with precision.mode fp16.
+amp::GradScalerOptions grad_scaler_options(const config::PrecisionSection& precision);
 
 }  // namespace ltrain::engine
