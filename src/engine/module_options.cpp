@@ -17,7 +17,7 @@ data::ProgressiveResize progressive_resize(const config::DataSection& data) {
 
 data::TrainLoaderOptions train_loader_options(const config::RunConfig& config) {
   const config::DataSection& data = config.data;
-  data::TrainLoaderOptions options;
+  data::TrainLoaderOptions options{};
   options.images_per_step = data.batch_size * config.optim.accumulation_steps;
   options.shuffle = data.shuffle;
   options.random_crop = data.random_crop;
