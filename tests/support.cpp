@@ -20,6 +20,7 @@
 
 #include "ltrain/amp/grad_scaler.h"
 #include "ltrain/amp/precision.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
@@ -308,9 +309,10 @@ std::vector<double> train_fixed_batch(const config::LoadedConfig& loaded, int st
   engine::apply_runtime_settings(loaded.config);
   const torch::Device device = engine::resolve_device(loaded);
   models::ResNet model = engine::build_model(loaded, device);
-  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+  auto optimizer =
+      optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
   optimizer->set_lr(loaded.config.optim.lr);
-  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), device);
+  amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), device);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   data::Batch batch = gpu_batch(loaded.config.data.batch_size, 1);
   std::vector<double> losses;

@@ -12,6 +12,7 @@
 #include "ltrain/amp/low_precision_weights.h"
 #include "ltrain/config/load.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
@@ -26,16 +27,22 @@ using testing::gpu_batch;
 using testing::gpu_config;
 using testing::train_fixed_batch;
 
-config::OptimSection plain_sgd(double lr, double momentum) {
-  config::OptimSection o;
-  o.lr = lr;
+optim::OptimizerOptions plain_sgd(double momentum) {
+  optim::OptimizerOptions o = engine::optimizer_options(config::OptimSection{});
   o.momentum = momentum;
   o.weight_decay = 0.0;
   return o;
 }
 
+/// The precision section's GradScaler settings, switched on (as precision.mode fp16 does).
+amp::GradScalerOptions enabled_scaler() {
+  amp::GradScalerOptions o = engine::grad_scaler_options(config::PrecisionSection{});
+  o.enabled = true;
+  return o;
+}
+
 amp::GradScalerOptions scaler_options(double init, int64_t interval) {
-  amp::GradScalerOptions o;
+  amp::GradScalerOptions o = enabled_scaler();
   o.init_scale = init;
   o.growth_interval = interval;
   return o;
@@ -56,7 +63,7 @@ double value(const torch::Tensor& t) { return t.item<double>(); }
 TEST(GradScaler, FollowsPyTorchsGrowthBackoffAndSkipRules) {
   amp::GradScaler scaler(scaler_options(4.0, 3), torch::kCPU);
   LinearProblem problem;
-  auto optimizer = optim::make_optimizer(plain_sgd(0.5, 0.9), problem.named);
+  auto optimizer = optim::make_optimizer(plain_sgd(0.9), problem.named);
   optimizer->set_lr(0.5);
   const torch::Tensor x = torch::tensor({1.0f, -2.0f, 3.0f, 0.5f});
 
@@ -120,7 +127,7 @@ TEST(GradScaler, CheckOnlyLeavesGradientsScaled) {
   const amp::ScalerState state = scaler.step_state(/*gradients_unscaled=*/false);
   ASSERT_TRUE(state.grad_scale.defined());
   // The portable optimizer divides by grad_scale itself: the same step as with unscaled gradients.
-  auto optimizer = optim::make_optimizer(plain_sgd(0.1, 0.0), problem.named);
+  auto optimizer = optim::make_optimizer(plain_sgd(0.0), problem.named);
   optimizer->set_lr(0.1);
   optimizer->step(state);
   EXPECT_TRUE(torch::allclose(problem.p.detach(), torch::full({4}, 0.9f)));
@@ -194,8 +201,9 @@ TEST(Accumulation, GradientIsTheMeanOfTheMicroBatchGradients) {
   const data::Batch batch = random_batch(12, 5);
 
   models::ResNet accumulated = engine::build_model(loaded, torch::kCPU);
-  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*accumulated));
-  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCPU);
+  auto optimizer =
+      optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*accumulated));
+  amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), torch::kCPU);
   engine::TrainStep step(accumulated, *optimizer, scaler, loaded.config);
   step.run(batch);  // the step moves the weights; the accumulated gradients stay in .grad
 
@@ -249,7 +257,7 @@ TEST(ActivationCheckpointing, RecomputesUnderTheForwardsAutocastState) {
 TEST(ActivationCheckpointing, SplitsLikeCheckpointSequential) {
   config::ModelSection options;
   options.width = 4;
-  models::ResNet model(options);  // resnet50: 16 blocks
+  models::ResNet model(engine::resnet_options(options));  // resnet50: 16 blocks
   const auto segments = models::split_into_segments(model->blocks(), 4);
   ASSERT_EQ(segments.size(), 4u);
   for (const auto& segment : segments) EXPECT_EQ(segment.size(), 4u);
@@ -422,7 +430,8 @@ TEST(Clipping, UnscalesBeforeClipping) {
   auto run = [](bool with_scaler) {
     const auto loaded = tiny({"optim.clip_grad_norm=0.5", "optim.lr=0.1", "data.batch_size=6"});
     models::ResNet model = engine::build_model(loaded, torch::kCPU);
-    auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+    auto optimizer =
+        optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
     optimizer->set_lr(0.1);
     amp::GradScalerOptions options = scaler_options(1024.0, 2000);
     options.enabled = with_scaler;
@@ -463,9 +472,7 @@ TEST(GradScaler, CheckOnTheGpuReadsEveryDtypeAndChangesNoGradient_CUDA) {
   // Over several blocks of 16-byte loads, and one not 16-byte aligned (read element by element).
   grads.push_back(torch::randn({40000}, cuda).to(torch::kHalf));
   grads.push_back(torch::randn({1001}, cuda).to(torch::kHalf).narrow(0, 1, 1000));
-  amp::GradScalerOptions options;
-  options.enabled = true;
-  amp::GradScaler scaler(options, torch::kCUDA);
+  amp::GradScaler scaler(enabled_scaler(), torch::kCUDA);
   auto found_after_check = [&]() {
     std::vector<torch::Tensor> before;
     for (const auto& grad : grads) before.push_back(grad.clone());
@@ -499,8 +506,9 @@ TEST(GradScaler, SkipsAndBacksOffOnTheGpu_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   const auto loaded = gpu_config({"precision.mode=fp16"});
   models::ResNet model = engine::build_model(loaded, torch::kCUDA);
-  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
-  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
+  auto optimizer =
+      optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
+  amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), torch::kCUDA);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   data::Batch batch = gpu_batch(32, 2);
   batch.images[0][0][0][0] = std::numeric_limits<float>::infinity();

@@ -11,6 +11,7 @@
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/batch_graph.h"
 #include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
@@ -49,8 +50,8 @@ StepRecord run_steps(const config::LoadedConfig& loaded, const std::vector<data:
     torch::Tensor bn1_weight = *find_tensor(params, "bn1.weight");
     bn1_weight.register_hook([gradient_factor](const torch::Tensor& grad) { return grad * gradient_factor; });
   }
-  auto optimizer = optim::make_optimizer(loaded.config.optim, params);
-  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), device);
+  auto optimizer = optim::make_optimizer(engine::optimizer_options(loaded.config.optim), params);
+  amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), device);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   StepRecord record;
   for (size_t i = 0; i < batches.size(); ++i) {
@@ -200,8 +201,9 @@ TEST(CudaGraph, AutoBranchesTheStepsWhoseFirstStageIsSmall_CUDA) {
                                            "cuda_graph.train=" + std::string(graphed ? "true" : "false")});
     engine::apply_runtime_settings(loaded.config);
     models::ResNet model = engine::build_model(loaded, torch::kCUDA);
-    auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
-    amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
+    auto optimizer =
+        optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
+    amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), torch::kCUDA);
     {
       engine::TrainStep step(model, *optimizer, scaler, loaded.config);
       step.run(random_batches(1, batch).front());
@@ -216,8 +218,9 @@ TEST(CudaGraph, ReplayReadsTheLearningRateWrittenBeforeIt_CUDA) {
   const auto loaded = graph_test_config({"cuda_graph.train=true", "precision.mode=bf16", "optim.weight_decay=0"});
   engine::apply_runtime_settings(loaded.config);
   models::ResNet model = engine::build_model(loaded, torch::kCUDA);
-  auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
-  amp::GradScaler scaler(amp::scaler_options(loaded.config.precision), torch::kCUDA);
+  auto optimizer =
+      optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
+  amp::GradScaler scaler(engine::grad_scaler_options(loaded.config.precision), torch::kCUDA);
   engine::TrainStep step(model, *optimizer, scaler, loaded.config);
   const std::vector<data::Batch> batches = random_batches(5, 32);
   optimizer->set_lr(0.05);

@@ -20,6 +20,7 @@
 #include "ltrain/core/sha256.h"
 #include "ltrain/data/cifar.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "support.h"
 
@@ -88,9 +89,9 @@ ImageSet indexed_images(int64_t count, uint64_t seed, int64_t side = 32) {
 /// The normalization a run config asks for unless it says otherwise: CIFAR-10's mean and std.
 NormalizeOptions default_normalize() { return ltrain::engine::eval_loader_options(DataSection{}).normalize; }
 
+/// The data section's defaults but for these.
 TrainLoaderOptions loader_config(int64_t images_per_step, bool random_crop, int64_t padding, bool flip) {
-  TrainLoaderOptions options;
-  options.normalize = default_normalize();
+  TrainLoaderOptions options = ltrain::engine::train_loader_options(ltrain::config::RunConfig{});
   options.images_per_step = images_per_step;
   options.random_crop = random_crop;
   options.crop_padding = padding;

@@ -23,6 +23,7 @@
 #include "ltrain/dist/group.h"
 #include "ltrain/dist/launch.h"
 #include "ltrain/engine/checkpoint.h"
+#include "ltrain/engine/module_options.h"
 #include "support.h"
 
 namespace ltrain::dist {
@@ -167,9 +168,9 @@ TEST(GradientReducer, AveragesTheLastMicroBatchPlusTheAccumulatedGradients) {
   // One Gloo process: the mean over ranks is the local gradient, which shows the bucket logic.
   Environment environment;
   environment.master_port = free_port();
-  config::DistributedSection settings;
-  settings.timeout_s = 20;
-  Group group(environment, settings, torch::Device(torch::kCPU));
+  GroupOptions options = engine::group_options(config::DistributedSection{});
+  options.timeout_s = 20;
+  Group group(environment, options, torch::Device(torch::kCPU));
 
   // Three parameters; the second computes through a bf16 low-precision copy as under autocast; the
   // third is channels_last and stays unused in the backward pass. Tiny buckets: one per parameter.
@@ -218,8 +219,7 @@ TEST(GradientReducer, HalfPrecisionOnTheWireGivesFloat32GradientsRoundedOnce) {
   SKIP_WITHOUT_GLOO();
   Environment environment;
   environment.master_port = free_port();
-  config::DistributedSection settings;
-  Group group(environment, settings, torch::Device(torch::kCPU));
+  Group group(environment, engine::group_options(config::DistributedSection{}), torch::Device(torch::kCPU));
   torch::Tensor w = torch::zeros({4}).requires_grad_(true);
   GradientReducer reducer(group, {{w, w}}, /*bucket_mb=*/25, torch::kHalf);
   const torch::Tensor target = torch::tensor({1.0f, 1e-4f, 3.14159f, -65504.0f});
@@ -775,10 +775,10 @@ TEST(Group, NcclIsShutDownOrAbortedBeforeItIsDestroyed_CUDA) {
   for (const bool closed : {true, false}) {
     Environment environment;
     environment.master_port = free_port();
-    config::DistributedSection settings;
-    settings.backend = config::DistBackend::nccl;
-    settings.timeout_s = 60;
-    auto group = std::make_unique<Group>(environment, settings, torch::Device(torch::kCUDA, 0));
+    GroupOptions options = engine::group_options(config::DistributedSection{});
+    options.backend = config::DistBackend::nccl;
+    options.timeout_s = 60;
+    auto group = std::make_unique<Group>(environment, options, torch::Device(torch::kCUDA, 0));
     torch::Tensor values = torch::ones({4}, torch::TensorOptions().device(torch::kCUDA, 0));
     group->all_reduce_sum({values}).wait();
     EXPECT_TRUE(torch::equal(values.cpu(), torch::ones({4})));

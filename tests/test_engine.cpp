@@ -11,6 +11,7 @@
 #include "ltrain/engine/evaluator.h"
 #include "ltrain/engine/run.h"
 #include "ltrain/engine/saved_model.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/trainer.h"
@@ -465,7 +466,7 @@ TEST(Checkpoint, LoadStateDictNamesTheMismatch) {
   config::ModelSection small;
   small.arch = config::Arch::resnet18;
   small.width = 4;
-  models::ResNet model(small);
+  models::ResNet model(resnet_options(small));
   NamedTensors tensors = state_dict(*model);
   tensors.back().second = torch::zeros({3});  // fc.bias with the wrong number of classes
   try {
@@ -484,13 +485,132 @@ TEST(Checkpoint, StateDictOrderIsPyTorchs) {
   config::ModelSection small;
   small.arch = config::Arch::resnet18;
   small.width = 4;
-  models::ResNet model(small);
+  models::ResNet model(resnet_options(small));
   const NamedTensors state = state_dict(*model);
   ASSERT_GE(state.size(), 7u);
   const std::vector<std::string> first{"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
                                        "bn1.running_var", "bn1.num_batches_tracked", "layer1.0.conv1.weight"};
   for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(state[i].first, first[i]);
   EXPECT_EQ(state.back().first, "fc.bias");
+}
+
+
+/// A config whose every key that a module's options hold differs from the section's default.
+config::RunConfig config_off_the_defaults() {
+  config::RunConfig c;
+  c.model.arch = config::Arch::resnext50_32x4d;
+  c.model.stem = config::Stem::cifar;
+  c.model.num_classes = 7;
+  c.model.width = 12;
+  c.model.zero_init_residual = true;
+  c.model.checkpoint_segments = 3;
+  c.model.ltrain_batch_norm = false;
+  c.model.cudnn_batch_norm = false;
+  c.model.ltrain_max_pool = false;
+  c.model.fused_conv = true;
+  c.optim.name = config::OptimizerKind::adamw;
+  c.optim.momentum = 0.8;
+  c.optim.nesterov = true;
+  c.optim.weight_decay = 0.05;
+  c.optim.no_decay_norm_and_bias = true;
+  c.optim.betas = {0.85, 0.95};
+  c.optim.eps = 1e-6;
+  c.optim.fused = false;
+  c.schedule.name = config::ScheduleKind::onecycle;
+  c.schedule.warmup_epochs = 1.5;
+  c.schedule.warmup_start_factor = 0.2;
+  c.schedule.milestones = {3, 6};
+  c.schedule.gamma = 0.5;
+  c.schedule.min_lr = 0.001;
+  c.schedule.pct_start = 0.4;
+  c.schedule.div_factor = 10;
+  c.schedule.final_div_factor = 100;
+  c.distributed.backend = config::DistBackend::gloo;
+  c.distributed.timeout_s = 42;
+  c.precision.mode = config::PrecisionMode::fp16;
+  c.precision.loss_scale_init = 1024;
+  c.precision.loss_scale_growth_factor = 4;
+  c.precision.loss_scale_backoff_factor = 0.25;
+  c.precision.loss_scale_growth_interval = 100;
+  return c;
+}
+
+/// Each field of each module's options holds the key of the same name, read back from `c`.
+void expect_options_follow(const config::RunConfig& c) {
+  const models::ResNetOptions model = resnet_options(c.model);
+  EXPECT_EQ(model.arch, c.model.arch);
+  EXPECT_EQ(model.stem, c.model.stem);
+  EXPECT_EQ(model.num_classes, c.model.num_classes);
+  EXPECT_EQ(model.width, c.model.width);
+  EXPECT_EQ(model.zero_init_residual, c.model.zero_init_residual);
+  EXPECT_EQ(model.checkpoint_segments, c.model.checkpoint_segments);
+  EXPECT_EQ(model.ltrain_batch_norm, c.model.ltrain_batch_norm);
+  EXPECT_EQ(model.cudnn_batch_norm, c.model.cudnn_batch_norm);
+  EXPECT_EQ(model.ltrain_max_pool, c.model.ltrain_max_pool);
+  EXPECT_EQ(model.fused_conv, c.model.fused_conv);
+
+  const optim::OptimizerOptions optimizer = optimizer_options(c.optim);
+  EXPECT_EQ(optimizer.name, c.optim.name);
+  EXPECT_EQ(optimizer.momentum, c.optim.momentum);
+  EXPECT_EQ(optimizer.nesterov, c.optim.nesterov);
+  EXPECT_EQ(optimizer.weight_decay, c.optim.weight_decay);
+  EXPECT_EQ(optimizer.no_decay_norm_and_bias, c.optim.no_decay_norm_and_bias);
+  EXPECT_EQ(std::vector<double>(optimizer.betas.begin(), optimizer.betas.end()), c.optim.betas);
+  EXPECT_EQ(optimizer.eps, c.optim.eps);
+  EXPECT_EQ(optimizer.fused, c.optim.fused);
+
+  const optim::ScheduleOptions schedule = schedule_options(c.schedule);
+  EXPECT_EQ(schedule.name, c.schedule.name);
+  EXPECT_EQ(schedule.warmup_epochs, c.schedule.warmup_epochs);
+  EXPECT_EQ(schedule.warmup_start_factor, c.schedule.warmup_start_factor);
+  EXPECT_EQ(schedule.milestones, c.schedule.milestones);
+  EXPECT_EQ(schedule.gamma, c.schedule.gamma);
+  EXPECT_EQ(schedule.min_lr, c.schedule.min_lr);
+  EXPECT_EQ(schedule.pct_start, c.schedule.pct_start);
+  EXPECT_EQ(schedule.div_factor, c.schedule.div_factor);
+  EXPECT_EQ(schedule.final_div_factor, c.schedule.final_div_factor);
+
+  const dist::GroupOptions group = group_options(c.distributed);
+  EXPECT_EQ(group.backend, c.distributed.backend);
+  EXPECT_EQ(group.timeout_s, c.distributed.timeout_s);
+
+  const amp::GradScalerOptions scaler = grad_scaler_options(c.precision);
+  EXPECT_EQ(scaler.enabled, c.precision.mode == config::PrecisionMode::fp16);
+  EXPECT_EQ(scaler.init_scale, c.precision.loss_scale_init);
+  EXPECT_EQ(scaler.growth_factor, c.precision.loss_scale_growth_factor);
+  EXPECT_EQ(scaler.backoff_factor, c.precision.loss_scale_backoff_factor);
+  EXPECT_EQ(scaler.growth_interval, c.precision.loss_scale_growth_interval);
+}
+
+TEST(ModuleOptions, HoldEveryKeyOfTheirSection) {
+  // The defaults and a config off every default: a field left unfilled, or filled from another
+  // key, shows in one of the two.
+  expect_options_follow(config::RunConfig{});
+  expect_options_follow(config_off_the_defaults());
+}
+
+TEST(ModuleOptions, PrecisionPlanFollowsTheMode) {
+  config::PrecisionSection precision;
+  const auto plan = [&](config::PrecisionMode mode, bool tf32) {
+    precision.mode = mode;
+    precision.tf32 = tf32;
+    return precision_plan(precision);
+  };
+  const amp::PrecisionPlan fp32 = plan(config::PrecisionMode::fp32, false);
+  EXPECT_FALSE(fp32.autocast || fp32.grad_scaler || fp32.tf32);
+  EXPECT_TRUE(plan(config::PrecisionMode::fp32, true).tf32);
+  const amp::PrecisionPlan tf32 = plan(config::PrecisionMode::tf32, false);
+  EXPECT_TRUE(tf32.tf32);
+  EXPECT_FALSE(tf32.autocast || tf32.grad_scaler);
+  const amp::PrecisionPlan fp16 = plan(config::PrecisionMode::fp16, false);
+  EXPECT_TRUE(fp16.autocast && fp16.grad_scaler);
+  EXPECT_EQ(fp16.dtype, torch::kFloat16);
+  EXPECT_FALSE(fp16.tf32);
+  const amp::PrecisionPlan bf16 = plan(config::PrecisionMode::bf16, false);
+  EXPECT_TRUE(bf16.autocast);
+  EXPECT_FALSE(bf16.grad_scaler || bf16.tf32);
+  EXPECT_EQ(bf16.dtype, torch::kBFloat16);
+  EXPECT_FALSE(grad_scaler_options(precision).enabled);  // bf16: no GradScaler
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "ltrain/amp/autocast.h"
 #include "ltrain/config/config.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
@@ -30,11 +31,13 @@ using ltrain::config::Stem;
 using ltrain::models::BatchNorm2d;
 using ltrain::models::BatchNorm2dImpl;
 using ltrain::models::ResNet;
+using ltrain::models::ResNetOptions;
 
 constexpr Arch kAllArchs[] = {Arch::resnet18, Arch::resnet34, Arch::resnet50, Arch::resnet101, Arch::resnet152};
 
-ModelSection model_options(Arch arch, int64_t width, Stem stem = Stem::imagenet, int64_t num_classes = 10) {
-  ModelSection options;
+/// The model section's defaults but for these.
+ResNetOptions model_options(Arch arch, int64_t width, Stem stem = Stem::imagenet, int64_t num_classes = 10) {
+  ResNetOptions options = ltrain::engine::resnet_options(ModelSection{});
   options.arch = arch;
   options.width = width;
   options.stem = stem;
@@ -437,7 +440,7 @@ TEST(ResNet, ZeroInitResidualZeroesTheLastNormOfEachBlock) {
                                                            {Arch::resnet18, ".bn2.weight"}};
   for (const auto& [arch, last_norm] : cases) {
     for (bool zero_init : {false, true}) {
-      ModelSection options = model_options(arch, 8);
+      ResNetOptions options = model_options(arch, 8);
       options.zero_init_residual = zero_init;
       ResNet model(options);
       size_t zeroed = 0;
@@ -640,7 +643,7 @@ bool any_name_contains(const std::multiset<std::string>& names, const std::strin
 TEST(ResNet, FusedConvolutionsChangeNothingWhereTheyDoNotRun) {
   // On the CPU (and in builds without the kernels) model.fused_conv leaves the model as it was.
   auto logits = [](bool fused) {
-    ModelSection options = model_options(Arch::resnet50, 8, Stem::cifar);
+    ResNetOptions options = model_options(Arch::resnet50, 8, Stem::cifar);
     options.fused_conv = fused;
     torch::manual_seed(2);
     ResNet model(options);

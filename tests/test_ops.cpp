@@ -13,6 +13,7 @@
 
 #include "ltrain/amp/autocast.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/models/resnet.h"
@@ -782,7 +783,8 @@ TEST(Ops, TheModelAndTheOptimizerRunLtrainKernelsExactlyWhereTheyFit_CUDA) {
   EXPECT_EQ(ran("LtrainBatchNorm"), ops::ltrain_batch_norm_fit(cuda).runs);
   EXPECT_EQ(ran("LtrainMaxPool"), ops::ltrain_max_pool_fit(cuda).runs);
   EXPECT_TRUE(ran("CudnnBatchNorm") || ran("NativeBatchNorm") || ran("LtrainBatchNorm"));
-  const auto optimizer = optim::make_optimizer(loaded.config.optim, engine::named_parameters(*model));
+  const auto optimizer =
+      optim::make_optimizer(engine::optimizer_options(loaded.config.optim), engine::named_parameters(*model));
   EXPECT_EQ(optimizer->takes_low_precision_gradients(), ops::ltrain_gradient_kernels_fit(cuda).runs);
   // LibTorch's fused SGD where ltrain's kernel does not run.
   EXPECT_EQ(optimizer->fused(), ops::ltrain_gradient_kernels_fit(cuda).runs || compat::has_fused_optimizers());

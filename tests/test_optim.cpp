@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "ltrain/config/config.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/ops/gradient_kernels.h"
 #include "ltrain/optim/optimizer.h"
 #include "ltrain/optim/schedule.h"
@@ -31,10 +33,12 @@ struct Problem {
   }
 };
 
-config::OptimSection sgd_options(double momentum, bool nesterov, double weight_decay) {
-  config::OptimSection o;
+/// The optim section's defaults, as the optimizer's options.
+OptimizerOptions default_options() { return engine::optimizer_options(config::OptimSection{}); }
+
+OptimizerOptions sgd_options(double momentum, bool nesterov, double weight_decay) {
+  OptimizerOptions o = default_options();
   o.name = config::OptimizerKind::sgd;
-  o.lr = 0.1;
   o.momentum = momentum;
   o.nesterov = nesterov;
   o.weight_decay = weight_decay;
@@ -42,7 +46,7 @@ config::OptimSection sgd_options(double momentum, bool nesterov, double weight_d
 }
 
 // LibTorch's own torch::optim implements PyTorch's update rules: ours must produce its values.
-void expect_same_trajectory(const config::OptimSection& options, torch::optim::Optimizer& reference_optimizer,
+void expect_same_trajectory(const OptimizerOptions& options, torch::optim::Optimizer& reference_optimizer,
                             Problem& ours, Problem& reference, const std::vector<double>& lrs) {
   auto optimizer = make_optimizer(options, ours.named);
   for (size_t step = 0; step < lrs.size(); ++step) {
@@ -71,9 +75,8 @@ TEST(Optimizer, SgdProducesPyTorchValues) {
 
 TEST(Optimizer, AdamWProducesPyTorchValues) {
   Problem ours(2), reference(2);
-  config::OptimSection options;
+  OptimizerOptions options = default_options();
   options.name = config::OptimizerKind::adamw;
-  options.lr = 1e-3;
   options.weight_decay = 0.05;
   options.betas = {0.8, 0.95};
   options.eps = 1e-8;
@@ -125,8 +128,9 @@ TEST(Optimizer, ZeroGradDropsOrZeroesInPlace) {
   EXPECT_FALSE(problem.params[1].grad().defined());
 }
 
-config::ScheduleSection schedule_of(config::ScheduleKind kind) {
-  config::ScheduleSection s;
+/// The schedule section's defaults but for `kind`, as the schedule's options.
+ScheduleOptions schedule_of(config::ScheduleKind kind) {
+  ScheduleOptions s = engine::schedule_options(config::ScheduleSection{});
   s.name = kind;
   return s;
 }
@@ -198,9 +202,9 @@ TEST(Optimizer, FusedAndPortableAgreeOnTheGpu_CUDA) {
     for (const auto& shape : shapes) grads.push_back(torch::randn(shape, cuda) * scale);
 
   for (const char* name : {"sgd", "adamw"}) {
-    config::OptimSection options;
+    OptimizerOptions options = default_options();
     options.name = name == std::string("sgd") ? config::OptimizerKind::sgd : config::OptimizerKind::adamw;
-    options.lr = 0.05;
+    const double lr = 0.05;
     options.momentum = 0.9;
     options.nesterov = true;
     options.weight_decay = 5e-4;
@@ -217,7 +221,7 @@ TEST(Optimizer, FusedAndPortableAgreeOnTheGpu_CUDA) {
                                                              ? "fused (ltrain's SGD kernel)"
                                                              : "fused (LibTorch's SGD kernel)");
       }
-      optimizer->set_lr(options.lr);
+      optimizer->set_lr(lr);
       const torch::Tensor grad_scale = torch::full({1}, scale, cuda);
       for (size_t step = 0; step < scaled_grads.size(); ++step) {
         for (size_t i = 0; i < params.size(); ++i) params[i].second.mutable_grad() = scaled_grads[step][i].clone();

@@ -113,10 +113,10 @@ struct Group::Impl {
   c10::intrusive_ptr<compat::CollectiveBackend> backend;
 };
 
-Group::Group(const Environment& environment, const config::DistributedSection& settings, const torch::Device& device)
+Group::Group(const Environment& environment, const GroupOptions& options, const torch::Device& device)
     : environment_(environment), impl_(std::make_unique<Impl>()) {
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(settings.timeout_s * 1000.0));
-  config::DistBackend backend = settings.backend;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000.0));
+  config::DistBackend backend = options.backend;
   if (backend == config::DistBackend::automatic)
     backend = device.is_cuda() ? config::DistBackend::nccl : config::DistBackend::gloo;
   if (backend == config::DistBackend::nccl && !device.is_cuda())
@@ -130,13 +130,13 @@ Group::Group(const Environment& environment, const config::DistributedSection& s
   serves_store_ = environment.rank == 0 && !environment.agent_store;
   c10::intrusive_ptr<c10d::TCPStore> store;
   try {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<std::uint16_t>(environment.master_port);
-    options.isServer = serves_store_;
-    options.numWorkers = static_cast<std::size_t>(environment.world_size);
-    options.waitWorkers = false;  // below, with a message of its own
-    options.timeout = timeout;
-    store = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, options);
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(environment.master_port);
+    store_options.isServer = serves_store_;
+    store_options.numWorkers = static_cast<std::size_t>(environment.world_size);
+    store_options.waitWorkers = false;  // below, with a message of its own
+    store_options.timeout = timeout;
+    store = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, store_options);
   } catch (const std::exception& error) {
     if (serves_store_)
       throw PeerError(fmt::format("rank 0: cannot serve the rendezvous at port {} ({}): another program, or another "
@@ -146,7 +146,7 @@ Group::Group(const Environment& environment, const config::DistributedSection& s
                                 "({}): start {} and check that MASTER_ADDR and MASTER_PORT (ltrain launch "
                                 "--master-addr, --master-port) name its machine and port, open to this one",
                                 environment.rank, environment.master_addr, environment.master_port,
-                                settings.timeout_s, compat::first_line(error.what()),
+                                options.timeout_s, compat::first_line(error.what()),
                                 environment.agent_store ? "torchrun on the first node" : "the process of rank 0"));
   }
   // The server counts the ranks that connected and waits for all; the agent's store keeps its own
@@ -173,17 +173,17 @@ Group::Group(const Environment& environment, const config::DistributedSection& s
   try {
     if (backend == config::DistBackend::gloo) {
 #if LTRAIN_WITH_GLOO
-      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
       // On one host the loopback interface always works; elsewhere, GLOO_SOCKET_IFNAME or the
       // interface the host name resolves to, as torch.distributed does.
       if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME")) {
-        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
       } else if (environment.master_addr == "127.0.0.1" || environment.master_addr == "localhost") {
-        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       } else {
-        options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
       }
-      impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank, size, options);
+      impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank, size, gloo_options);
 #else
       throw ConfigError("distributed.backend \"gloo\": this ltrain was built without gloo's headers; install "
                         "libgloo-dev (Debian) and build again");
@@ -191,9 +191,9 @@ Group::Group(const Environment& environment, const config::DistributedSection& s
     } else {
 #if LTRAIN_WITH_NCCL
       c10::cuda::set_device(device.index());
-      auto options = c10d::ProcessGroupNCCL::Options::create();
-      options->timeout = timeout;
-      impl_->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank, size, options);
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = timeout;
+      impl_->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank, size, nccl_options);
 #else
       throw ConfigError("distributed.backend \"nccl\": this ltrain was built without NCCL (a CPU-only LibTorch, or "
                         "nccl.h not found at build time); use \"gloo\"");

@@ -2,6 +2,7 @@
 
 #include "ltrain/amp/autocast.h"
 #include "ltrain/amp/precision.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 
 namespace ltrain::engine {
@@ -10,7 +11,7 @@ Evaluator::Evaluator(models::ResNet model, const data::EvalLoader& loader, const
                      dist::Group* group)
     : model_(std::move(model)),
       loader_(loader),
-      precision_(amp::plan_precision(config.precision)),
+      precision_(precision_plan(config.precision)),
       memory_format_(memory_format(config)),
       batch_size_(config.data.eval_batch_size),
       flip_average_(config.data.eval_flip_average),

@@ -10,6 +10,7 @@
 #include "ltrain/amp/precision.h"
 #include "ltrain/core/errors.h"
 #include "ltrain/core/torch_compat.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 #include "ltrain/engine/state_dict.h"
 
@@ -30,7 +31,7 @@ std::unique_ptr<dist::Group> join_group(const config::LoadedConfig& loaded, torc
                                              environment->local_rank, compat::cuda_device_count()));
     device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(environment->local_rank));
   }
-  auto group = std::make_unique<dist::Group>(*environment, loaded.config.distributed, device);
+  auto group = std::make_unique<dist::Group>(*environment, group_options(loaded.config.distributed), device);
   // Every process must train the same thing: compare the resolved configs.
   const std::vector<std::string> configs = group->all_gather_text("config", config::to_json(loaded.config).dump());
   for (size_t rank = 1; rank < configs.size(); ++rank)
@@ -71,8 +72,8 @@ Run::Run(const config::LoadedConfig& loaded, const RunParts& parts)
   if (parts.weights_from_caller) model_source.config.model.init_from.clear();
   model_ = build_model(model_source, device_);
   if (parts.training) {
-    optimizer_ = optim::make_optimizer(config.optim, named_parameters(*model_));
-    scaler_.emplace(amp::scaler_options(config.precision), device_);
+    optimizer_ = optim::make_optimizer(optimizer_options(config.optim), named_parameters(*model_));
+    scaler_.emplace(grad_scaler_options(config.precision), device_);
   }
 }
 

@@ -16,6 +16,7 @@
 #include "ltrain/core/files.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/device/gpu_profile.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/io/tensor_file.h"
 #include "ltrain/ops/batch_norm.h"
@@ -28,7 +29,7 @@ namespace {
 void check_precision_support(const config::LoadedConfig& loaded, const torch::Device& device,
                              std::vector<std::string>& problems) {
   const config::PrecisionSection& precision = loaded.config.precision;
-  const amp::PrecisionPlan plan = amp::plan_precision(precision);
+  const amp::PrecisionPlan plan = precision_plan(precision);
   const auto refuse = [&](const char* key, const std::string& message) {
     problems.push_back(config::config_error(loaded, key, message).what());
   };
@@ -145,7 +146,7 @@ void apply_runtime_settings(const config::RunConfig& config) {
   }
   torch::set_num_threads(static_cast<int>(threads));
   // LibTorch lets cuDNN use TF32 by default; only TF32 modes do here.
-  const bool tf32 = amp::plan_precision(config.precision).tf32;
+  const bool tf32 = precision_plan(config.precision).tf32;
   compat::set_tf32(/*matmul=*/tf32, /*convolutions=*/tf32);
   compat::set_cudnn(config.precision.cudnn_benchmark, config.precision.deterministic,
                     static_cast<int>(config.precision.cudnn_benchmark_limit));
@@ -179,7 +180,7 @@ torch::MemoryFormat memory_format(const config::RunConfig& config) {
 models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Device& device) {
   const config::RunConfig& config = loaded.config;
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-  models::ResNet model(config.model);
+  models::ResNet model(resnet_options(config.model));
   const auto blocks = static_cast<int64_t>(model->blocks().size());
   if (config.model.checkpoint_segments > blocks)
     throw config::config_error(loaded, "model.checkpoint_segments",
@@ -249,37 +250,6 @@ void check_batch_fits(const config::LoadedConfig& loaded, int64_t train_images, 
                       "images); use a smaller batch",
                       processes, accumulation, train_images);
   throw config::config_error(loaded, "data.batch_size", why);
-}
-
-namespace {
-
-data::NormalizeOptions normalize_options(const config::DataSection& data) {
-  return {data.normalize, data.mean, data.std};
-}
-
-data::ProgressiveResize progressive_resize(const config::DataSection& data) {
-  if (data.progressive_start_size == 0 || data.progressive_epochs == 0) return {0, 0, data.progressive_size_step};
-  return {data.progressive_start_size, data.progressive_epochs, data.progressive_size_step};
-}
-
-}  // namespace
-
-data::TrainLoaderOptions train_loader_options(const config::RunConfig& config) {
-  const config::DataSection& data = config.data;
-  data::TrainLoaderOptions options;
-  options.images_per_step = data.batch_size * config.optim.accumulation_steps;
-  options.shuffle = data.shuffle;
-  options.random_crop = data.random_crop;
-  options.crop_padding = data.crop_padding;
-  options.horizontal_flip = data.horizontal_flip;
-  options.cutout = data.cutout;
-  options.progressive = progressive_resize(data);
-  options.normalize = normalize_options(data);
-  return options;
-}
-
-data::EvalLoaderOptions eval_loader_options(const config::DataSection& data) {
-  return {data.eval_batch_size, normalize_options(data)};
 }
 
 data::TrainLoader make_train_loader(const config::LoadedConfig& loaded, const data::ImageSet& train, data::Shard shard) {

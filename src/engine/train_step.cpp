@@ -4,6 +4,7 @@
 
 #include "ltrain/amp/autocast.h"
 #include "ltrain/core/gpu.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/setup.h"
 
 namespace ltrain::engine {
@@ -30,7 +31,7 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
     : model_(std::move(model)),
       optimizer_(optimizer),
       scaler_(scaler),
-      precision_(amp::plan_precision(config.precision)),
+      precision_(precision_plan(config.precision)),
       memory_format_(memory_format(config)),
       accumulation_steps_(config.optim.accumulation_steps),
       clip_grad_norm_(config.optim.clip_grad_norm),

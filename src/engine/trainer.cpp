@@ -22,6 +22,7 @@
 #include "ltrain/engine/checkpoint.h"
 #include "ltrain/engine/ema.h"
 #include "ltrain/engine/evaluator.h"
+#include "ltrain/engine/module_options.h"
 #include "ltrain/engine/run.h"
 #include "ltrain/engine/train_step.h"
 #include "ltrain/io/provenance.h"
@@ -62,7 +63,7 @@ RunError out_of_memory_error(const config::RunConfig& config, const std::excepti
 /// steps in a row; says what to try. Checkpoints already written stay as they are.
 void check_numerics(const config::RunConfig& config, const StepTotals& totals, int64_t step, int64_t epoch,
                     const fs::path& checkpoint_dir) {
-  if (amp::plan_precision(config.precision).grad_scaler) {
+  if (precision_plan(config.precision).grad_scaler) {
     if (totals.consecutive_skips > config.precision.max_consecutive_skipped_steps)
       throw RunError(fmt::format("fp16: the last {} steps up to step {} (epoch {}) had inf/NaN gradients and were "
                                  "skipped (loss scale now {:g}): lower optim.lr, set optim.clip_grad_norm, or use "
@@ -223,7 +224,7 @@ Trainer::Trainer(Run& run, StartPoint start, const TrainHooks& hooks, std::chron
       start_(std::move(start)),
       hooks_(hooks),
       length_(run_length(config_, run.train_loader().batches_per_epoch())),
-      schedule_(config_.schedule, config_.optim.lr, length_.total_steps, length_.steps_per_epoch),
+      schedule_(schedule_options(config_.schedule), config_.optim.lr, length_.total_steps, length_.steps_per_epoch),
       early_stopping_(config_.run),
       started_(started) {}
 

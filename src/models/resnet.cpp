@@ -224,7 +224,7 @@ ops::ConvWithStatistics BottleneckImpl::residual_branch(torch::Tensor x) {
 
 // ---- ResNet ------------------------------------------------------------------------------------
 
-ResNetImpl::ResNetImpl(const config::ModelSection& options)
+ResNetImpl::ResNetImpl(const ResNetOptions& options)
     : options_(options),
       batch_norm_backends_(std::make_shared<ops::BatchNormBackends>()),
       convolution_backends_(std::make_shared<ops::ConvolutionBackends>()) {

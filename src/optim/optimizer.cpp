@@ -20,7 +20,7 @@ using ops::SgdBackend;
 /// ops::sgd_backend chose.
 class Sgd final : public Optimizer {
  public:
-  Sgd(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device,
+  Sgd(std::vector<ParamGroup> groups, const OptimizerOptions& options, const torch::Device& device,
       SgdBackend backend)
       : Optimizer(std::move(groups), device, backend != SgdBackend::portable),
         momentum_(options.momentum),
@@ -78,11 +78,11 @@ class Sgd final : public Optimizer {
 /// skipped step does not count.
 class AdamW final : public Optimizer {
  public:
-  AdamW(std::vector<ParamGroup> groups, const config::OptimSection& options, const torch::Device& device,
+  AdamW(std::vector<ParamGroup> groups, const OptimizerOptions& options, const torch::Device& device,
         AdamwBackend backend)
       : Optimizer(std::move(groups), device, backend != AdamwBackend::portable),
-        beta1_(options.betas.at(0)),
-        beta2_(options.betas.at(1)),
+        beta1_(options.betas[0]),
+        beta2_(options.betas[1]),
         eps_(options.eps),
         step_count_(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device))),
         backend_(backend) {
@@ -198,7 +198,7 @@ std::vector<ParamGroup> make_param_groups(const NamedTensors& named_parameters, 
   return groups;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, const NamedTensors& named_parameters) {
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, const NamedTensors& named_parameters) {
   if (named_parameters.empty()) throw std::invalid_argument("make_optimizer: no parameters");
   const torch::Device device = named_parameters.front().second.device();
   auto groups = make_param_groups(named_parameters, options.weight_decay, options.no_decay_norm_and_bias);

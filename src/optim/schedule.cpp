@@ -11,7 +11,7 @@ constexpr double kPi = 3.14159265358979323846;
 double cosine_between(double from, double to, double pct) { return to + (from - to) / 2.0 * (1.0 + std::cos(kPi * pct)); }
 }  // namespace
 
-LrSchedule::LrSchedule(const config::ScheduleSection& options, double base_lr, int64_t total_steps,
+LrSchedule::LrSchedule(const ScheduleOptions& options, double base_lr, int64_t total_steps,
                        int64_t steps_per_epoch)
     : options_(options),
       base_lr_(base_lr),

@@ -16,12 +16,15 @@
 
 namespace ltrain::amp {
 
+/// The GradScaler's settings: precision.loss_scale_init, _growth_factor, _backoff_factor and
+/// _growth_interval, on with precision.mode fp16. No defaults of its own: engine::grad_scaler_options
+/// fills every field from config::PrecisionSection, the one place of the defaults.
 struct GradScalerOptions {
-  bool enabled = true;
-  double init_scale = 65536.0;   ///< torch.amp.GradScaler's default 2^16
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
+  bool enabled;             ///< off: the loss unscaled, no check, no skipped step
+  double init_scale;        ///< the first scale
+  double growth_factor;     ///< the scale's factor after growth_interval clean steps in a row
+  double backoff_factor;    ///< the scale's factor after a step with inf/NaN gradients
+  int64_t growth_interval;  ///< clean steps in a row before the scale grows
 };
 
 class GradScaler {

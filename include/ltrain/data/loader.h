@@ -17,9 +17,9 @@ struct Batch {
   torch::Tensor labels;  ///< [B] int64 on the device
 };
 
-/// The loaders' options are the data module's own; engine/setup.cpp fills them from a run config's
-/// data section (data.normalize, data.mean, data.std, ...), the one place that reads those keys and
-/// holds their defaults (CIFAR-10's mean and std among them).
+/// The loaders' options are the data module's own; engine/module_options fills them from a run
+/// config's data section (data.normalize, data.mean, data.std, ...), the one place that reads those
+/// keys and holds their defaults (CIFAR-10's mean and std among them).
 struct NormalizeOptions {
   bool normalize = false;  ///< subtract `mean` and divide by `std` per channel, after scaling to [0, 1]
   std::vector<double> mean;  ///< (R, G, B) of pixels in [0, 1]
@@ -57,16 +57,17 @@ struct ProgressiveResize {
   int64_t side(int64_t full_side, int64_t epoch) const;
 };
 
+/// No defaults of its own (engine::train_loader_options fills every field).
 struct TrainLoaderOptions {
   /// This process's images per optimizer step: one batch of the loader. With gradient
   /// accumulation the step splits it into micro-batches (config: data.batch_size, the micro-batch,
   /// times optim.accumulation_steps).
-  int64_t images_per_step = 256;
-  bool shuffle = true;     ///< a new random order each epoch; false: file order every epoch
-  bool random_crop = true;  ///< a random crop of the image padded with zeros by `crop_padding`
-  int64_t crop_padding = 4;
-  bool horizontal_flip = true;  ///< mirror half of the images left-right
-  int64_t cutout = 0;           ///< side of the square set to 0 in each normalized image; 0: off
+  int64_t images_per_step;
+  bool shuffle;          ///< a new random order each epoch; false: file order every epoch
+  bool random_crop;      ///< a random crop of the image padded with zeros by `crop_padding`
+  int64_t crop_padding;  ///< pixels per side
+  bool horizontal_flip;  ///< mirror half of the images left-right
+  int64_t cutout;        ///< side of the square set to 0 in each normalized image; 0: off
   ProgressiveResize progressive;
   NormalizeOptions normalize;
 };
@@ -133,8 +134,9 @@ class TrainLoader {
   torch::Tensor cutout_corner_;   // [N,2] int64 (y, x): the cutout square's top-left corner, maybe outside the image
 };
 
+/// No defaults of its own (engine::eval_loader_options fills every field).
 struct EvalLoaderOptions {
-  int64_t batch_size = 1000;  ///< images per evaluation batch
+  int64_t batch_size;  ///< images per evaluation batch
   NormalizeOptions normalize;
 };
 

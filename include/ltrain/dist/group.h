@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "ltrain/config/config.h"
+#include "ltrain/config/enums.h"
 
 namespace ltrain::dist {
 
@@ -55,13 +55,21 @@ class Pending {
   int64_t rank_ = 0;
 };
 
+/// What a process group reads: the distributed section's keys of the same names (the others,
+/// SyncBatchNorm, the buckets and the gradients' type, are the engine's and the GradientReducer's).
+/// No defaults of its own: engine::group_options fills every field from config::DistributedSection,
+/// the one place of the defaults.
+struct GroupOptions {
+  config::DistBackend backend;  ///< the c10d backend; auto: NCCL on CUDA devices, Gloo on the CPU
+  double timeout_s;             ///< how long a rank waits for the others before a PeerError
+};
+
 class Group {
  public:
   /// Rendezvous of `environment.world_size` processes and the backend's process group for
-  /// `device` (distributed.backend "auto": NCCL on CUDA, Gloo on the CPU). PeerError when the
-  /// others do not arrive within distributed.timeout_s; ConfigError for a backend this build or
-  /// device cannot run.
-  Group(const Environment& environment, const config::DistributedSection& settings, const torch::Device& device);
+  /// `device` (backend auto: NCCL on CUDA, Gloo on the CPU). PeerError when the others do not
+  /// arrive within `options.timeout_s`; ConfigError for a backend this build or device cannot run.
+  Group(const Environment& environment, const GroupOptions& options, const torch::Device& device);
   /// Without close() (an error on the way out): the backend is aborted, without the others.
   ~Group();
   Group(const Group&) = delete;

@@ -62,13 +62,6 @@ void check_num_classes(const config::LoadedConfig& loaded);
 /// fewer images than a global batch (data.batch_size x optim.accumulation_steps x `processes`).
 void check_batch_fits(const config::LoadedConfig& loaded, int64_t train_images, int64_t processes = 1);
 
-/// The training loader's options from the config's data section: a batch is one optimizer step's
-/// images, data.batch_size (a micro-batch) x optim.accumulation_steps.
-data::TrainLoaderOptions train_loader_options(const config::RunConfig& config);
-
-/// The evaluation loader's options from the config's data section.
-data::EvalLoaderOptions eval_loader_options(const config::DataSection& data);
-
 /// The training loader over `train`, one batch per optimizer step (`shard`'s part of the global
 /// step in a data-parallel run). ConfigError naming data.batch_size and its file when the set
 /// holds fewer images than a global step.

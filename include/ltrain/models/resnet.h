@@ -11,7 +11,7 @@
 
 #include <torch/torch.h>
 
-#include "ltrain/config/config.h"
+#include "ltrain/config/enums.h"
 #include "ltrain/models/activation_checkpoint.h"
 #include "ltrain/ops/batch_norm.h"
 #include "ltrain/ops/convolution.h"
@@ -191,14 +191,31 @@ class BottleneckImpl : public ResidualBlockImpl {
   BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
 };
 
+/// What a ResNet is built from and computes on: the model section's keys of the same names that the
+/// model reads (model.channels_last and model.init_from are the engine's, which converts the model
+/// and loads its weights). No defaults of its own: engine::resnet_options fills every field from
+/// config::ModelSection, the one place of the defaults.
+struct ResNetOptions {
+  config::Arch arch;  ///< torchvision's network of this name
+  config::Stem stem;  ///< imagenet: 7x7 stride-2 conv + 3x3 max pool; cifar: 3x3 stride-1 conv
+  int64_t num_classes;  ///< fc's outputs
+  int64_t width;        ///< channels of the first stage (torchvision: 64)
+  bool zero_init_residual;      ///< each residual branch's last BatchNorm starts at weight 0
+  int64_t checkpoint_segments;  ///< activation checkpointing: recompute all but the last of N segments; 0: off
+  bool ltrain_batch_norm;  ///< BatchNorm may run on ltrain's kernels (ops::BatchNormBackends::ltrain)
+  bool cudnn_batch_norm;   ///< BatchNorm may run on cuDNN's fused kernels (ops::BatchNormBackends::cudnn)
+  bool ltrain_max_pool;    ///< the imagenet stem's max pooling may run on ltrain's kernels (ops::max_pool2d)
+  bool fused_conv;  ///< the large 1x1 convolutions hand their BatchNorm its statistics (ops/fused_conv.h)
+};
+
 /// ResNet: stem -> layer1..layer4 -> global average pool -> fc.
 /// forward() == forward_head(every block of blocks(), in order, applied to forward_stem(x)).
 class ResNetImpl : public torch::nn::Module {
  public:
-  explicit ResNetImpl(const config::ModelSection& options);
+  explicit ResNetImpl(const ResNetOptions& options);
 
   /// [B,3,H,W] float -> logits [B,num_classes] float. Any H,W >= 32; any memory format. With
-  /// model.checkpoint_segments, a training forward with autograd on recomputes the checkpointed
+  /// checkpoint_segments, a training forward with autograd on recomputes the checkpointed
   /// blocks in the backward pass (same values, less memory).
   torch::Tensor forward(torch::Tensor x);
 
@@ -223,7 +240,7 @@ class ResNetImpl : public torch::nn::Module {
   /// Every residual block in forward order (layer1.0 ... layer4.N).
   std::vector<std::shared_ptr<ResidualBlockImpl>> blocks() const;
 
-  const config::ModelSection& options() const { return options_; }
+  const ResNetOptions& options() const { return options_; }
 
   /// Makes every BatchNorm a SyncBatchNorm through `sum_over_ranks` (ops::BatchNormBackends).
   void synchronize_batch_norm(std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks);
@@ -238,12 +255,12 @@ class ResNetImpl : public torch::nn::Module {
   /// last-BN per block. Linear keeps LibTorch's default init (the same as PyTorch's).
   void initialize_weights();
 
-  config::ModelSection options_;
-  /// From model.ltrain_batch_norm and model.cudnn_batch_norm; every BatchNorm of the model holds it.
+  ResNetOptions options_;
+  /// From ltrain_batch_norm, cudnn_batch_norm and fused_conv; every BatchNorm of the model holds it.
   std::shared_ptr<ops::BatchNormBackends> batch_norm_backends_;
   /// Every convolution of the model reads it (set_convolution_backends).
   std::shared_ptr<ops::ConvolutionBackends> convolution_backends_;
-  /// model.checkpoint_segments > 0: the blocks in checkpoint_sequential's runs (the last one is
+  /// checkpoint_segments > 0: the blocks in checkpoint_sequential's runs (the last one is
   /// not checkpointed).
   std::vector<BlockSegment> checkpoint_segments_;
   /// Every BatchNorm's num_batches_tracked ([] int64 each), advanced together.

@@ -2,6 +2,7 @@
 // SGD and AdamW with torch.optim's arithmetic, driven by device-resident state: the learning
 // rate (and AdamW's step count) are 0-dim tensors on the parameters' device, so a step needs no
 // host value and no host sync. The host writes the LR before each step with set_lr().
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,10 +12,26 @@
 #include <torch/torch.h>
 
 #include "ltrain/amp/scaler_state.h"
-#include "ltrain/config/config.h"
+#include "ltrain/config/enums.h"
 #include "ltrain/core/named_tensors.h"
 
 namespace ltrain::optim {
+
+/// What an optimizer reads: the optim section's keys of the same names. The learning rate is not
+/// among them (the schedule writes it before each step, Optimizer::set_lr), nor are the engine's
+/// accumulation_steps, clip_grad_norm and ema_decay. No defaults of its own:
+/// engine::optimizer_options fills every field from config::OptimSection, the one place of the
+/// defaults.
+struct OptimizerOptions {
+  config::OptimizerKind name;   ///< sgd (torch.optim.SGD) or adamw (torch.optim.AdamW)
+  double momentum;              ///< SGD's momentum
+  bool nesterov;                ///< SGD with Nesterov momentum
+  double weight_decay;          ///< L2 penalty (SGD) or decoupled weight decay (AdamW)
+  bool no_decay_norm_and_bias;  ///< no weight decay for parameters of at most one dimension
+  std::array<double, 2> betas;  ///< AdamW's beta1 and beta2
+  double eps;                   ///< AdamW's epsilon
+  bool fused;                   ///< on CUDA, one fused kernel for the whole step where there is one
+};
 
 /// Parameters that share a weight decay.
 struct ParamGroup {
@@ -78,10 +95,10 @@ class Optimizer {
 std::vector<ParamGroup> make_param_groups(const NamedTensors& named_parameters, double weight_decay,
                                           bool no_decay_norm_and_bias);
 
-/// The optimizer `optim.name` names, over `named_parameters` (all on one device). With
-/// optim.fused and CUDA parameters, the step is one fused kernel: for SGD the first backend
+/// The optimizer `options.name` names, over `named_parameters` (all on one device). With
+/// `options.fused` and CUDA parameters, the step is one fused kernel: for SGD the first backend
 /// ops::sgd_backend finds (ltrain's kernel, else LibTorch's), LibTorch's for AdamW, where this
 /// LibTorch has them.
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimSection& options, const NamedTensors& named_parameters);
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, const NamedTensors& named_parameters);
 
 }  // namespace ltrain::optim
