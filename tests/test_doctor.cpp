@@ -140,6 +140,13 @@ TEST(MatmulBench, TimesEachPrecisionOrSaysWhyNot) {
   const double tflops = 2.0 * 64 * 64 * 64 / (ms * 1e-3) / 1e12;
   EXPECT_NEAR(rows[0]["tflops"].get<double>(), tflops, 1e-9 * tflops);
   EXPECT_EQ(rows[1]["error"], "TF32 is a feature of NVIDIA GPUs");
+  // Nothing measured is a failed run: the rows, then one line, exit code 4.
+  EXPECT_EQ(run_ltrain("bench matmul --device cpu --size 64 --precision tf32", dir.path() / "out"), 4);
+  const std::string none_ran = read_file(dir.path() / "out");
+  EXPECT_NE(none_ran.find("not run: TF32 is a feature of NVIDIA GPUs"), std::string::npos) << none_ran;
+  EXPECT_NE(none_ran.find("ltrain bench matmul: no precision could run on cpu (each row says why)"),
+            std::string::npos)
+      << none_ran;
   EXPECT_EQ(run_ltrain("bench matmul --device cpu --precision fp8", dir.path() / "out"), 2);
   EXPECT_NE(read_file(dir.path() / "out").find("unknown precision \"fp8\""), std::string::npos);
 }

@@ -105,7 +105,8 @@ int run_bench_matmul(int argc, char** argv) {
     throw ConfigError("ltrain bench matmul: --size and --iters must be >= 1 and --warmup >= 0");
   const std::vector<config::PrecisionMode> precisions = precision_list((*args)["precision"].as<std::string>());
   const torch::Device device = device_option((*args)["device"].as<std::string>());
-  for (const auto& result : bench::bench_matmul(device, precisions, n, warmup, iters)) {
+  const std::vector<bench::MatmulResult> results = bench::bench_matmul(device, precisions, n, warmup, iters);
+  for (const auto& result : results) {
     if (flag(*args, "json")) {
       std::cout << bench::to_json(result).dump() << "\n";
     } else if (result.error.empty()) {
@@ -116,6 +117,11 @@ int run_bench_matmul(int argc, char** argv) {
                                result.dtype, result.error);
     }
   }
+  // Rows that all say "not run" measured nothing: a failed run, not a result.
+  if (std::none_of(results.begin(), results.end(), [](const bench::MatmulResult& r) { return r.error.empty(); }))
+    throw RunError(fmt::format("ltrain bench matmul: no precision could run on {} (each row says why); use a "
+                               "precision this device runs, or a smaller --size",
+                               device.str()));
   return 0;
 }
 
