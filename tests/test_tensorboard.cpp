@@ -378,6 +378,17 @@ TEST(EventFile, ItsRecordsReadBackAsTensorBoardsMessages) {
   testing::write_file(dir.path() / "torn", read_file(file) + std::string("\x10\0\0", 3));
   EXPECT_EQ(read_event_records(dir.path() / "torn", complete).size(), 4u);
   EXPECT_FALSE(complete);
+  // A damaged record in the middle (one byte of its payload changed) loses only itself: the
+  // records after it are found again.
+  std::string damaged = read_file(file);
+  damaged[records[0].framed.size() + 14] ^= 0x5A;
+  testing::write_file(dir.path() / "damaged", damaged);
+  const std::vector<EventRecord> after_damage = read_event_records(dir.path() / "damaged", complete);
+  EXPECT_FALSE(complete);
+  ASSERT_EQ(after_damage.size(), 3u);
+  EXPECT_EQ(after_damage[0].framed, records[0].framed);
+  EXPECT_EQ(after_damage[1].framed, records[2].framed);
+  EXPECT_EQ(after_damage[2].framed, records[3].framed);
 }
 
 TEST(EventFile, ARefusedWriteNamesTheFile) {

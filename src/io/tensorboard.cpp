@@ -261,6 +261,24 @@ std::string texts_event(double wall_time, int64_t step, const Texts& texts) {
   return event_message(wall_time, step, summary_field(values));
 }
 
+namespace {
+
+/// The record that starts at `at` (before `end`) into `record`, true where its framing, both CRCs
+/// and its Event message are whole.
+bool record_at(const unsigned char* at, const unsigned char* end, EventRecord& record) {
+  if (end - at < 16) return false;
+  const uint64_t length = little_endian(at, 8);
+  if (masked_crc32c(crc32c(at, 8)) != little_endian(at + 8, 4)) return false;
+  if (length > static_cast<uint64_t>(end - at) - 16) return false;
+  const std::string_view payload(reinterpret_cast<const char*>(at + 12), static_cast<size_t>(length));
+  if (masked_crc32c(crc32c(payload.data(), payload.size())) != little_endian(at + 12 + length, 4)) return false;
+  if (!parse_event(payload, record)) return false;
+  record.framed.assign(reinterpret_cast<const char*>(at), static_cast<size_t>(length) + 16);
+  return true;
+}
+
+}  // namespace
+
 std::vector<EventRecord> read_event_records(const fs::path& file, bool& complete) {
   constexpr size_t kMaxEventFileBytes = size_t{1} << 30;
   const files::TextRead read = files::read_regular_file(file, kMaxEventFileBytes);
@@ -271,19 +289,20 @@ std::vector<EventRecord> read_event_records(const fs::path& file, bool& complete
   const auto* end = at + read.text.size();
   complete = true;
   while (at < end) {
-    complete = false;
-    if (end - at < 12) break;
-    const uint64_t length = little_endian(at, 8);
-    if (masked_crc32c(crc32c(at, 8)) != little_endian(at + 8, 4)) break;
-    if (end - at < 16 || length > static_cast<uint64_t>(end - at) - 16) break;
-    const std::string_view payload(reinterpret_cast<const char*>(at + 12), static_cast<size_t>(length));
-    if (masked_crc32c(crc32c(payload.data(), payload.size())) != little_endian(at + 12 + length, 4)) break;
     EventRecord record;
-    if (!parse_event(payload, record)) break;
-    record.framed.assign(reinterpret_cast<const char*>(at), static_cast<size_t>(length) + 16);
-    records.push_back(std::move(record));
-    at += length + 16;
-    complete = true;
+    if (record_at(at, end, record)) {
+      at += record.framed.size();
+      records.push_back(std::move(record));
+      continue;
+    }
+    // Bytes that start no whole record: a write cut off at the end, or a damaged stretch, after
+    // which reading goes on at the next whole record (the one a byte-by-byte search finds), so
+    // that damage costs only the records it hit.
+    complete = false;
+    EventRecord scratch;
+    do {
+      ++at;
+    } while (at < end && !record_at(at, end, scratch));
   }
   return records;
 }

@@ -45,15 +45,16 @@ struct EventRecord {
   std::string first_tag;  ///< the tag of its summary's first value ("" without a summary)
 };
 
-/// The records of the event file `file` in order, up to the first that is torn (the end of a write
-/// that was cut off) or fails its CRCs; `complete` is false when one such ended the reading.
+/// The whole records of the event file `file` in order: bytes that start none (the end of a write
+/// that was cut off, or a record whose framing or CRCs fail) are passed over up to the next whole
+/// record, so that a damaged record loses only itself; `complete` is false when any were.
 std::vector<EventRecord> read_event_records(const std::filesystem::path& file, bool& complete);
 
 /// True for the names of the event files ltrain writes: events.out.tfevents.*.ltrain.
 bool is_ltrain_event_file(const std::string& file_name);
 
 /// Rewrites every ltrain event file in `run_dir` with the records `keep` accepts (and the
-/// file_version records, which have no summary), dropping a torn or damaged end; a file is left
+/// file_version records, which have no summary), dropping a torn end and damaged records; a file is left
 /// untouched when all its records stay. WriteError when a file cannot be rewritten.
 void filter_event_files(const std::filesystem::path& run_dir, const std::function<bool(const EventRecord&)>& keep);
 
