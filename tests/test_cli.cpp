@@ -675,6 +675,15 @@ TEST(Cli, TrainDryRunChecksEverythingAStartChecksAndWritesNothing) {
   EXPECT_NE(read_file(log).find("/nonexistent/data_batch_1.bin"), std::string::npos) << read_file(log);
   EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " checkpoint.resume=/nonexistent.ltc", log), 2);
   EXPECT_TRUE(one_line_with(log, "checkpoint.resume = \"/nonexistent.ltc\": no such checkpoint file"));
+  // A synthetic set larger than this machine's memory (4M images of 224x224: 632 GB, 1.3 TB with
+  // the random crops' padded copy) is refused before it is made, not ended by the OOM killer.
+  EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " data.synthetic_train_size=4194304 data.image_size=224",
+                       log),
+            2);
+  EXPECT_TRUE(one_line_with(log, "data.synthetic_train_size = 4194304, data.synthetic_test_size = 8: the synthetic "
+                                 "224x224 images need "));
+  EXPECT_NE(read_file(log).find(" GB this machine has available; use fewer images"), std::string::npos)
+      << read_file(log);
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "runs"));
 }
 

@@ -307,9 +307,17 @@ TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t see
     set.labels =
         torch::randint(0, config::kCifar10Classes, {drawn}, generator, torch::TensorOptions().dtype(torch::kInt64));
     if (count > drawn) {
-      const int64_t copies = (count + drawn - 1) / drawn;
-      set.images = set.images.repeat({copies, 1, 1, 1}).narrow(0, 0, count).contiguous();
-      set.labels = set.labels.repeat({copies}).narrow(0, 0, count).contiguous();
+      // The pool again and again, written once into the set's own memory (a repeat, then a
+      // contiguous copy of its first `count`, would hold the images twice).
+      ImageSet repeated;
+      repeated.images = torch::empty({count, kChannels, image_size, image_size}, set.images.options());
+      repeated.labels = torch::empty({count}, set.labels.options());
+      for (int64_t first = 0; first < count; first += drawn) {
+        const int64_t n = std::min(drawn, count - first);
+        repeated.images.narrow(0, first, n).copy_(set.images.narrow(0, 0, n));
+        repeated.labels.narrow(0, first, n).copy_(set.labels.narrow(0, 0, n));
+      }
+      return repeated;
     }
     return set;
   };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -219,9 +220,45 @@ std::vector<std::filesystem::path> other_data_bases(const config::DataSection& d
     bases.push_back(program.parent_path().parent_path());
   return bases;
 }
+
+/// The memory this machine has for new allocations (MemAvailable of /proc/meminfo), -1 where it
+/// does not say.
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return -1;
+}
+
+/// ConfigError where the synthetic source's images would not fit in this machine's memory: made as
+/// uint8 on the host, and on the CPU the training loader's zero-padded copy for random crops beside
+/// them (both alive while the copy is made). A machine that runs out of memory ends the process
+/// with no word, so this is asked before anything is made.
+void check_synthetic_data_fits(const config::RunConfig& config, const torch::Device& device) {
+  const config::DataSection& data = config.data;
+  if (data.source != config::DataSource::synthetic) return;
+  const auto image_bytes = static_cast<double>(3 * data.image_size * data.image_size);
+  const double padded_side = static_cast<double>(data.image_size + 2 * data.crop_padding);
+  const double padded_copy = device.is_cpu() && data.random_crop
+                                 ? padded_side * padded_side / static_cast<double>(data.image_size * data.image_size)
+                                 : 0.0;
+  const double needed = image_bytes * (static_cast<double>(data.synthetic_train_size) * (1.0 + padded_copy) +
+                                       static_cast<double>(data.synthetic_test_size));
+  const int64_t available = available_memory_bytes();
+  if (available > 0 && needed > static_cast<double>(available))
+    throw ConfigError(fmt::format(
+        "data.synthetic_train_size = {}, data.synthetic_test_size = {}: the synthetic {}x{} images need {:.1f} GB "
+        "of memory{}, more than the {:.1f} GB this machine has available; use fewer images",
+        data.synthetic_train_size, data.synthetic_test_size, data.image_size, data.image_size, needed / 1e9,
+        padded_copy > 0 ? " (with the random crops' padded copy)" : "", static_cast<double>(available) / 1e9));
+}
 }  // namespace
 
 data::TrainTestSets load_data(const config::RunConfig& config, const torch::Device& device) {
+  check_synthetic_data_fits(config, device);
   data::TrainTestSets sets =
       data::load_sets(config.data, static_cast<uint64_t>(config.run.seed), other_data_bases(config.data));
   return {sets.train.to(device), sets.test.to(device)};
