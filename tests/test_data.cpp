@@ -485,13 +485,24 @@ TEST(CifarPublished, AFileCutAtARecordBoundaryIsReadWithOneWarning) {
 TEST(CifarPublished, CifarMiniIsRecognisedAndLoadsWithoutWarnings) {
   LTRAIN_REQUIRE_CIFAR_MINI(root);
   EXPECT_TRUE(warnings_of([&] { EXPECT_EQ(ltrain::data::read_cifar10(root).train.size(), 5000); }).empty());
-  // 1000 records of other content: someone's own subset, read with the warning, not refused.
+  // 1000 records of other content (one byte changed): someone's own subset, or a changed copy,
+  // read with a warning that says so, not refused, and not called a cut download.
   TempDir dir;
   const auto file = dir.path() / "data_batch_1.bin";
   std::string records = read_bytes(root / "data_batch_1.bin", 0, 1000 * ltrain::data::kRecordBytes);
   records[1] = static_cast<char>(records[1] ^ 1);
   write_file(file, records);
-  EXPECT_EQ(warnings_of([&] { ltrain::data::read_cifar10_file(file); }).size(), 1u);
+  const std::vector<std::string> warnings = warnings_of([&] { ltrain::data::read_cifar10_file(file); });
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].rfind(file.string() + ": the size of cifar10-mini's data_batch_1.bin (1000 records) but not "
+                                              "its content (SHA-256 ",
+                              0),
+            0u)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find("a changed or damaged copy, read as it is; get cifar10-mini's files again if it was "
+                             "not changed on purpose"),
+            std::string::npos)
+      << warnings[0];
 }
 
 TEST(CifarPublished, ADamagedFileStopsTrainingWithExitCode3AndOneLine) {

@@ -60,8 +60,8 @@ void require_file(const fs::path& file, const CifarRelease& release) {
 /// Checks the `records` records at `bytes`, read from `file`, against the release's published
 /// files of its name: a file with a published SHA-256 must have that content at the official size
 /// (DataError: damaged); another number of records than the release's is worth a warning, returned
-/// for the caller to log ("" for none), unless a known subset has exactly this file. Hashes only
-/// files of a published size.
+/// for the caller to log ("" for none), unless a known subset has exactly this file (a subset's size
+/// with other content: a warning that says so). Hashes only files of a published size.
 std::string check_against_published(const fs::path& file, const uint8_t* bytes, int64_t records,
                                     const CifarRelease& release) {
   const std::string name = file.filename().string();
@@ -79,6 +79,11 @@ std::string check_against_published(const fs::path& file, const uint8_t* bytes, 
       throw DataError(fmt::format("{}: the size of {}'s {} but not its content (SHA-256 {}, published {}): the file is "
                                   "damaged; {}",
                                   file.string(), release.name, name, digest, same_size->sha256, fetch_hint(release)));
+    // A subset's size with other bytes: a copy of that subset changed since, not a cut download.
+    return fmt::format("{}: the size of {}'s {} ({} records) but not its content (SHA-256 {}, published {}): a "
+                       "changed or damaged copy, read as it is; get {}'s files again if it was not changed on purpose",
+                       file.string(), same_size->release, name, records, digest, same_size->sha256,
+                       same_size->release);
   } else if (records == official->records) {
     return "";  // the official size, and no published checksum to hold it to
   }
