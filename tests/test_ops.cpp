@@ -299,55 +299,65 @@ TEST(LtrainBatchNorm, ReluPassesTheGradientExactlyWhereItsOutputIsPositive_CUDA)
   // subnormal. The gradient may pass exactly where y > 0; a backward that took y's sign from another
   // rounding (no fused multiply-add, or no rounding to the element type) passes it on other rows.
   // grad_y is 1 or 2, so grad_bias, the sum of what passed, is an integer, exact in float32. In
-  // registers, streamed (which recomputes y from x), and with the statistics given.
+  // registers (which read y), streamed (after a ReLU alone recomputing y from x, after a residual
+  // add reading the forward's mask of y > 0), and with the statistics given. The residual, where
+  // added, is zero: the same edge, and grad_residual must be exactly what passed.
   const testing::CudnnFlags repeatable_off(/*deterministic=*/false, /*benchmark=*/false);
   std::set<std::string> reductions;
   for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
     for (const std::vector<int64_t>& shape : {std::vector<int64_t>{16, 64, 8, 8}, std::vector<int64_t>{130, 64, 8, 8},
                                               std::vector<int64_t>{257, 512, 8, 8}}) {
       for (const bool given_statistics : {false, true}) {
-        const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
-        const std::string reduction = ops::ltrain_batch_norm_reduction(torch::empty(shape, options), true, false);
-        reductions.insert(reduction);
-        SCOPED_TRACE(::testing::Message() << dtype << " " << c10::IntArrayRef(shape) << ", " << reduction
-                                          << " reduction" << (given_statistics ? ", statistics given" : ""));
-        const int64_t channels = shape[1];
-        const auto float32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
-        const torch::Tensor channel = torch::arange(channels, float32);
-        // [N,1,H,W]: each row's offset from the mean, by its index in NHW order: -1, 0, 0, +1, ...
-        const torch::Tensor row = torch::arange(shape[0] * shape[2] * shape[3], float32).view({shape[0], 1, shape[2], shape[3]});
-        const torch::Tensor quarter = torch::remainder(row, 4.0);
-        const torch::Tensor from_mean = (quarter == 3.0).to(torch::kFloat32) - (quarter == 0.0).to(torch::kFloat32);
-        const torch::Tensor mean = 1.0 + torch::remainder(channel, 7.0);  // [C]: 1 to 7
-        const torch::Tensor x = (mean.view({1, channels, 1, 1}) + from_mean)
-                                    .to(dtype)
-                                    .contiguous(at::MemoryFormat::ChannelsLast)
-                                    .requires_grad_(true);
-        models::BatchNorm2d norm(channels);
-        {
-          torch::NoGradGuard no_grad;
-          norm->weight.copy_(0.05 + 0.003 * torch::arange(channels, torch::kFloat32));
-          norm->bias.zero_();
+        for (const bool add_residual : {false, true}) {
+          const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+          const std::string reduction =
+              ops::ltrain_batch_norm_reduction(torch::empty(shape, options), true, add_residual);
+          reductions.insert(reduction);
+          SCOPED_TRACE(::testing::Message() << dtype << " " << c10::IntArrayRef(shape) << ", " << reduction
+                                            << " reduction" << (given_statistics ? ", statistics given" : "")
+                                            << (add_residual ? ", residual added" : ""));
+          const int64_t channels = shape[1];
+          const auto float32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+          const torch::Tensor channel = torch::arange(channels, float32);
+          // [N,1,H,W]: each row's offset from the mean, by its index in NHW order: -1, 0, 0, +1, ...
+          const torch::Tensor row = torch::arange(shape[0] * shape[2] * shape[3], float32).view({shape[0], 1, shape[2], shape[3]});
+          const torch::Tensor quarter = torch::remainder(row, 4.0);
+          const torch::Tensor from_mean = (quarter == 3.0).to(torch::kFloat32) - (quarter == 0.0).to(torch::kFloat32);
+          const torch::Tensor mean = 1.0 + torch::remainder(channel, 7.0);  // [C]: 1 to 7
+          const torch::Tensor x = (mean.view({1, channels, 1, 1}) + from_mean)
+                                      .to(dtype)
+                                      .contiguous(at::MemoryFormat::ChannelsLast)
+                                      .requires_grad_(true);
+          models::BatchNorm2d norm(channels);
+          {
+            torch::NoGradGuard no_grad;
+            norm->weight.copy_(0.05 + 0.003 * torch::arange(channels, torch::kFloat32));
+            norm->bias.zero_();
+          }
+          norm->to(torch::kCUDA);
+          const ops::BatchNormParameters parameters{norm->weight, norm->bias, norm->running_mean, norm->running_var,
+                                                       models::BatchNorm2dImpl::kMomentum, models::BatchNorm2dImpl::kEps};
+          const torch::Tensor residual =
+              add_residual ? torch::zeros(shape, options).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true)
+                           : torch::Tensor();
+          const torch::Tensor y =
+              ops::ltrain_batch_norm(x, residual, true, parameters, nullptr,
+                                     given_statistics ? statistics_of(x) : torch::Tensor());
+          ASSERT_TRUE(y.defined());
+          torch::manual_seed(11);
+          const torch::Tensor grad_y = torch::randint(1, 3, shape, options).contiguous(at::MemoryFormat::ChannelsLast);
+          y.backward(grad_y);
+          const torch::Tensor output = y.detach();
+          const torch::Tensor passed = grad_y.to(torch::kFloat64) * (output > 0).to(torch::kFloat64);
+          const torch::Tensor expected_grad_bias = passed.sum({0, 2, 3}).to(torch::kFloat32);
+          EXPECT_TRUE(torch::equal(norm->bias.grad(), expected_grad_bias))
+              << "largest difference " << (norm->bias.grad() - expected_grad_bias).abs().max().item<float>();
+          if (add_residual) EXPECT_TRUE(torch::equal(residual.grad(), passed.to(dtype)));
+          // The rows at the mean hold both sides of the ReLU's edge, or the test would prove nothing.
+          const torch::Tensor at_mean = (from_mean == 0.0).expand_as(output);
+          EXPECT_GT(((output == 0) & at_mean).sum().item<int64_t>(), 0);
+          EXPECT_GT(((output > 0) & at_mean).sum().item<int64_t>(), 0);
         }
-        norm->to(torch::kCUDA);
-        const ops::BatchNormParameters parameters{norm->weight, norm->bias, norm->running_mean, norm->running_var,
-                                                     models::BatchNorm2dImpl::kMomentum, models::BatchNorm2dImpl::kEps};
-        const torch::Tensor y = given_statistics
-                                    ? ops::ltrain_batch_norm(x, {}, true, parameters, nullptr, statistics_of(x))
-                                    : ops::ltrain_batch_norm(x, {}, true, parameters);
-        ASSERT_TRUE(y.defined());
-        torch::manual_seed(11);
-        const torch::Tensor grad_y = torch::randint(1, 3, shape, options).contiguous(at::MemoryFormat::ChannelsLast);
-        y.backward(grad_y);
-        const torch::Tensor output = y.detach();
-        const torch::Tensor passed = grad_y.to(torch::kFloat64) * (output > 0).to(torch::kFloat64);
-        const torch::Tensor expected_grad_bias = passed.sum({0, 2, 3}).to(torch::kFloat32);
-        EXPECT_TRUE(torch::equal(norm->bias.grad(), expected_grad_bias))
-            << "largest difference " << (norm->bias.grad() - expected_grad_bias).abs().max().item<float>();
-        // The rows at the mean hold both sides of the ReLU's edge, or the test would prove nothing.
-        const torch::Tensor at_mean = (from_mean == 0.0).expand_as(output);
-        EXPECT_GT(((output == 0) & at_mean).sum().item<int64_t>(), 0);
-        EXPECT_GT(((output > 0) & at_mean).sum().item<int64_t>(), 0);
       }
     }
   }

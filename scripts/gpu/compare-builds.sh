@@ -3,11 +3,12 @@
 # (baseline first in odd rounds, candidate first in even ones) so that both see the host's drift
 # alike. Writes OUT/builds.jsonl (one bench line per run, with "build" and "round" added) and
 # OUT/builds-table.md (median img/s per build, and the median and range of the per-round ratios).
-# One binary given as both, with --candidate-set KEY=VALUE (repeatable), compares a setting on and off.
+# One binary given as both, with --candidate-set KEY=VALUE (repeatable), compares a setting on and off;
+# --set KEY=VALUE (repeatable) sets a key for both builds (e.g. data.image_size=16).
 #
 #   scripts/gpu/compare-builds.sh OUT --baseline BIN --candidate BIN [--config FILE]
 #       [--batch-sizes "256 512 1024"] [--precision fp16] [--graph on] [--rounds 5] [--steps 100]
-#       [--warmup 20] [--candidate-set KEY=VALUE]...
+#       [--warmup 20] [--set KEY=VALUE]... [--candidate-set KEY=VALUE]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -15,7 +16,7 @@ out="${1:?usage: scripts/gpu/compare-builds.sh OUT --baseline BIN --candidate BI
 shift
 baseline="" candidate="" config=configs/bench/resnet50-step.json
 batch_sizes="256 512 1024" precision=fp16 graph=on rounds=5 steps=100 warmup=20
-candidate_sets=()
+candidate_sets=() common_sets=()
 while (($#)); do
   (($# >= 2)) || { echo "compare-builds: $1 needs a value" >&2; exit 2; }
   case "$1" in
@@ -28,6 +29,7 @@ while (($#)); do
     --rounds) rounds="$2" ;;
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
+    --set) common_sets+=(--set "$2") ;;
     --candidate-set) candidate_sets+=(--set "$2") ;;
     *) echo "compare-builds: unknown option $1" >&2; exit 2 ;;
   esac
@@ -41,8 +43,8 @@ results="$out/builds.jsonl"
 : >"$results"
 
 run_one() {  # $1: build label, $2: binary, $3: round, $4: batch
-  local sets=()
-  [[ $1 == candidate ]] && sets=("${candidate_sets[@]}")
+  local sets=("${common_sets[@]}")
+  [[ $1 == candidate ]] && sets+=("${candidate_sets[@]}")
   "$2" bench step --config "$config" --set "data.batch_size=$4" --set "precision.mode=$precision" \
     --set model.channels_last=true --set "cuda_graph.train=$([ "$graph" = on ] && echo true || echo false)" \
     "${sets[@]}" --warmup "$warmup" --steps "$steps" --json \

@@ -32,11 +32,25 @@ __device__ Place place_of(int64_t channels) {
           static_cast<int>(threadIdx.x / vectors), kThreads / vectors};
 }
 
+/// The i-th row of the thread's share (may be past the tensor's end).
+__device__ int64_t row_of(const Place& place, int i) {
+  return (static_cast<int64_t>(i) * gridDim.x + blockIdx.x) * place.lanes + place.lane;
+}
+
 /// Where the i-th row of the thread's share starts its 8 channels (an element index), or -1 past
 /// the tensor's end. Recomputed where needed rather than kept: registers hold the rows' values.
 __device__ int64_t element_of(const Place& place, int i, const BatchNormShape& shape) {
-  const int64_t row = (static_cast<int64_t>(i) * gridDim.x + blockIdx.x) * place.lanes + place.lane;
+  const int64_t row = row_of(place, i);
   return row < shape.rows ? row * shape.channels + place.first_channel : -1;
+}
+
+/// The byte of the ReLU's mask that holds the thread's 8 channels of the i-th row of its share. The
+/// mask is [channel groups, rows, group channels / 8] bytes, bit k of a byte for its k-th channel: a
+/// warp's 32 threads (rows next to each other, 8 channels each) reach 32 adjacent bytes.
+__device__ int64_t mask_byte_of(const Place& place, int i, const BatchNormShape& shape) {
+  const int bytes_per_row = place.group_channels / kVector;
+  return (static_cast<int64_t>(blockIdx.y) * shape.rows + row_of(place, i)) * bytes_per_row +
+         place.channel_in_group / kVector;
 }
 
 /// 8 elements at `base` + `offset` (16-byte aligned), as loaded. Only for memory no thread of
@@ -258,6 +272,17 @@ __device__ __forceinline__ uint4 normalized_row(const uint4& x_raw, const uint4&
   return pack<T>(values);
 }
 
+/// Bit k set where element k of the 8 is positive (NaN is not): the ReLU's mask of a row of y.
+template <typename T>
+__device__ __forceinline__ uint8_t positive_bits(const uint4& raw) {
+  const T* elements = reinterpret_cast<const T*>(&raw);
+  unsigned int bits = 0;
+#pragma unroll
+  for (int k = 0; k < kVector; ++k)
+    if (to_float(elements[k]) > 0.0f) bits |= 1u << k;
+  return static_cast<uint8_t>(bits);
+}
+
 /// Where the launch made this grid a programmatic dependent of the kernel before it (sm_90 and
 /// later), its blocks may start while that kernel still runs: every kernel here waits for it
 /// to complete, and for its writes to be visible, before touching memory. Without that launch
@@ -325,6 +350,16 @@ __device__ __forceinline__ void mask_by_relu(uint4& gradient_raw, const uint4& y
 #pragma unroll
   for (int k = 0; k < kVector; ++k)
     if (!(to_float(y[k]) > 0.0f)) gradient[k] = from_float<T>(0.0f);
+}
+
+/// Zeroes the gradient where the forward's mask byte (positive_bits of y) has no bit: mask_by_relu
+/// from 1 bit an element instead of y's 16.
+template <typename T>
+__device__ __forceinline__ void mask_by_bits(uint4& gradient_raw, uint8_t bits) {
+  T* gradient = reinterpret_cast<T*>(&gradient_raw);
+#pragma unroll
+  for (int k = 0; k < kVector; ++k)
+    if (!(bits & (1u << k))) gradient[k] = from_float<T>(0.0f);
 }
 
 /// The forward's scale and offset (affine_of) of the thread's channels, from the saved statistics.
@@ -514,14 +549,18 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
 #pragma unroll
     for (int j = 0; j < kStreamRows; ++j) {
       const int64_t at = element_of(place, step + j, shape);
-      if (at >= 0) store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[j], residual_rows[j], scale, offset));
+      if (at < 0) continue;
+      const uint4 y_raw = normalized_row<T, kActivation>(x_rows[j], residual_rows[j], scale, offset);
+      store_raw<T>(a.y, at, y_raw);
+      if (kActivation == BatchNormActivation::add_relu) a.relu_mask[mask_byte_of(place, step + j, shape)] = positive_bits<T>(y_raw);
     }
   }
 }
 
-// After add_relu the first pass stores g in grad_residual (its value) and the second reads it back;
-// after relu both passes read grad_y and x and recompute the ReLU's mask from x (no read of y, no
-// store of g); without an activation g is grad_y.
+// After add_relu the first pass takes the ReLU's mask from the forward's bits (1 bit an element, not
+// y), stores g in grad_residual (its value) and the second pass reads it back; after relu both
+// passes read grad_y and x and recompute the ReLU's mask from x (no read of y, no store of g);
+// without an activation g is grad_y.
 template <typename T, BatchNormActivation kActivation, bool kSecondGradient>
 __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
     streaming_backward_kernel(BatchNormShape shape, BatchNormBackward a, Accumulators* accumulators) {
@@ -545,7 +584,8 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
       if (at < 0) continue;
       gradient_rows[j] = incoming_gradient<T, kSecondGradient>(a, at);
       x_rows[j] = load_raw<T>(a.x, at);
-      if (kActivation == BatchNormActivation::add_relu) mask_by_relu<T>(gradient_rows[j], load_raw<T>(a.y, at));
+      if (kActivation == BatchNormActivation::add_relu)
+        mask_by_bits<T>(gradient_rows[j], __ldg(a.relu_mask + mask_byte_of(place, step + j, shape)));
     }
 #pragma unroll
     for (int j = kStreamRows - 1; j >= 0; --j) {
@@ -612,7 +652,12 @@ __global__ void __launch_bounds__(kThreads) given_statistics_forward_kernel(Batc
 #pragma unroll
     for (int j = kStreamRows - 1; j >= 0; --j) {
       const int64_t at = element_of(place, step + j, shape);
-      if (at >= 0) store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[j], residual_rows[j], scale, offset));
+      if (at < 0) continue;
+      const uint4 y_raw = normalized_row<T, kActivation>(x_rows[j], residual_rows[j], scale, offset);
+      store_raw<T>(a.y, at, y_raw);
+      // The mask for a streaming backward, where the shape's plan streams (batch_norm_relu_mask_bytes).
+      if (kActivation == BatchNormActivation::add_relu && a.relu_mask != nullptr)
+        a.relu_mask[mask_byte_of(place, step + j, shape)] = positive_bits<T>(y_raw);
     }
   }
 }

@@ -84,6 +84,13 @@ class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
     arguments.saved_inv_std = saved_inv_std.data_ptr<float>();
     arguments.momentum = momentum;
     arguments.eps = eps;
+    // [bytes] uint8: the ReLU's mask after a residual add, where the backward streams (1 bit an
+    // element, read there instead of y).
+    const int64_t mask_bytes =
+        kernels::batch_norm_relu_mask_bytes(element_type(x), activation_of(activation), shape_of(x));
+    const torch::Tensor relu_mask =
+        mask_bytes > 0 ? torch::empty({mask_bytes}, x.options().dtype(torch::kUInt8)) : torch::Tensor();
+    arguments.relu_mask = relu_mask.defined() ? relu_mask.data_ptr<uint8_t>() : nullptr;
     if (given_statistics) {
       arguments.sum = statistics_or_x.data_ptr<float>();
       arguments.square_sum = arguments.sum + x.size(1);
@@ -95,10 +102,11 @@ class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
                                                  current_stream_of(x)),
                      "BatchNorm kernel, forward");
     }
-    // The ReLU's gradient needs the output's sign (or, streamed, the bias to recompute it); without
-    // a ReLU nothing needs the output.
-    const bool has_relu = activation_of(activation) != BatchNormActivation::none;
-    context->save_for_backward({x, has_relu ? y : torch::Tensor(), weight, bias, saved_mean, saved_inv_std});
+    // The ReLU's gradient needs the output's sign: from y, from its mask, or (streamed after a ReLU
+    // alone) from x, the bias and the statistics again; without a ReLU nothing needs the output.
+    const bool needs_y = activation_of(activation) != BatchNormActivation::none && !relu_mask.defined();
+    context->save_for_backward(
+        {x, needs_y ? y : torch::Tensor(), relu_mask, weight, bias, saved_mean, saved_inv_std});
     context->saved_data["activation"] = activation;
     // An output nobody used passes no gradient, rather than a tensor of zeros to read.
     context->set_materialize_grads(false);
@@ -114,10 +122,11 @@ class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
     const variable_list saved = context->get_saved_variables();
     const torch::Tensor& x = saved[0];
     const torch::Tensor& y = saved[1];
-    const torch::Tensor& weight = saved[2];
-    const torch::Tensor& bias = saved[3];
-    const torch::Tensor& saved_mean = saved[4];
-    const torch::Tensor& saved_inv_std = saved[5];
+    const torch::Tensor& relu_mask = saved[2];
+    const torch::Tensor& weight = saved[3];
+    const torch::Tensor& bias = saved[4];
+    const torch::Tensor& saved_mean = saved[5];
+    const torch::Tensor& saved_inv_std = saved[6];
     const BatchNormActivation activation = activation_of(context->saved_data["activation"].toInt());
 
     // One gradient per forward argument: x, residual_or_x, activation, second_output,
@@ -141,6 +150,7 @@ class LtrainBatchNorm : public torch::autograd::Function<LtrainBatchNorm> {
     kernels::BatchNormBackward arguments;
     arguments.x = x.data_ptr();
     arguments.y = y.defined() ? y.data_ptr() : nullptr;
+    arguments.relu_mask = relu_mask.defined() ? relu_mask.data_ptr<uint8_t>() : nullptr;
     arguments.grad_y = grad_y.data_ptr();
     arguments.grad_y_second = grad_y_second.defined() ? grad_y_second.data_ptr() : nullptr;
     arguments.grad_x = grad_x.data_ptr();

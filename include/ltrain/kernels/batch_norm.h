@@ -18,9 +18,10 @@
 // - streaming: tensors too large for one resident grid at 8 rows a thread (about 4M elements on an
 //   H200) are read twice instead of held: the grid's reduction between a first pass that sums, last
 //   row first (what the kernel before it wrote last is the likeliest in L2), and a second, first row
-//   first (what the first pass read last), that writes. After add+ReLU the backward stores g
-//   (the gradient after the activation, grad_residual's value) in the first pass and reads it back
-//   in the second.
+//   first (what the first pass read last), that writes. After add+ReLU the forward also writes the
+//   ReLU's mask, one bit an element, which the backward reads instead of y (16 bits an element);
+//   the backward stores g (the gradient after the activation, grad_residual's value) in the first
+//   pass and reads it back in the second.
 //   After a ReLU alone the streaming backward reads no y and stores no g: both passes recompute the
 //   forward's y from x, which they read anyway, and the saved statistics, bit for bit, for the
 //   ReLU's mask.
@@ -90,6 +91,9 @@ struct BatchNormForward {
   // ([channels] each), from which it takes the batch statistics instead of reading x for them.
   const float* sum = nullptr;
   const float* square_sum = nullptr;
+  // add_relu where the shape's plan streams: written, batch_norm_relu_mask_bytes(...) bytes, bit k of
+  // each set where y > 0; the backward's mask. Needed there, ignored elsewhere.
+  uint8_t* relu_mask = nullptr;
 };
 
 struct BatchNormBackward {
@@ -108,10 +112,16 @@ struct BatchNormBackward {
   const float* saved_inv_std = nullptr;
   float* grad_weight = nullptr;  // written [channels]
   float* grad_bias = nullptr;
+  const uint8_t* relu_mask = nullptr;  // the forward's, where it wrote one; add_relu streamed reads it, not y
 };
 
+/// How many bytes of ReLU mask the forward writes and the backward reads for this type, activation
+/// and shape on the current device: rows * channels / 8 for add_relu where the plan streams, else 0
+/// (the kernels that hold the rows in registers read y, as the ReLU alone recomputes it).
+int64_t batch_norm_relu_mask_bytes(ElementType type, BatchNormActivation activation, const BatchNormShape& shape);
+
 /// Enqueued on `stream`; return the launch error (cudaErrorNotSupported for what
-/// batch_norm_supported refuses).
+/// batch_norm_supported refuses, cudaErrorInvalidValue without a relu_mask where one is needed).
 cudaError_t batch_norm_forward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                     const BatchNormForward& arguments, cudaStream_t stream);
 cudaError_t batch_norm_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
