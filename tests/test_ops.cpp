@@ -352,7 +352,9 @@ TEST(LtrainBatchNorm, ReluPassesTheGradientExactlyWhereItsOutputIsPositive_CUDA)
           const torch::Tensor expected_grad_bias = passed.sum({0, 2, 3}).to(torch::kFloat32);
           EXPECT_TRUE(torch::equal(norm->bias.grad(), expected_grad_bias))
               << "largest difference " << (norm->bias.grad() - expected_grad_bias).abs().max().item<float>();
-          if (add_residual) EXPECT_TRUE(torch::equal(residual.grad(), passed.to(dtype)));
+          if (add_residual) {
+            EXPECT_TRUE(torch::equal(residual.grad(), passed.to(dtype)));
+          }
           // The rows at the mean hold both sides of the ReLU's edge, or the test would prove nothing.
           const torch::Tensor at_mean = (from_mean == 0.0).expand_as(output);
           EXPECT_GT(((output == 0) & at_mean).sum().item<int64_t>(), 0);

@@ -552,7 +552,8 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
       if (at < 0) continue;
       const uint4 y_raw = normalized_row<T, kActivation>(x_rows[j], residual_rows[j], scale, offset);
       store_raw<T>(a.y, at, y_raw);
-      if (kActivation == BatchNormActivation::add_relu) a.relu_mask[mask_byte_of(place, step + j, shape)] = positive_bits<T>(y_raw);
+      if (kActivation == BatchNormActivation::add_relu)
+        a.relu_mask[mask_byte_of(place, step + j, shape)] = positive_bits<T>(y_raw);
     }
   }
 }
