@@ -36,6 +36,7 @@ using ltrain::data::ImageSet;
 using ltrain::data::NormalizeOptions;
 using ltrain::data::Normalizer;
 using ltrain::data::ProgressiveResize;
+using ltrain::data::SourceOptions;
 using ltrain::data::TrainLoader;
 using ltrain::data::TrainLoaderOptions;
 using ltrain::testing::TempDir;
@@ -88,6 +89,13 @@ ImageSet indexed_images(int64_t count, uint64_t seed, int64_t side = 32) {
 
 /// The normalization a run config asks for unless it says otherwise: CIFAR-10's mean and std.
 NormalizeOptions default_normalize() { return ltrain::engine::eval_loader_options(DataSection{}).normalize; }
+
+/// The data section's defaults but for the source's folder, `root`.
+SourceOptions source_at(const fs::path& root) {
+  SourceOptions options = ltrain::engine::source_options(DataSection{});
+  options.root = root;
+  return options;
+}
 
 /// The data section's defaults but for these.
 TrainLoaderOptions loader_config(int64_t images_per_step, bool random_crop, int64_t padding, bool flip) {
@@ -220,18 +228,19 @@ TEST(CifarReader, AFileLargerThanTheReleasesIsRefusedBeforeReading) {
 TEST(CifarReader, ARelativeRootIsLookedForInTheOtherPlacesGiven) {
   LTRAIN_REQUIRE_CIFAR_MINI(mini);
   TempDir dir;
-  DataSection data;
-  data.root = "data-" + dir.path().filename().string() + "/cifar-10-batches-bin";  // not in the working directory
-  fs::create_directories((dir.path() / "with" / data.root).parent_path());
-  fs::create_directory_symlink(mini, dir.path() / "with" / data.root);
-  EXPECT_EQ(ltrain::data::load_sets(data, 0, {dir.path() / "without", dir.path() / "with"}).train.size(), 5000);
-  const std::string message = data_error_of([&] { ltrain::data::load_sets(data, 0, {dir.path() / "without"}); });
-  const std::string in_working_directory = (fs::current_path() / data.root).string();
-  EXPECT_NE(message.find(data.root + "/data_batch_1.bin (" + in_working_directory + "/data_batch_1.bin): no such file"),
+  // Not in the working directory.
+  const std::string root = "data-" + dir.path().filename().string() + "/cifar-10-batches-bin";
+  const SourceOptions source = source_at(root);
+  fs::create_directories((dir.path() / "with" / root).parent_path());
+  fs::create_directory_symlink(mini, dir.path() / "with" / root);
+  EXPECT_EQ(ltrain::data::load_sets(source, 0, {dir.path() / "without", dir.path() / "with"}).train.size(), 5000);
+  const std::string message = data_error_of([&] { ltrain::data::load_sets(source, 0, {dir.path() / "without"}); });
+  const std::string in_working_directory = (fs::current_path() / root).string();
+  EXPECT_NE(message.find(root + "/data_batch_1.bin (" + in_working_directory + "/data_batch_1.bin): no such file"),
             std::string::npos)
       << message;
-  EXPECT_NE(message.find("; data.root \"" + data.root + "\" was looked for in " + in_working_directory + " and " +
-                         (dir.path() / "without" / data.root).string()),
+  EXPECT_NE(message.find("; data.root \"" + root + "\" was looked for in " + in_working_directory + " and " +
+                         (dir.path() / "without" / root).string()),
             std::string::npos)
       << message;
 }
@@ -288,10 +297,9 @@ TEST(CifarReader, TorchvisionsPythonReleaseGetsTheCommandThatConvertsIt) {
   // CIFAR-100's, cifar-100-python, the same way.
   const fs::path cifar100 = dir.path() / "c100" / "cifar-100-python";
   write_file(cifar100 / "train", "a pickle");
-  DataSection data;
-  data.source = ltrain::config::DataSource::cifar100;
-  data.root = (dir.path() / "c100" / "cifar-100-binary").string();
-  const std::string message = data_error_of([&] { ltrain::data::load_sets(data, 0); });
+  SourceOptions source = source_at(dir.path() / "c100" / "cifar-100-binary");
+  source.source = ltrain::config::DataSource::cifar100;
+  const std::string message = data_error_of([&] { ltrain::data::load_sets(source, 0); });
   EXPECT_NE(message.find(cifar100.string() + " holds torchvision's Python release of CIFAR-100, which ltrain does "
                                              "not read: convert it once with bash scripts/get-cifar100.sh --from " +
                          cifar100.string()),
@@ -332,25 +340,24 @@ TEST(CifarReader, LoadSetsDispatchesOnSource) {
   TempDir dir;
   for (int part = 1; part <= 5; ++part) write_file(dir.path() / ("data_batch_" + std::to_string(part) + ".bin"), make_records({part}));
   write_file(dir.path() / "test_batch.bin", make_records({7, 7}));
-  DataSection data;
-  data.root = dir.path().string();
-  const auto files = ltrain::data::load_sets(data, 0);
+  SourceOptions source = source_at(dir.path());
+  const auto files = ltrain::data::load_sets(source, 0);
   EXPECT_EQ(files.train.size(), 5);
   EXPECT_EQ(files.test.size(), 2);
 
-  data.source = ltrain::config::DataSource::synthetic;
-  data.synthetic_train_size = 12;
-  data.synthetic_test_size = 5;
-  const auto synthetic = ltrain::data::load_sets(data, 4);
+  source.source = ltrain::config::DataSource::synthetic;
+  source.synthetic_train_size = 12;
+  source.synthetic_test_size = 5;
+  const auto synthetic = ltrain::data::load_sets(source, 4);
   EXPECT_EQ(synthetic.train.size(), 12);
   EXPECT_EQ(synthetic.test.size(), 5);
   EXPECT_TRUE(torch::equal(synthetic.train.images, ltrain::data::make_synthetic(12, 5, 4).train.images));
 
-  data.image_size = 48;
-  EXPECT_EQ(ltrain::data::load_sets(data, 4).train.images.sizes(), torch::IntArrayRef({12, 3, 48, 48}));
-  data.source = ltrain::config::DataSource::cifar10;
+  source.image_size = 48;
+  EXPECT_EQ(ltrain::data::load_sets(source, 4).train.images.sizes(), torch::IntArrayRef({12, 3, 48, 48}));
+  source.source = ltrain::config::DataSource::cifar10;
   try {
-    ltrain::data::load_sets(data, 0);
+    ltrain::data::load_sets(source, 0);
     ADD_FAILURE() << "CIFAR-10 at 48x48 loaded";
   } catch (const ltrain::ConfigError& error) {
     EXPECT_STREQ(error.what(), "data.image_size: CIFAR-10's images are 32x32, not 48x48; set data.source to synthetic "
@@ -527,12 +534,11 @@ TEST(CifarPublished, ADamagedFileStopsTrainingWithExitCode3AndOneLine) {
 
 // ---- CIFAR-100: the same reader, two label bytes ---------------------------------------------------
 
-DataSection cifar100_data(const fs::path& root, ltrain::config::Cifar100Labels labels) {
-  DataSection data;
-  data.source = ltrain::config::DataSource::cifar100;
-  data.cifar100_labels = labels;
-  data.root = root.string();
-  return data;
+SourceOptions cifar100_source(const fs::path& root, ltrain::config::Cifar100Labels labels) {
+  SourceOptions source = source_at(root);
+  source.source = ltrain::config::DataSource::cifar100;
+  source.cifar100_labels = labels;
+  return source;
 }
 
 TEST(Cifar100Reader, RecordsReadBackExactlyWithTheFineOrTheCoarseLabel) {
@@ -550,7 +556,7 @@ TEST(Cifar100Reader, RecordsReadBackExactlyWithTheFineOrTheCoarseLabel) {
   };
   std::vector<std::string> warnings;
   ltrain::data::TrainTestSets sets;
-  warnings = warnings_of([&] { sets = ltrain::data::load_sets(cifar100_data(dir.path(), Cifar100Labels::fine), 0); });
+  warnings = warnings_of([&] { sets = ltrain::data::load_sets(cifar100_source(dir.path(), Cifar100Labels::fine), 0); });
   ASSERT_EQ(sets.train.images.sizes(), torch::IntArrayRef({200, 3, 32, 32}));
   ASSERT_EQ(sets.test.images.sizes(), torch::IntArrayRef({100, 3, 32, 32}));
   EXPECT_TRUE(torch::equal(sets.train.labels, labels(fine, 0, 200)));
@@ -576,7 +582,7 @@ TEST(Cifar100Reader, RecordsReadBackExactlyWithTheFineOrTheCoarseLabel) {
                               ": 100 records where CIFAR-100's test.bin has 10000: training on part of the data set "
                               "(a cut download?); get the full files with scripts/get-cifar100.sh"}));
 
-  const auto coarse_sets = ltrain::data::load_sets(cifar100_data(dir.path(), Cifar100Labels::coarse), 0);
+  const auto coarse_sets = ltrain::data::load_sets(cifar100_source(dir.path(), Cifar100Labels::coarse), 0);
   EXPECT_TRUE(torch::equal(coarse_sets.train.labels, labels(coarse, 0, 200)));
   EXPECT_TRUE(torch::equal(coarse_sets.test.labels, labels(coarse, 200, 100)));
   EXPECT_TRUE(torch::equal(coarse_sets.train.images, sets.train.images));
@@ -584,13 +590,15 @@ TEST(Cifar100Reader, RecordsReadBackExactlyWithTheFineOrTheCoarseLabel) {
 
 TEST(Cifar100Reader, ReleasesHaveTheClassesTheConfigCounts) {
   using ltrain::config::Cifar100Labels;
+  using ltrain::engine::source_options;
   DataSection data;
-  EXPECT_EQ(ltrain::data::cifar_release(data).name, "CIFAR-10");
-  EXPECT_EQ(ltrain::data::cifar_release(data).classes(), data.classes());
+  EXPECT_EQ(ltrain::data::cifar_release(source_options(data)).name, "CIFAR-10");
+  EXPECT_EQ(ltrain::data::cifar_release(source_options(data)).classes(), data.classes());
   EXPECT_EQ(data.classes(), 10);
+  data.source = ltrain::config::DataSource::cifar100;
   for (const auto labels : {Cifar100Labels::fine, Cifar100Labels::coarse}) {
-    data = cifar100_data("x", labels);
-    const auto& release = ltrain::data::cifar_release(data);
+    data.cifar100_labels = labels;
+    const auto& release = ltrain::data::cifar_release(source_options(data));
     EXPECT_EQ(release.name, "CIFAR-100");
     EXPECT_EQ(release.record_bytes(), 3074);
     EXPECT_EQ(release.classes(), data.classes());
@@ -600,7 +608,7 @@ TEST(Cifar100Reader, ReleasesHaveTheClassesTheConfigCounts) {
   EXPECT_EQ(data.classes(), 100);
   data.source = ltrain::config::DataSource::synthetic;
   EXPECT_EQ(data.classes(), 10);
-  EXPECT_THROW(ltrain::data::cifar_release(data), std::logic_error);
+  EXPECT_THROW(ltrain::data::cifar_release(source_options(data)), std::logic_error);
   // The synthetic source draws labels below its classes.
   EXPECT_LT(ltrain::data::make_synthetic(500, 1, 0).train.labels.max().item<int64_t>(), data.classes());
 }
@@ -653,10 +661,10 @@ TEST(Cifar100Reader, TruncatedEmptyAndMissingFilesNameTheFileAndTheScript) {
                 .find((dir.path() / "test.bin").string() + ": no such file; run scripts/get-cifar100.sh"),
             std::string::npos);
   // Images other than 32x32 are refused as for CIFAR-10.
-  DataSection data = cifar100_data(dir.path(), ltrain::config::Cifar100Labels::fine);
-  data.image_size = 64;
+  SourceOptions source = cifar100_source(dir.path(), ltrain::config::Cifar100Labels::fine);
+  source.image_size = 64;
   try {
-    ltrain::data::load_sets(data, 0);
+    ltrain::data::load_sets(source, 0);
     ADD_FAILURE() << "CIFAR-100 at 64x64 loaded";
   } catch (const ltrain::ConfigError& error) {
     EXPECT_STREQ(error.what(), "data.image_size: CIFAR-100's images are 32x32, not 64x64; set data.source to "

@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -498,6 +499,12 @@ TEST(Checkpoint, StateDictOrderIsPyTorchs) {
 /// A config whose every key that a module's options hold differs from the section's default.
 config::RunConfig config_off_the_defaults() {
   config::RunConfig c;
+  c.data.source = config::DataSource::cifar100;
+  c.data.root = "elsewhere/cifar";
+  c.data.cifar100_labels = config::Cifar100Labels::coarse;
+  c.data.image_size = 48;
+  c.data.synthetic_train_size = 300;
+  c.data.synthetic_test_size = 70;
   c.model.arch = config::Arch::resnext50_32x4d;
   c.model.stem = config::Stem::cifar;
   c.model.num_classes = 7;
@@ -537,6 +544,14 @@ config::RunConfig config_off_the_defaults() {
 
 /// Each field of each module's options holds the key of the same name, read back from `c`.
 void expect_options_follow(const config::RunConfig& c) {
+  const data::SourceOptions source = source_options(c.data);
+  EXPECT_EQ(source.source, c.data.source);
+  EXPECT_EQ(source.root, std::filesystem::path(c.data.root));
+  EXPECT_EQ(source.cifar100_labels, c.data.cifar100_labels);
+  EXPECT_EQ(source.image_size, c.data.image_size);
+  EXPECT_EQ(source.synthetic_train_size, c.data.synthetic_train_size);
+  EXPECT_EQ(source.synthetic_test_size, c.data.synthetic_test_size);
+
   const models::ResNetOptions model = resnet_options(c.model);
   EXPECT_EQ(model.arch, c.model.arch);
   EXPECT_EQ(model.stem, c.model.stem);

@@ -190,17 +190,17 @@ const CifarRelease& cifar100_release(config::Cifar100Labels labels) {
   return labels == config::Cifar100Labels::coarse ? coarse : fine;
 }
 
-const CifarRelease& cifar_release(const config::DataSection& data) {
-  switch (data.source) {
+const CifarRelease& cifar_release(const SourceOptions& options) {
+  switch (options.source) {
     case config::DataSource::cifar10:
       return cifar10_release();
     case config::DataSource::cifar100:
-      return cifar100_release(data.cifar100_labels);
+      return cifar100_release(options.cifar100_labels);
     case config::DataSource::synthetic:
       break;
   }
   throw std::logic_error(fmt::format("{}:{}: data.source {} reads no release", __FILE__, __LINE__,
-                                     config::to_string(data.source)));
+                                     config::to_string(options.source)));
 }
 
 namespace {
@@ -332,16 +332,16 @@ TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t see
   return sets;
 }
 
-TrainTestSets load_sets(const config::DataSection& data, uint64_t seed, const std::vector<fs::path>& other_bases) {
-  switch (data.source) {
+TrainTestSets load_sets(const SourceOptions& options, uint64_t seed, const std::vector<fs::path>& other_bases) {
+  switch (options.source) {
     case config::DataSource::cifar10:
     case config::DataSource::cifar100: {
-      const CifarRelease& release = cifar_release(data);
-      if (data.image_size != kImageSide)
+      const CifarRelease& release = cifar_release(options);
+      if (options.image_size != kImageSide)
         throw ConfigError(fmt::format("data.image_size: {0}'s images are {1}x{1}, not {2}x{2}; set data.source to "
                                       "synthetic to measure steps at {2}x{2}, or leave data.image_size at {1}",
-                                      release.name, kImageSide, data.image_size));
-      const fs::path root = data.root;
+                                      release.name, kImageSide, options.image_size));
+      const fs::path& root = options.root;
       std::error_code unreadable;
       if (root.is_absolute() || fs::is_directory(root, unreadable) || other_bases.empty())
         return read_cifar(root, release);
@@ -364,7 +364,7 @@ TrainTestSets load_sets(const config::DataSection& data, uint64_t seed, const st
       }
     }
     case config::DataSource::synthetic:
-      return make_synthetic(data.synthetic_train_size, data.synthetic_test_size, seed, data.image_size);
+      return make_synthetic(options.synthetic_train_size, options.synthetic_test_size, seed, options.image_size);
   }
   throw std::logic_error(fmt::format("{}:{}: unhandled data.source", __FILE__, __LINE__));
 }

@@ -15,6 +15,17 @@ data::ProgressiveResize progressive_resize(const config::DataSection& data) {
 
 }  // namespace
 
+data::SourceOptions source_options(const config::DataSection& data) {
+  data::SourceOptions options{};
+  options.source = data.source;
+  options.root = data.root;
+  options.cifar100_labels = data.cifar100_labels;
+  options.image_size = data.image_size;
+  options.synthetic_train_size = data.synthetic_train_size;
+  options.synthetic_test_size = data.synthetic_test_size;
+  return options;
+}
+
 data::TrainLoaderOptions train_loader_options(const config::RunConfig& config) {
   const config::DataSection& data = config.data;
   data::TrainLoaderOptions options{};

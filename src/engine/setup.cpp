@@ -259,8 +259,8 @@ void check_synthetic_data_fits(const config::RunConfig& config, const torch::Dev
 
 data::TrainTestSets load_data(const config::RunConfig& config, const torch::Device& device) {
   check_synthetic_data_fits(config, device);
-  data::TrainTestSets sets =
-      data::load_sets(config.data, static_cast<uint64_t>(config.run.seed), other_data_bases(config.data));
+  data::TrainTestSets sets = data::load_sets(source_options(config.data), static_cast<uint64_t>(config.run.seed),
+                                             other_data_bases(config.data));
   return {sets.train.to(device), sets.test.to(device)};
 }
 

@@ -49,13 +49,6 @@ constexpr double kMaxLearningRate = 1000.0;
 /// inputs of thousands that no learning rate trains on.
 constexpr double kMinStd = 1e-3;
 
-// ---- The data sets data.source names ----------------------------------------------------------
-
-/// Classes of each labelling (a label is 0 to N-1). The synthetic source draws CIFAR-10's.
-constexpr int64_t kCifar10Classes = 10;
-constexpr int64_t kCifar100FineClasses = 100;
-constexpr int64_t kCifar100CoarseClasses = 20;
-
 // ---- Sections ----------------------------------------------------------------------------------
 
 struct RunSection {

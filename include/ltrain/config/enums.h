@@ -1,8 +1,10 @@
 #pragma once
-// The run configuration's enumerations, each with its spelled names (the JSON values), apart from
-// the sections of config.h: a module's options may hold these values (a network's arch, an
-// optimizer's name) with this header alone, so that a new key in a section rebuilds no module.
+// The run configuration's enumerations, each with its spelled names (the JSON values), and the
+// classes of the data sources' labels, apart from the sections of config.h: a module's options may
+// hold these values (a network's arch, an optimizer's name) with this header alone, so that a new
+// key in a section rebuilds no module.
 #include <array>
+#include <cstdint>
 #include <utility>
 
 namespace ltrain::config {
@@ -22,6 +24,11 @@ enum class Arch {
 enum class Stem { imagenet, cifar };
 enum class DataSource { cifar10, cifar100, synthetic };
 enum class Cifar100Labels { fine, coarse };
+/// Classes of each labelling the sources give (a label is 0 to N-1). The synthetic source draws
+/// CIFAR-10's.
+constexpr int64_t kCifar10Classes = 10;
+constexpr int64_t kCifar100FineClasses = 100;
+constexpr int64_t kCifar100CoarseClasses = 20;
 enum class OptimizerKind { sgd, adamw };
 enum class ScheduleKind { constant, multistep, cosine, onecycle };
 enum class PrecisionMode { fp32, tf32, fp16, bf16 };

@@ -13,7 +13,7 @@
 
 #include <torch/torch.h>
 
-#include "ltrain/config/config.h"
+#include "ltrain/config/enums.h"
 
 namespace ltrain::data {
 
@@ -93,9 +93,20 @@ const CifarRelease& cifar10_release();
 /// CIFAR-100: train.bin (50,000 records) and test.bin (10,000), two label bytes (coarse, fine);
 /// the sets get the one `labels` names.
 const CifarRelease& cifar100_release(config::Cifar100Labels labels);
-/// The release data.source names (with data.cifar100_labels); std::logic_error for the synthetic
-/// source, which reads no files.
-const CifarRelease& cifar_release(const config::DataSection& data);
+/// Where the training and test sets come from: load_sets reads or makes them by these. No defaults
+/// of its own (engine::source_options fills every field from the config's data section).
+struct SourceOptions {
+  config::DataSource source;  ///< cifar10, cifar100: a binary release's files under `root`; synthetic: random images
+  std::filesystem::path root;             ///< the folder with the release's files
+  config::Cifar100Labels cifar100_labels;  ///< CIFAR-100's label the sets get: fine or coarse
+  int64_t image_size;                     ///< the images' side in pixels: kImageSide for CIFAR, any for synthetic
+  int64_t synthetic_train_size;           ///< training images of the synthetic source
+  int64_t synthetic_test_size;            ///< test images of the synthetic source
+};
+
+/// The release `options.source` names (with options.cifar100_labels); std::logic_error for the
+/// synthetic source, which reads no files.
+const CifarRelease& cifar_release(const SourceOptions& options);
 
 /// Reads one binary file of `release`. DataError naming the file when it is missing, empty, not a
 /// whole number of records, or holds a label byte outside its range; and when it has the name and
@@ -120,11 +131,11 @@ constexpr int64_t kSyntheticPool = 65536;
 int64_t synthetic_pool_images(int64_t image_size);
 TrainTestSets make_synthetic(int64_t train_size, int64_t test_size, uint64_t seed, int64_t image_size = kImageSide);
 
-/// The source `data.source` names, on the CPU. ConfigError for a data.image_size other than 32 with
-/// CIFAR-10 or CIFAR-100. A relative data.root that is no folder under the working directory is
-/// looked for under each of `other_bases` in turn (the first folder found is read, with a note);
-/// where none has it, the DataError names every place looked in.
-TrainTestSets load_sets(const config::DataSection& data, uint64_t seed,
+/// The sets of the source `options.source` names, on the CPU. ConfigError (naming data.image_size)
+/// for an image size other than 32 with CIFAR-10 or CIFAR-100. A relative root that is no folder
+/// under the working directory is looked for under each of `other_bases` in turn (the first folder
+/// found is read, with a note); where none has it, the DataError names every place looked in.
+TrainTestSets load_sets(const SourceOptions& options, uint64_t seed,
                         const std::vector<std::filesystem::path>& other_bases = {});
 
 }  // namespace ltrain::data

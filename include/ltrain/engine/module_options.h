@@ -6,6 +6,7 @@
 #include "ltrain/amp/grad_scaler.h"
 #include "ltrain/amp/precision.h"
 #include "ltrain/config/config.h"
+#include "ltrain/data/cifar.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/dist/group.h"
 #include "ltrain/models/resnet.h"
@@ -13,6 +14,10 @@
 #include "ltrain/optim/schedule.h"
 
 namespace ltrain::engine {
+
+/// The data source's options from the config's data section: the source, its folder, CIFAR-100's
+/// label, the image size and the synthetic source's set sizes.
+data::SourceOptions source_options(const config::DataSection& data);
 
 /// The training loader's options from the config's data section: a batch is one optimizer step's
 /// images, data.batch_size (a micro-batch) x optim.accumulation_steps.
