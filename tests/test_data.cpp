@@ -598,7 +598,8 @@ TEST(Cifar100Reader, ReleasesHaveTheClassesTheConfigCounts) {
   data.source = ltrain::config::DataSource::cifar100;
   for (const auto labels : {Cifar100Labels::fine, Cifar100Labels::coarse}) {
     data.cifar100_labels = labels;
-    const auto& release = ltrain::data::cifar_release(source_options(data));
+    const ltrain::data::SourceOptions options = source_options(data);
+    const auto& release = ltrain::data::cifar_release(options);
     EXPECT_EQ(release.name, "CIFAR-100");
     EXPECT_EQ(release.record_bytes(), 3074);
     EXPECT_EQ(release.classes(), data.classes());
