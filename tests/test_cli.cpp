@@ -274,6 +274,12 @@ TEST(Dispatch, BadOptionsAndArgumentsAreConfigErrors) {
   EXPECT_EQ(missing.substr(0, 19), "ltrain bench step: ") << missing;
   EXPECT_EQ(missing.substr(missing.size() - 30), "; see ltrain bench step --help") << missing;
   EXPECT_EQ(config_error_of({"train"}), "ltrain train needs --config; see ltrain train --help");
+  // A value cxxopts cannot read names the option it was given to, in either form.
+  const std::string kind = ": not a value of the option's kind (a number in its range, or true or false for a "
+                           "switch); see ltrain bench step --help";
+  EXPECT_EQ(config_error_of({"bench", "step", "--warmup", "9", "--steps", "99999999999999999999"}),
+            "ltrain bench step: --steps \"99999999999999999999\"" + kind);
+  EXPECT_EQ(config_error_of({"bench", "step", "--warmup=ten"}), "ltrain bench step: --warmup \"ten\"" + kind);
   EXPECT_EQ(config_error_of({"export", "--checkpoint", "a.ltc", "stray"}),
             "unexpected argument \"stray\"; see ltrain export --help");
   EXPECT_EQ(config_error_of({"completion", "tcsh"}),

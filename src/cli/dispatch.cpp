@@ -185,6 +185,31 @@ ConfigError unknown_option(const Command& command, int argc, char** argv) {
   return ConfigError(fmt::format("{}: unknown option; see {} --help", program, program));
 }
 
+/// The option given the value cxxopts could not read, found in the arguments (cxxopts' message names
+/// the value alone): "--steps \"1e99\": not a value of the option's kind ...". Where no option holds
+/// that value, cxxopts' own message.
+ConfigError unreadable_value(const Command& command, int argc, char** argv, const std::string& cxxopts_message) {
+  const std::string program = std::string("ltrain ") + command.name;
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument == "--") break;
+    if (argument.size() < 2 || argument[0] != '-') continue;
+    const size_t equals = argument.find('=');
+    const bool value_attached = equals != std::string::npos;
+    if (!value_attached && i + 1 >= argc) continue;
+    const std::string option = value_attached ? argument.substr(0, equals) : argument;
+    const std::string value = value_attached ? argument.substr(equals + 1) : argv[i + 1];
+    // cxxopts quotes the value with ‘’, or with '' where built without Unicode.
+    const bool named = cxxopts_message.find("\u2018" + value + "\u2019") != std::string::npos ||
+                       cxxopts_message.find("'" + value + "'") != std::string::npos;
+    if (!named) continue;
+    return ConfigError(fmt::format("{}: {} \"{}\": not a value of the option's kind (a number in its range, or true or "
+                                   "false for a switch); see {} --help",
+                                   program, option, config::shown(value), program));
+  }
+  return ConfigError(fmt::format("{}: {}; see {} --help", program, cxxopts_message, program));
+}
+
 /// Runs `command` on its arguments, argv[0] its name; a parse error of cxxopts becomes a ConfigError
 /// that names the command's help.
 int run(const Command& command, int argc, char** argv) {
@@ -192,6 +217,8 @@ int run(const Command& command, int argc, char** argv) {
     return command.run(argc, argv);
   } catch (const cxxopts::exceptions::no_such_option&) {
     throw unknown_option(command, argc, argv);
+  } catch (const cxxopts::exceptions::incorrect_argument_type& error) {
+    throw unreadable_value(command, argc, argv, error.what());
   } catch (const cxxopts::exceptions::exception& error) {
     throw ConfigError(fmt::format("ltrain {}: {}; see ltrain {} --help", command.name, error.what(), command.name));
   }
