@@ -322,6 +322,9 @@ cudaError_t batch_norm_forward_given_statistics(ElementType type, BatchNormActiv
   const void* kernel = given_statistics_forward_of(type, activation);
   if (kernel == nullptr || !takes_type_and_shape(type, shape)) return cudaErrorNotSupported;
   if (arguments.sum == nullptr || arguments.square_sum == nullptr) return cudaErrorInvalidValue;
+  // The backward of this shape reads the mask where it streams, whichever forward ran.
+  if (arguments.relu_mask == nullptr && batch_norm_relu_mask_bytes(type, activation, shape) > 0)
+    return cudaErrorInvalidValue;
   const int64_t channel_groups = shape.channels / group_channels_of(shape.channels);
   const int64_t lanes = kThreads / (group_channels_of(shape.channels) / kVector);
   // The device filled with blocks, 2048 threads an SM, but no block without rows.

@@ -137,7 +137,8 @@ bool batch_norm_given_statistics_supported(ElementType type, const BatchNormShap
 /// than from x: one pass that reads x once, no block waiting for another. It writes what
 /// batch_norm_forward writes (y, the saved and the running statistics), and batch_norm_backward
 /// is its backward. Enqueued on `stream`; cudaErrorNotSupported for what
-/// batch_norm_given_statistics_supported refuses, cudaErrorInvalidValue without the sums.
+/// batch_norm_given_statistics_supported refuses, cudaErrorInvalidValue without the sums or without a
+/// relu_mask where one is needed.
 cudaError_t batch_norm_forward_given_statistics(ElementType type, BatchNormActivation activation,
                                                 const BatchNormShape& shape, const BatchNormForward& arguments,
                                                 cudaStream_t stream);
