@@ -289,25 +289,31 @@ bool batch_norm_supported(ElementType type, BatchNormActivation activation, cons
   return reduction == Reduction::cluster || (reduction != Reduction::none && accumulators_for(stream) != nullptr);
 }
 
+namespace {
+
+/// batch_norm_relu_mask_bytes for the plan the shape got.
+int64_t relu_mask_bytes(const LaunchPlan& plan, BatchNormActivation activation, const BatchNormShape& shape) {
+  const bool masked = activation == BatchNormActivation::add_relu && plan.reduction == Reduction::streaming;
+  return masked ? shape.rows * shape.channels / kVector : 0;
+}
+
+}  // namespace
+
 int64_t batch_norm_relu_mask_bytes(ElementType type, BatchNormActivation activation, const BatchNormShape& shape) {
-  if (activation != BatchNormActivation::add_relu) return 0;
-  if (checked_plan_for(type, activation, shape).reduction != Reduction::streaming) return 0;
-  return shape.rows * shape.channels / kVector;
+  return relu_mask_bytes(checked_plan_for(type, activation, shape), activation, shape);
 }
 
 cudaError_t batch_norm_forward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                     const BatchNormForward& arguments, cudaStream_t stream) {
   const LaunchPlan plan = checked_plan_for(type, activation, shape);
-  if (arguments.relu_mask == nullptr && batch_norm_relu_mask_bytes(type, activation, shape) > 0)
-    return cudaErrorInvalidValue;
+  if (arguments.relu_mask == nullptr && relu_mask_bytes(plan, activation, shape) > 0) return cudaErrorInvalidValue;
   return launch(plan.kernels.forward, plan.reduction, shape, plan.row_groups, arguments, stream);
 }
 
 cudaError_t batch_norm_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
                                      const BatchNormBackward& arguments, cudaStream_t stream) {
   const LaunchPlan plan = checked_plan_for(type, activation, shape);
-  if (arguments.relu_mask == nullptr && batch_norm_relu_mask_bytes(type, activation, shape) > 0)
-    return cudaErrorInvalidValue;
+  if (arguments.relu_mask == nullptr && relu_mask_bytes(plan, activation, shape) > 0) return cudaErrorInvalidValue;
   const void* kernel = arguments.grad_y_second != nullptr ? plan.kernels.backward_second : plan.kernels.backward;
   return launch(kernel, plan.reduction, shape, plan.row_groups, arguments, stream);
 }
