@@ -682,7 +682,7 @@ TEST(Cli, TrainDryRunChecksEverythingAStartChecksAndWritesNothing) {
   EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " checkpoint.resume=/nonexistent.ltc", log), 2);
   EXPECT_TRUE(one_line_with(log, "checkpoint.resume = \"/nonexistent.ltc\": no such checkpoint file"));
   // A synthetic set larger than this machine's memory (4M images of 224x224: 632 GB, 1.3 TB with
-  // the random crops' padded copy) is refused before it is made, not ended by the OOM killer.
+  // the training loader's copy for augmentation) is refused before it is made, not ended by the OOM killer.
   EXPECT_EQ(run_ltrain("train --dry-run --config " + config + " data.synthetic_train_size=4194304 data.image_size=224",
                        log),
             2);

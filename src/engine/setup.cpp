@@ -234,16 +234,17 @@ int64_t available_memory_bytes() {
 }
 
 /// ConfigError where the synthetic source's images would not fit in this machine's memory: made as
-/// uint8 on the host, and on the CPU the training loader's zero-padded copy for random crops beside
-/// them (both alive while the copy is made). A machine that runs out of memory ends the process
-/// with no word, so this is asked before anything is made.
+/// uint8 on the host, and on the CPU the training loader's copy for augmentation (zero-bordered for
+/// random crops) beside them (both alive while the copy is made). A machine that runs out of memory
+/// ends the process with no word, so this is asked before anything is made.
 void check_synthetic_data_fits(const config::RunConfig& config, const torch::Device& device) {
   const config::DataSection& data = config.data;
   if (data.source != config::DataSource::synthetic) return;
   const auto image_bytes = static_cast<double>(3 * data.image_size * data.image_size);
-  const double padded_side = static_cast<double>(data.image_size + 2 * data.crop_padding);
-  const double padded_copy = device.is_cpu() && data.random_crop
-                                 ? padded_side * padded_side / static_cast<double>(data.image_size * data.image_size)
+  const double copy_side =
+      static_cast<double>(data.image_size + 2 * data::augmentation_border(data.random_crop, data.crop_padding));
+  const double padded_copy = device.is_cpu() && data::keeps_augmentation_copy(data.random_crop, data.horizontal_flip)
+                                 ? copy_side * copy_side / static_cast<double>(data.image_size * data.image_size)
                                  : 0.0;
   const double needed = image_bytes * (static_cast<double>(data.synthetic_train_size) * (1.0 + padded_copy) +
                                        static_cast<double>(data.synthetic_test_size));
@@ -253,7 +254,7 @@ void check_synthetic_data_fits(const config::RunConfig& config, const torch::Dev
         "data.synthetic_train_size = {}, data.synthetic_test_size = {}: the synthetic {}x{} images need {:.1f} GB "
         "of memory{}, more than the {:.1f} GB this machine has available; use fewer images",
         data.synthetic_train_size, data.synthetic_test_size, data.image_size, data.image_size, needed / 1e9,
-        padded_copy > 0 ? " (with the random crops' padded copy)" : "", static_cast<double>(available) / 1e9));
+        padded_copy > 0 ? " (with the training loader's copy for augmentation)" : "", static_cast<double>(available) / 1e9));
 }
 }  // namespace
 

@@ -72,6 +72,12 @@ struct TrainLoaderOptions {
   NormalizeOptions normalize;
 };
 
+/// Whether a TrainLoader keeps a copy of its images of its own (uint8, beside the ones it is given
+/// until those are dropped) to draw augmented batches from: with random crops or flips.
+inline bool keeps_augmentation_copy(bool random_crop, bool horizontal_flip) { return random_crop || horizontal_flip; }
+/// The zero border on each side of that copy's images: the crop padding with random crops, else none.
+inline int64_t augmentation_border(bool random_crop, int64_t crop_padding) { return random_crop ? crop_padding : 0; }
+
 /// Training batches, one per optimizer step: a seeded order per epoch (file order with shuffle off;
 /// drop_last: the remainder is skipped) and per-image augmentation drawn per epoch, so batch
 /// (epoch, index) is a pure function of (seed, epoch, index) on any device and after any resume.
@@ -95,9 +101,8 @@ class TrainLoader {
   int64_t batch_side() const { return batch_side_; }
 
  private:
-  bool augments() const { return random_crop_ || flip_; }
-  /// Zero border kept around each image: the crop padding with random crops, else none.
-  int64_t border() const { return random_crop_ ? padding_ : 0; }
+  bool augments() const { return keeps_augmentation_copy(random_crop_, flip_); }
+  int64_t border() const { return augmentation_border(random_crop_, padding_); }
   /// Side of a stored (bordered) image plane.
   int64_t padded_side() const { return side_ + 2 * border(); }
   /// Crop and flip of the images at `indices` (padded_images_), normalized: [B,3,S,S] float32.
