@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include "ltrain/amp/grad_scaler.h"
 #include "ltrain/config/load.h"
+#include "ltrain/core/gpu.h"
 #include "ltrain/core/torch_compat.h"
 #include "ltrain/engine/batch_graph.h"
 #include "ltrain/engine/evaluator.h"
@@ -16,6 +18,12 @@
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/engine/train_step.h"
 #include "support.h"
+
+#if LTRAIN_WITH_CUDA
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#endif
 
 namespace ltrain {
 namespace {
@@ -211,6 +219,75 @@ TEST(CudaGraph, AutoBranchesTheStepsWhoseFirstStageIsSmall_CUDA) {
     }
     EXPECT_FALSE(model->convolution_backends().weight_gradient_branch);
   }
+}
+
+#if LTRAIN_WITH_CUDA
+/// The priorities of the kernel nodes captured so far into the graph `stream` is capturing.
+std::multiset<int> captured_kernel_priorities(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = nullptr;
+  C10_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id, &graph));
+  size_t count = 0;
+  C10_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  C10_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  std::multiset<int> priorities;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    C10_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type != cudaGraphNodeTypeKernel) continue;
+    cudaKernelNodeAttrValue value{};
+    C10_CUDA_CHECK(cudaGraphKernelNodeGetAttribute(node, cudaKernelNodeAttributePriority, &value));
+    priorities.insert(value.priority);
+  }
+  return priorities;
+}
+#endif
+
+TEST(CudaGraph, AHighPriorityCaptureRanksTheCriticalPathAboveTheBranch_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+#if LTRAIN_WITH_CUDA
+  // A kernel captured into a graph keeps the priority of the stream it was queued on (a lower
+  // number goes first). Captured at StreamPriority::high, the critical path outranks the branch;
+  // at normal, both have the lowest priority. The work is the same either way.
+  const torch::Device device(torch::kCUDA);
+  for (const gpu::StreamPriority priority : {gpu::StreamPriority::normal, gpu::StreamPriority::high}) {
+    const torch::Tensor critical = torch::zeros({256}, torch::TensorOptions().device(device));  // [256] float32
+    const torch::Tensor side = torch::zeros({256}, torch::TensorOptions().device(device));
+    int critical_priority = 0, branch_priority = 0;
+    std::multiset<int> node_priorities;
+    gpu::CudaGraph graph;
+    graph.capture(
+        device,
+        [&] {
+          const cudaStream_t capturing = c10::cuda::getCurrentCUDAStream().stream();
+          critical.add_(1);
+          C10_CUDA_CHECK(cudaStreamGetPriority(capturing, &critical_priority));
+          gpu::fork_to_branch(
+              device,
+              [&] {
+                side.add_(2);
+                C10_CUDA_CHECK(cudaStreamGetPriority(c10::cuda::getCurrentCUDAStream().stream(), &branch_priority));
+              },
+              {});
+          gpu::join_branch(device);
+          node_priorities = captured_kernel_priorities(capturing);
+        },
+        priority);
+    graph.replay();
+    graph.replay();
+    const bool high = priority == gpu::StreamPriority::high;
+    if (high) {
+      EXPECT_LT(critical_priority, branch_priority);
+    } else {
+      EXPECT_EQ(critical_priority, branch_priority);
+    }
+    EXPECT_EQ(node_priorities, (std::multiset<int>{critical_priority, branch_priority})) << high;
+    EXPECT_TRUE(torch::equal(critical.cpu(), torch::full({256}, 2.0))) << high;
+    EXPECT_TRUE(torch::equal(side.cpu(), torch::full({256}, 4.0))) << high;
+  }
+#endif
 }
 
 TEST(CudaGraph, ReplayReadsTheLearningRateWrittenBeforeIt_CUDA) {

@@ -29,9 +29,11 @@ bool cuda_graphs_available() { return true; }
 
 namespace {
 /// A pool stream of `device` that waits for the current stream's queued work.
-c10::cuda::CUDAStream side_stream_after_current(const torch::Device& device) {
+c10::cuda::CUDAStream side_stream_after_current(const torch::Device& device,
+                                                StreamPriority priority = StreamPriority::normal) {
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  c10::cuda::CUDAStream side =
+      c10::cuda::getStreamFromPool(/*isHighPriority=*/priority == StreamPriority::high, device.index());
   at::cuda::CUDAEvent queued;
   queued.record(current);
   queued.block(side);
@@ -39,10 +41,14 @@ c10::cuda::CUDAStream side_stream_after_current(const torch::Device& device) {
 }
 
 /// Makes the current stream of `device` wait for `side`'s queued work.
-void current_waits_for(const torch::Device& device, const c10::cuda::CUDAStream& side) {
+void current_waits_for(const torch::Device& device, const c10::cuda::CUDAStream& side,
+                       const std::vector<torch::Tensor>& made = {}) {
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
   at::cuda::CUDAEvent done;
   done.record(side);
-  done.block(c10::cuda::getCurrentCUDAStream(device.index()));
+  done.block(current);
+  for (const torch::Tensor& tensor : made)
+    if (tensor.defined()) c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), current);
 }
 }  // namespace
 
@@ -58,8 +64,8 @@ void run_on_side_stream(const torch::Device& device, const std::function<void()>
 namespace {
 /// The branch stream of each device, made once and kept for the process (as LibTorch keeps its
 /// stream pools): a stream of its own rather than one of the pool's, which the current stream may
-/// be. Created non-blocking at the lowest priority, so that where the GPU chooses (eager steps),
-/// the current stream's critical path goes first.
+/// be. Created non-blocking at the lowest priority, so that where the GPU chooses, a critical path
+/// on a stream of higher priority goes first (a capture of StreamPriority::high).
 c10::cuda::CUDAStream branch_stream(const torch::Device& device) {
   static std::mutex mutex;
   static std::array<cudaStream_t, 64> streams{};
@@ -90,7 +96,9 @@ void fork_to_branch(const torch::Device& device, const std::function<void()>& wo
     if (tensor.defined()) c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), branch);
 }
 
-void join_branch(const torch::Device& device) { current_waits_for(device, branch_stream(device)); }
+void join_branch(const torch::Device& device, const std::vector<torch::Tensor>& made) {
+  current_waits_for(device, branch_stream(device), made);
+}
 
 bool branch_done(const torch::Device& device) { return branch_stream(device).query(); }
 
@@ -102,9 +110,10 @@ struct CudaGraph::Impl {
 CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
 CudaGraph::~CudaGraph() = default;
 
-void CudaGraph::capture(const torch::Device& device, const std::function<void()>& enqueue) {
+void CudaGraph::capture(const torch::Device& device, const std::function<void()>& enqueue,
+                        StreamPriority priority) {
   if (impl_->captured) throw std::logic_error("CudaGraph::capture called twice");
-  const c10::cuda::CUDAStream side = side_stream_after_current(device);
+  const c10::cuda::CUDAStream side = side_stream_after_current(device, priority);
   {
     // Capture needs a stream other than the default one. Waiting once for everything queued keeps
     // the capture free of pending work from the warm-up; then the blocks the warm-up left cached
@@ -159,7 +168,7 @@ void run_on_side_stream(const torch::Device&, const std::function<void()>&) { no
 void fork_to_branch(const torch::Device&, const std::function<void()>&, const std::vector<torch::Tensor>&) {
   no_cuda();
 }
-void join_branch(const torch::Device&) { no_cuda(); }
+void join_branch(const torch::Device&, const std::vector<torch::Tensor>&) { no_cuda(); }
 bool branch_done(const torch::Device&) { no_cuda(); }
 
 double elapsed_ms(const torch::Device&, const std::function<void()>& work) { return clock_ms(work); }
@@ -167,7 +176,7 @@ double elapsed_ms(const torch::Device&, const std::function<void()>& work) { ret
 struct CudaGraph::Impl {};
 CudaGraph::CudaGraph() { no_cuda(); }
 CudaGraph::~CudaGraph() = default;
-void CudaGraph::capture(const torch::Device&, const std::function<void()>&) { no_cuda(); }
+void CudaGraph::capture(const torch::Device&, const std::function<void()>&, StreamPriority) { no_cuda(); }
 void CudaGraph::replay() { no_cuda(); }
 bool CudaGraph::captured() const { return false; }
 

@@ -24,7 +24,7 @@ void BatchGraph::run(const data::Batch& batch, const Work& work) {
     images_ = torch::empty_like(batch.images, batch.images.options(), format_);
     labels_ = torch::empty_like(batch.labels);
     auto graph = std::make_unique<gpu::CudaGraph>();
-    graph->capture(batch.images.device(), [&] { work(images_, labels_); });
+    graph->capture(batch.images.device(), [&] { work(images_, labels_); }, capture_priority_);
     graph_ = std::move(graph);
     ++captures_;
   }

@@ -89,6 +89,8 @@ void TrainStep::choose_branches(const torch::Tensor& images) {
   // The reducer's hooks copy each gradient into its bucket inside the backward pass.
   backends.join_each_weight_gradient = reducer_ != nullptr;
   model_->set_convolution_backends(backends);
+  // The critical path above the branch: where both wait for SMs, its kernels go first.
+  graph_->set_capture_priority(branches_ ? gpu::StreamPriority::high : gpu::StreamPriority::normal);
 }
 
 void TrainStep::run(const data::Batch& batch) {

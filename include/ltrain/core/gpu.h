@@ -19,8 +19,8 @@ bool cuda_graphs_available();
 /// autotuning, lazy initialisation and the autograd engine's device threads happen there.
 void run_on_side_stream(const torch::Device& device, const std::function<void()>& work);
 
-/// The step's branch: a second stream of `device` (one per device, made on first use) for work off
-/// the critical path. fork_to_branch runs `work` there after everything queued so far on the
+/// The step's branch: a second stream of `device` (one per device, made on first use, at the
+/// device's lowest priority) for work off the critical path. fork_to_branch runs `work` there after everything queued so far on the
 /// current stream, and leaves the current stream free to go on; join_branch makes the current
 /// stream wait for everything queued on the branch so far. Inside a capture the two become parallel
 /// branches of the graph, which the GPU runs side by side. `used` are tensors the work reads that
@@ -28,13 +28,20 @@ void run_on_side_stream(const torch::Device& device, const std::function<void()>
 /// until the branch's work is done (the caching allocator's record_stream).
 void fork_to_branch(const torch::Device& device, const std::function<void()>& work,
                     const std::vector<torch::Tensor>& used);
-void join_branch(const torch::Device& device);
+/// `made` are tensors the branch made that the current stream reads from then on: their memory is
+/// not reused by the branch until the current stream's work queued so far is done.
+void join_branch(const torch::Device& device, const std::vector<torch::Tensor>& made = {});
 /// Whether everything queued on the branch of `device` so far has run (no wait).
 bool branch_done(const torch::Device& device);
 
 /// Milliseconds that `work` takes on `device`: between two CUDA events on the current stream
 /// (waits for them), or on the CPU between two clock reads around it.
 double elapsed_ms(const torch::Device& device, const std::function<void()>& work);
+
+/// The priority of the stream a graph is captured on. The kernels a capture records keep the
+/// priority of the stream they were queued on, and LibTorch 2.11 instantiates its graphs to honour
+/// them: where kernels of two branches wait for the same SMs, the higher one's blocks go first.
+enum class StreamPriority { normal, high };
 
 /// One captured CUDA graph and its private memory pool. Tensors that `enqueue` allocates live in
 /// the pool and are rewritten at every replay; tensors it reads or writes that were allocated
@@ -46,9 +53,12 @@ class CudaGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
-  /// Records the work `enqueue` issues on `device` (on a side stream, ordered after the current
-  /// stream's queued work). Nothing runs. Host-side effects of `enqueue` happen once, now.
-  void capture(const torch::Device& device, const std::function<void()>& enqueue);
+  /// Records the work `enqueue` issues on `device` (on a side stream of `priority`, ordered after
+  /// the current stream's queued work). Nothing runs. Host-side effects of `enqueue` happen once,
+  /// now. `StreamPriority::high` puts the work queued on the capture's own stream, the critical
+  /// path, above the branch's (fork_to_branch).
+  void capture(const torch::Device& device, const std::function<void()>& enqueue,
+               StreamPriority priority = StreamPriority::normal);
 
   /// Launches the captured work on the current stream (no host sync).
   void replay();

@@ -30,6 +30,9 @@ class BatchGraph {
   /// whose shape differs from the last one's starts the warm-up again for the new shape.
   void run(const data::Batch& batch, const Work& work);
 
+  /// The priority of the stream the graphs captured from now on are captured on (gpu::CudaGraph).
+  void set_capture_priority(gpu::StreamPriority priority) { capture_priority_ = priority; }
+
   bool captured() const { return graph_ != nullptr; }
   /// Graphs captured so far (one per run of same-shaped batches).
   int64_t captures() const { return captures_; }
@@ -40,6 +43,7 @@ class BatchGraph {
   int64_t captures_ = 0;
   std::vector<int64_t> shape_;  // the images' shape of the warm-up or graph under way
   torch::MemoryFormat format_;
+  gpu::StreamPriority capture_priority_ = gpu::StreamPriority::normal;
   std::unique_ptr<gpu::CudaGraph> graph_;
   torch::Tensor images_;  // [B,3,S,S] float32, in format_
   torch::Tensor labels_;  // [B] int64
