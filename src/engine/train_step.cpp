@@ -86,10 +86,8 @@ void TrainStep::choose_branches(const torch::Tensor& images) {
               (branch_setting_ == config::StepBranches::automatic && branches_pay(images));
   ops::ConvolutionBackends backends = convolution_backends_before_;
   backends.weight_gradient_branch = branches_;
-  // The reducer's hooks copy each gradient into its bucket inside the backward pass: every
-  // gradient is joined as it is made, and the projections stay on the critical path.
+  // The reducer's hooks copy each gradient into its bucket inside the backward pass.
   backends.join_each_weight_gradient = reducer_ != nullptr;
-  backends.projection_branch = branches_ && reducer_ == nullptr;
   model_->set_convolution_backends(backends);
   // The critical path above the branch: where both wait for SMs, its kernels go first.
   graph_->set_capture_priority(branches_ ? gpu::StreamPriority::high : gpu::StreamPriority::normal);

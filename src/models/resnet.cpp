@@ -9,7 +9,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "ltrain/core/gpu.h"
 #include "ltrain/ops/batch_norm.h"
 #include "ltrain/ops/max_pool.h"
 
@@ -159,47 +158,26 @@ ops::ConvWithStatistics convolve(const torch::nn::Conv2d& conv, const torch::Ten
 torch::Tensor ResidualBlockImpl::forward(torch::Tensor x) { return forward_block({std::move(x), {}}).y; }
 
 BlockOutput ResidualBlockImpl::forward_block(const BlockOutput& input) {
-  const torch::Tensor& x = input.shortcut_input();  // [B,C_in,H,W]
-  torch::Tensor shortcut_output;                    // [B,C_out,H/s,W/s]
-  ops::ConvWithStatistics residual;
-  const Projection projection = projection_layers();
-  if (projects_on_branch(projection, x)) {
-    // The projection's convolution on the branch, beside the residual branch's convolutions; its
-    // BatchNorm on the current stream once both are queued.
-    torch::Tensor projected;
-    gpu::fork_to_branch(x.device(), [&] { projected = convolve(projection.conv, x).y; }, {x});
-    residual = residual_branch(input.y);
-    gpu::join_branch(x.device(), {projected});
-    shortcut_output = projection.norm->forward(projected);
-  } else {
-    shortcut_output = shortcut(projection, x);
-    residual = residual_branch(input.y);
-  }
+  const torch::Tensor shortcut_output = shortcut(input.shortcut_input());
   BlockOutput output;
   // A second output only where a gradient will flow back through it.
   const bool wants_second = torch::GradMode::is_enabled();
-  output.y = last_norm()->forward_relu(residual, shortcut_output, wants_second ? &output.y_for_shortcut : nullptr);
+  output.y = last_norm()->forward_relu(residual_branch(input.y), shortcut_output,
+                                       wants_second ? &output.y_for_shortcut : nullptr);
   return output;
 }
 
-ResidualBlockImpl::Projection ResidualBlockImpl::projection_layers() const {
-  // make_stages builds every projection as [Conv2d, BatchNorm2d].
-  if (!downsample || downsample->size() != 2) return {};
-  const auto conv = std::dynamic_pointer_cast<torch::nn::Conv2dImpl>(downsample->ptr(0));
-  const auto norm = std::dynamic_pointer_cast<BatchNorm2dImpl>(downsample->ptr(1));
-  if (!conv || !norm) return {};
-  return {torch::nn::Conv2d(conv), norm};
-}
-
-bool ResidualBlockImpl::projects_on_branch(const Projection& projection, const torch::Tensor& x) const {
-  return projection.conv && backends_.convolution->projection_branch && x.is_cuda() &&
-         torch::GradMode::is_enabled() && !projection.norm->takes_conv_statistics();
-}
-
-torch::Tensor ResidualBlockImpl::shortcut(const Projection& projection, const torch::Tensor& x) {
+torch::Tensor ResidualBlockImpl::shortcut(const torch::Tensor& x) {
   if (!downsample) return x;
-  if (!projection.conv) return downsample->forward(x);  // a projection of other layers runs as it is
-  return projection.norm->forward_with_statistics(convolve(projection.conv, x, projection.norm.get()));
+  // make_stages builds every projection as [Conv2d, BatchNorm2d]; anything else runs as it is.
+  std::shared_ptr<torch::nn::Conv2dImpl> conv;
+  std::shared_ptr<BatchNorm2dImpl> norm;
+  if (downsample->size() == 2) {
+    conv = std::dynamic_pointer_cast<torch::nn::Conv2dImpl>(downsample->ptr(0));
+    norm = std::dynamic_pointer_cast<BatchNorm2dImpl>(downsample->ptr(1));
+  }
+  if (!conv || !norm) return downsample->forward(x);
+  return norm->forward_with_statistics(convolve(torch::nn::Conv2d(conv), x, norm.get()));
 }
 
 void ResidualBlockImpl::register_downsample(torch::nn::Sequential projection) {

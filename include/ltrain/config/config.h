@@ -441,11 +441,9 @@ struct CudaGraphSection {
   /// Eager training steps before the capture, on a side stream: cuDNN autotuning and lazy set-up
   /// happen there. They train like any other step.
   int64_t warmup_steps = 3;
-  /// With `train`: each convolution's weight gradient, and each projection shortcut's
-  /// convolution, on a second stream, forked and joined inside the captured step, so that the
-  /// graph runs them beside the data gradient and the rest of the backward pass, and beside the
-  /// block's own convolutions; the rest of the step is captured at a higher stream priority. The
-  /// same kernels on the same inputs: the same numbers. "auto": for the
+  /// With `train`: each convolution's weight gradient on a second stream, forked and joined
+  /// inside the captured step, so that the graph runs it beside the data gradient and the rest
+  /// of the backward pass. The same kernels on the same inputs: the same numbers. "auto": for the
   /// batch shapes where it was measured faster, those whose first-stage feature maps are small
   /// (engine::TrainStep::branches_pay).
   StepBranches branches = StepBranches::automatic;
@@ -460,8 +458,8 @@ struct CudaGraphSection {
     v("eval", eval, "capture evaluation's forward pass as a CUDA graph");
     v("warmup_steps", warmup_steps, "eager training steps before the capture", at_least(1));
     v("branches", branches,
-      "with train: each convolution's weight gradient and each projection shortcut on a second stream, beside the "
-      "rest of the step (auto: where the first stage's feature maps are small)");
+      "with train: each convolution's weight gradient on a second stream, beside the rest of the backward pass "
+      "(auto: where the first stage's feature maps are small)");
     v("dependent_launch", dependent_launch,
       "ltrain's BatchNorm kernels as programmatic dependents of the kernel before them (sm_90 and later)");
   }

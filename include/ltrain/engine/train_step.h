@@ -93,9 +93,8 @@ class TrainStep {
   int64_t images_ = 0;
   std::optional<BatchGraph> graph_;  // with cuda_graph.train
   // With cuda_graph.branches on for the current batch shape (a graph on CUDA): the model's
-  // convolutions queue their weight gradients, and its projection shortcuts their convolutions, on
-  // the step's branch stream, which each backward pass ends by joining; the graph is captured on a
-  // stream of high priority, above the branch.
+  // convolutions queue their weight gradients on the step's branch stream, which each backward
+  // pass ends by joining; the graph is captured on a stream of high priority, above the branch.
   config::StepBranches branch_setting_;
   bool branches_ = false;
   std::vector<int64_t> branch_shape_;  // the batch shape branches_ was chosen for

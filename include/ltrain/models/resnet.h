@@ -133,18 +133,9 @@ class ResidualBlockImpl : public torch::nn::Module {
   LayerBackends backends_;
 
  private:
-  /// The projection shortcut's layers where it is [Conv2d, BatchNorm2d], as make_stages builds
-  /// it; empty (null modules) without a projection or for one of other layers.
-  struct Projection {
-    torch::nn::Conv2d conv{nullptr};
-    std::shared_ptr<BatchNorm2dImpl> norm;
-  };
-  Projection projection_layers() const;
-  /// Whether `projection` convolves `x` on the step's branch (ops::ConvolutionBackends::projection_branch).
-  bool projects_on_branch(const Projection& projection, const torch::Tensor& x) const;
   /// x itself, or downsample(x), its convolution handing its statistics to its BatchNorm where
   /// that takes them.
-  torch::Tensor shortcut(const Projection& projection, const torch::Tensor& x);
+  torch::Tensor shortcut(const torch::Tensor& x);
 
   torch::nn::Sequential downsample{nullptr};
 };

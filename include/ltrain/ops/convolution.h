@@ -35,12 +35,6 @@ struct ConvolutionBackends {
   /// reducer's hooks). It is joined at once anyway where autograd would read it there itself: a
   /// weight that already holds a gradient (autograd adds to it) or is no leaf.
   bool join_each_weight_gradient = false;
-  /// On CUDA, with autograd recording: a residual block's projection shortcut convolves on the
-  /// step's branch stream, beside the block's own convolutions, and the block joins it before the
-  /// shortcut's BatchNorm (models/resnet.h); its backward runs there too, as autograd runs each
-  /// backward on the stream of its forward. Where the shortcut's convolution hands statistics to
-  /// its BatchNorm (the fused convolution), it stays on the current stream.
-  bool projection_branch = false;
 };
 
 /// conv2d(x, weight) with `parameters`, no bias: x [B,C,H,W], weight [K,C/groups,k,k] ->
