@@ -200,11 +200,13 @@ TEST(CudaGraph, DependentLaunchesGiveTheStepsOfPlainLaunches_CUDA) {
 TEST(CudaGraph, AutoBranchesTheStepsWhoseFirstStageIsSmall_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   // cuda_graph.branches=auto: the branch for a batch of 32 at the cifar stem (32 x 32 x 32 first-stage
-  // positions), not for 512 (512 x 32 x 32), nor in an eager step; the model gets its one-stream
+  // positions) and of 128, not for 512 (512 x 32 x 32), nor in an eager step; the critical path
+  // above the branch for 32 alone (at most 1024 x 8 x 8 positions). The model gets its one-stream
   // convolutions back with the step.
-  for (const auto& [batch, graphed, branched] : {std::tuple<int64_t, bool, bool>{32, true, true},
-                                                 std::tuple<int64_t, bool, bool>{512, true, false},
-                                                 std::tuple<int64_t, bool, bool>{32, false, false}}) {
+  using Case = std::tuple<int64_t, bool, bool, gpu::StreamPriority>;
+  for (const auto& [batch, graphed, branched, priority] :
+       {Case{32, true, true, gpu::StreamPriority::high}, Case{128, true, true, gpu::StreamPriority::normal},
+        Case{512, true, false, gpu::StreamPriority::normal}, Case{32, false, false, gpu::StreamPriority::normal}}) {
     const auto loaded = graph_test_config({"precision.mode=bf16", "model.channels_last=true",
                                            "cuda_graph.train=" + std::string(graphed ? "true" : "false")});
     engine::apply_runtime_settings(loaded.config);
@@ -216,6 +218,7 @@ TEST(CudaGraph, AutoBranchesTheStepsWhoseFirstStageIsSmall_CUDA) {
       engine::TrainStep step(model, *optimizer, scaler, loaded.config);
       step.run(random_batches(1, batch).front());
       EXPECT_EQ(model->convolution_backends().weight_gradient_branch, branched) << batch << " " << graphed;
+      EXPECT_EQ(step.capture_priority(), priority) << batch << " " << graphed;
     }
     EXPECT_FALSE(model->convolution_backends().weight_gradient_branch);
   }

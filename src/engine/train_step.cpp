@@ -70,14 +70,23 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
 
 TrainStep::~TrainStep() { model_->set_convolution_backends(convolution_backends_before_); }
 
-bool TrainStep::branches_pay(const torch::Tensor& images) const {
-  // The largest first stage (positions per micro-batch) at which the branch measured faster, the
-  // recipes' 512 images at 16x16 (docs/benchmarks/branches.md); larger maps fill
-  // the GPU from one stream.
-  constexpr int64_t kMostFirstStagePositions = 512 * 16 * 16;
+int64_t TrainStep::first_stage_positions(const torch::Tensor& images) const {
   const int64_t micro_batch = images.size(0) / accumulation_steps_;
-  return micro_batch * model_->first_stage_side(images.size(2)) * model_->first_stage_side(images.size(3)) <=
-         kMostFirstStagePositions;
+  return micro_batch * model_->first_stage_side(images.size(2)) * model_->first_stage_side(images.size(3));
+}
+
+bool TrainStep::branches_pay(const torch::Tensor& images) const {
+  // The largest first stage at which the branch measured faster, the recipes' 512 images at 16x16
+  // (docs/benchmarks/branches.md); larger maps fill the GPU from one stream.
+  constexpr int64_t kMostBranchedPositions = 512 * 16 * 16;
+  return first_stage_positions(images) <= kMostBranchedPositions;
+}
+
+bool TrainStep::critical_path_first_pays(const torch::Tensor& images) const {
+  // Measured faster at the guides' 256 images at 8x8, even at 1024, slower at the recipes' 512 at
+  // 16x16 (docs/benchmarks/branch-priority.md).
+  constexpr int64_t kMostPrioritizedPositions = 1024 * 8 * 8;
+  return first_stage_positions(images) <= kMostPrioritizedPositions;
 }
 
 void TrainStep::choose_branches(const torch::Tensor& images) {
@@ -90,7 +99,8 @@ void TrainStep::choose_branches(const torch::Tensor& images) {
   backends.join_each_weight_gradient = reducer_ != nullptr;
   model_->set_convolution_backends(backends);
   // The critical path above the branch: where both wait for SMs, its kernels go first.
-  graph_->set_capture_priority(branches_ ? gpu::StreamPriority::high : gpu::StreamPriority::normal);
+  const bool critical_path_first = branches_ && critical_path_first_pays(images);
+  graph_->set_capture_priority(critical_path_first ? gpu::StreamPriority::high : gpu::StreamPriority::normal);
 }
 
 void TrainStep::run(const data::Batch& batch) {

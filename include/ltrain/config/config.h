@@ -443,7 +443,9 @@ struct CudaGraphSection {
   int64_t warmup_steps = 3;
   /// With `train`: each convolution's weight gradient on a second stream, forked and joined
   /// inside the captured step, so that the graph runs it beside the data gradient and the rest
-  /// of the backward pass. The same kernels on the same inputs: the same numbers. "auto": for the
+  /// of the backward pass; where the first stage's maps are smallest, the rest of the step is
+  /// captured at a higher stream priority than the branch. The same kernels on the same inputs:
+  /// the same numbers. "auto": for the
   /// batch shapes where it was measured faster, those whose first-stage feature maps are small
   /// (engine::TrainStep::branches_pay).
   StepBranches branches = StepBranches::automatic;

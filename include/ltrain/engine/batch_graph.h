@@ -32,6 +32,7 @@ class BatchGraph {
 
   /// The priority of the stream the graphs captured from now on are captured on (gpu::CudaGraph).
   void set_capture_priority(gpu::StreamPriority priority) { capture_priority_ = priority; }
+  gpu::StreamPriority capture_priority() const { return capture_priority_; }
 
   bool captured() const { return graph_ != nullptr; }
   /// Graphs captured so far (one per run of same-shaped batches).

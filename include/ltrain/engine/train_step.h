@@ -56,6 +56,10 @@ class TrainStep {
 
   /// True once the step has been captured as a CUDA graph.
   bool graphed() const { return graph_ && graph_->captured(); }
+  /// The priority of the stream the step's graph is captured on (normal without a graph).
+  gpu::StreamPriority capture_priority() const {
+    return graph_ ? graph_->capture_priority() : gpu::StreamPriority::normal;
+  }
 
   /// Reads and resets the device-side sums (over every rank in a data-parallel run): one host sync.
   StepTotals take_totals();
@@ -72,6 +76,11 @@ class TrainStep {
   /// cuda_graph.branches is auto: where the first stage's feature maps of a micro-batch hold few
   /// positions (B x H' x W'), whose kernels leave SMs idle on one stream.
   bool branches_pay(const torch::Tensor& images) const;
+  /// Whether a step with the branch over `images` is captured with its critical path above the
+  /// branch (gpu::StreamPriority::high): where the first stage holds few positions.
+  bool critical_path_first_pays(const torch::Tensor& images) const;
+  /// Positions of the first stage's feature maps in a micro-batch of `images` [K*B,3,H,W]: B x H' x W'.
+  int64_t first_stage_positions(const torch::Tensor& images) const;
   /// Turns the branch on or off for the graph of `images`' shape (before its warm-up steps).
   void choose_branches(const torch::Tensor& images);
 
@@ -94,7 +103,8 @@ class TrainStep {
   std::optional<BatchGraph> graph_;  // with cuda_graph.train
   // With cuda_graph.branches on for the current batch shape (a graph on CUDA): the model's
   // convolutions queue their weight gradients on the step's branch stream, which each backward
-  // pass ends by joining; the graph is captured on a stream of high priority, above the branch.
+  // pass ends by joining; where the first stage is small the graph is captured on a stream of high
+  // priority, above the branch.
   config::StepBranches branch_setting_;
   bool branches_ = false;
   std::vector<int64_t> branch_shape_;  // the batch shape branches_ was chosen for
