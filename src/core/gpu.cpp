@@ -41,14 +41,10 @@ c10::cuda::CUDAStream side_stream_after_current(const torch::Device& device,
 }
 
 /// Makes the current stream of `device` wait for `side`'s queued work.
-void current_waits_for(const torch::Device& device, const c10::cuda::CUDAStream& side,
-                       const std::vector<torch::Tensor>& made = {}) {
-  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
+void current_waits_for(const torch::Device& device, const c10::cuda::CUDAStream& side) {
   at::cuda::CUDAEvent done;
   done.record(side);
-  done.block(current);
-  for (const torch::Tensor& tensor : made)
-    if (tensor.defined()) c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), current);
+  done.block(c10::cuda::getCurrentCUDAStream(device.index()));
 }
 }  // namespace
 
@@ -96,9 +92,7 @@ void fork_to_branch(const torch::Device& device, const std::function<void()>& wo
     if (tensor.defined()) c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), branch);
 }
 
-void join_branch(const torch::Device& device, const std::vector<torch::Tensor>& made) {
-  current_waits_for(device, branch_stream(device), made);
-}
+void join_branch(const torch::Device& device) { current_waits_for(device, branch_stream(device)); }
 
 bool branch_done(const torch::Device& device) { return branch_stream(device).query(); }
 
@@ -168,7 +162,7 @@ void run_on_side_stream(const torch::Device&, const std::function<void()>&) { no
 void fork_to_branch(const torch::Device&, const std::function<void()>&, const std::vector<torch::Tensor>&) {
   no_cuda();
 }
-void join_branch(const torch::Device&, const std::vector<torch::Tensor>&) { no_cuda(); }
+void join_branch(const torch::Device&) { no_cuda(); }
 bool branch_done(const torch::Device&) { no_cuda(); }
 
 double elapsed_ms(const torch::Device&, const std::function<void()>& work) { return clock_ms(work); }

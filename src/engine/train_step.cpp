@@ -83,8 +83,8 @@ bool TrainStep::branches_pay(const torch::Tensor& images) const {
 }
 
 bool TrainStep::critical_path_first_pays(const torch::Tensor& images) const {
-  // Measured faster at the guides' 256 images at 8x8, even at 1024, slower at the recipes' 512 at
-  // 16x16 (docs/benchmarks/branch-priority.md).
+  // Measured faster at the guides' 256 images at 8x8, no slower at 1024, slower at the recipes'
+  // 512 at 16x16 (docs/benchmarks/branch-priority.md).
   constexpr int64_t kMostPrioritizedPositions = 1024 * 8 * 8;
   return first_stage_positions(images) <= kMostPrioritizedPositions;
 }

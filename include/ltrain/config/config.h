@@ -445,9 +445,8 @@ struct CudaGraphSection {
   /// inside the captured step, so that the graph runs it beside the data gradient and the rest
   /// of the backward pass; where the first stage's maps are smallest, the rest of the step is
   /// captured at a higher stream priority than the branch. The same kernels on the same inputs:
-  /// the same numbers. "auto": for the
-  /// batch shapes where it was measured faster, those whose first-stage feature maps are small
-  /// (engine::TrainStep::branches_pay).
+  /// the same numbers. "auto": for the batch shapes where it was measured faster, those whose
+  /// first-stage feature maps are small (engine::TrainStep::branches_pay).
   StepBranches branches = StepBranches::automatic;
   /// ltrain's BatchNorm kernels launched as programmatic dependents of the kernel before them, on
   /// GPUs of sm_90 and later (ops/batch_norm.h): each may be placed while that kernel ends, hiding

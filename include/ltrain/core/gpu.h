@@ -20,17 +20,16 @@ bool cuda_graphs_available();
 void run_on_side_stream(const torch::Device& device, const std::function<void()>& work);
 
 /// The step's branch: a second stream of `device` (one per device, made on first use, at the
-/// device's lowest priority) for work off the critical path. fork_to_branch runs `work` there after everything queued so far on the
-/// current stream, and leaves the current stream free to go on; join_branch makes the current
-/// stream wait for everything queued on the branch so far. Inside a capture the two become parallel
-/// branches of the graph, which the GPU runs side by side. `used` are tensors the work reads that
-/// the current stream made and may free before the branch reads them: their memory is not reused
-/// until the branch's work is done (the caching allocator's record_stream).
+/// device's lowest priority) for work off the critical path. fork_to_branch runs `work` there
+/// after everything queued so far on the current stream, and leaves the current stream free to go
+/// on; join_branch makes the current stream wait for everything queued on the branch so far.
+/// Inside a capture the two become parallel branches of the graph, which the GPU runs side by
+/// side. `used` are tensors the work reads that the current stream made and may free before the
+/// branch reads them: their memory is not reused until the branch's work is done (the caching
+/// allocator's record_stream).
 void fork_to_branch(const torch::Device& device, const std::function<void()>& work,
                     const std::vector<torch::Tensor>& used);
-/// `made` are tensors the branch made that the current stream reads from then on: their memory is
-/// not reused by the branch until the current stream's work queued so far is done.
-void join_branch(const torch::Device& device, const std::vector<torch::Tensor>& made = {});
+void join_branch(const torch::Device& device);
 /// Whether everything queued on the branch of `device` so far has run (no wait).
 bool branch_done(const torch::Device& device);
 
