@@ -98,8 +98,10 @@ void TrainStep::choose_branches(const torch::Tensor& images) {
   // The reducer's hooks copy each gradient into its bucket inside the backward pass.
   backends.join_each_weight_gradient = reducer_ != nullptr;
   model_->set_convolution_backends(backends);
-  // The critical path above the branch: where both wait for SMs, its kernels go first.
-  const bool critical_path_first = branches_ && critical_path_first_pays(images);
+  // The critical path above the branch: where both wait for SMs, its kernels go first. Not in a
+  // data-parallel step, whose captured all-reduces keep the priority of the communicator's stream:
+  // below the compute, they could wait behind it on one rank while the others spin (not measured).
+  const bool critical_path_first = branches_ && reducer_ == nullptr && critical_path_first_pays(images);
   graph_->set_capture_priority(critical_path_first ? gpu::StreamPriority::high : gpu::StreamPriority::normal);
 }
 
