@@ -243,10 +243,11 @@ void check_synthetic_data_fits(const config::RunConfig& config, const torch::Dev
   const auto image_bytes = static_cast<double>(3 * data.image_size * data.image_size);
   const double copy_side =
       static_cast<double>(data.image_size + 2 * data::augmentation_border(data.random_crop, data.crop_padding));
-  const double padded_copy = device.is_cpu() && data::keeps_augmentation_copy(data.random_crop, data.horizontal_flip)
-                                 ? copy_side * copy_side / static_cast<double>(data.image_size * data.image_size)
-                                 : 0.0;
-  const double needed = image_bytes * (static_cast<double>(data.synthetic_train_size) * (1.0 + padded_copy) +
+  // The augmentation copy's bytes per image byte: 0 without it, more than 1 with a border.
+  const double copy_per_image = device.is_cpu() && data::keeps_augmentation_copy(data.random_crop, data.horizontal_flip)
+                                    ? copy_side * copy_side / static_cast<double>(data.image_size * data.image_size)
+                                    : 0.0;
+  const double needed = image_bytes * (static_cast<double>(data.synthetic_train_size) * (1.0 + copy_per_image) +
                                        static_cast<double>(data.synthetic_test_size));
   const int64_t available = available_memory_bytes();
   if (available > 0 && needed > static_cast<double>(available))
@@ -254,7 +255,8 @@ void check_synthetic_data_fits(const config::RunConfig& config, const torch::Dev
         "data.synthetic_train_size = {}, data.synthetic_test_size = {}: the synthetic {}x{} images need {:.1f} GB "
         "of memory{}, more than the {:.1f} GB this machine has available; use fewer images",
         data.synthetic_train_size, data.synthetic_test_size, data.image_size, data.image_size, needed / 1e9,
-        padded_copy > 0 ? " (with the training loader's copy for augmentation)" : "", static_cast<double>(available) / 1e9));
+        copy_per_image > 0 ? " (with the training loader's copy for augmentation)" : "",
+        static_cast<double>(available) / 1e9));
 }
 }  // namespace
 
