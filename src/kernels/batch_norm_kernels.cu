@@ -12,7 +12,8 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-/// A thread's share of [rows, channels]. The grid is (row groups, channel groups): block (r, g)
+/// A thread's share of [rows, channels]. The grid is (row groups, channel groups), group_channels =
+/// channels / gridDim.y (from kVector to kGroupChannels, the launcher's choice): block (r, g)
 /// covers channels [g * group_channels, (g + 1) * group_channels) of rows r * lanes + lane, then
 /// every gridDim.x * lanes rows after it, at most kRowsPerThread of them; a thread covers 8
 /// adjacent channels of those rows.
@@ -25,7 +26,7 @@ struct Place {
 };
 
 __device__ Place place_of(int64_t channels) {
-  const int group_channels = group_channels_of(channels);
+  const int group_channels = static_cast<int>(channels / gridDim.y);
   const int vectors = group_channels / kVector;
   const int channel_in_group = static_cast<int>(threadIdx.x % vectors) * kVector;
   return {static_cast<int64_t>(blockIdx.y) * group_channels + channel_in_group, channel_in_group, group_channels,
@@ -127,15 +128,34 @@ __device__ float sum_over_block(float (&first)[kVector], float (&second)[kVector
   return total;
 }
 
-/// Turns each thread's partial sums over its rows into the sums over all rows of its channels.
+/// The sums over all rows of one channel.
+struct ChannelSums {
+  float first = 0.0f;
+  float second = 0.0f;
+};
+
+/// Whether this thread is its block's channel thread for channel threadIdx.x of the group: the
+/// one that turns that channel's sums into what every thread of the block needs of it.
+__device__ inline bool is_channel_thread(const Place& place) {
+  return static_cast<int>(threadIdx.x) < place.group_channels;
+}
+
+/// The channel thread's channel in the tensor.
+__device__ inline int64_t own_channel(const Place& place) {
+  return static_cast<int64_t>(blockIdx.y) * place.group_channels + threadIdx.x;
+}
+
+/// Adds up each thread's partial sums over its rows (first[], second[] for its 8 channels) over all
+/// rows, and returns them in the channel threads (is_channel_thread), for their own channel.
 /// Reduction::cluster: the row groups of a channel group are one thread-block cluster; each block
 /// adds up the cluster's block sums from distributed shared memory, in rank order (repeatable).
 /// The caller ends with finish_sums(), so that no block leaves while another still reads it.
 /// Reduction::grid: the blocks add their sums into the accumulators and meet the whole grid.
 template <Reduction kReduction>
-__device__ void sum_over_rows(float (&first)[kVector], float (&second)[kVector], const Place& place, int64_t channels,
-                              Accumulators* accumulators) {
+__device__ ChannelSums sum_over_rows(float (&first)[kVector], float (&second)[kVector], const Place& place,
+                                     int64_t channels, Accumulators* accumulators) {
   const bool summing_thread = static_cast<int>(threadIdx.x) < 2 * place.group_channels;
+  ChannelSums totals;
   if constexpr (kReduction == Reduction::cluster) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     __shared__ float block_sums[2 * kGroupChannels];    // [which * group_channels + channel], this block's
@@ -152,10 +172,9 @@ __device__ void sum_over_rows(float (&first)[kVector], float (&second)[kVector],
     }
     cluster.barrier_arrive();  // done reading the other blocks; finish_sums() waits for them all
     __syncthreads();
-#pragma unroll
-    for (int k = 0; k < kVector; ++k) {
-      first[k] = cluster_sums[place.channel_in_group + k];
-      second[k] = cluster_sums[place.group_channels + place.channel_in_group + k];
+    if (is_channel_thread(place)) {
+      totals.first = cluster_sums[threadIdx.x];
+      totals.second = cluster_sums[place.group_channels + threadIdx.x];
     }
 #else
     __trap();  // clusters need sm_90; the host side launches this only on such devices
@@ -175,12 +194,12 @@ __device__ void sum_over_rows(float (&first)[kVector], float (&second)[kVector],
     }
     cg::this_grid().sync();  // fences first: every block's additions are in, and every block has read the parity
     if (first_block && threadIdx.x == 0) accumulators->parity = parity ^ 1u;
-#pragma unroll
-    for (int k = 0; k < kVector; ++k) {
-      first[k] = __ldcg(&sums[place.first_channel + k]);
-      second[k] = __ldcg(&sums[channels + place.first_channel + k]);
+    if (is_channel_thread(place)) {
+      totals.first = __ldcg(&sums[own_channel(place)]);
+      totals.second = __ldcg(&sums[channels + own_channel(place)]);
     }
   }
+  return totals;
 }
 
 /// The end of a kernel that called sum_over_rows: a cluster's blocks wait until all have read
@@ -190,6 +209,25 @@ __device__ void finish_sums() {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
   if constexpr (kReduction == Reduction::cluster) cg::this_cluster().barrier_wait();
 #endif
+}
+
+/// Hands each thread its 8 channels' values of what the channel threads computed, `own` of
+/// channel threadIdx.x: kValues per channel, through shared memory (a block barrier). Each
+/// channel's division and square root then run once a block rather than in every lane.
+template <int kValues>
+__device__ void share_channel_values(const float (&own)[kValues], const Place& place,
+                                     float (&values)[kValues][kVector]) {
+  __shared__ float shared[kValues][kGroupChannels];  // [value][channel in group]
+  if (is_channel_thread(place)) {
+#pragma unroll
+    for (int n = 0; n < kValues; ++n) shared[n][threadIdx.x] = own[n];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int n = 0; n < kValues; ++n) {
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) values[n][k] = shared[n][place.channel_in_group + k];
+  }
 }
 
 // Per-row and per-channel steps that the register kernels and the streaming kernels share.
@@ -226,32 +264,59 @@ __device__ __forceinline__ void affine_of(float weight, float bias, float mean, 
 /// x * scale + offset, what the activation sees, rounded once.
 __device__ __forceinline__ float affine(float x, float scale, float offset) { return __fmaf_rn(x, scale, offset); }
 
-/// From the sums over all rows of d = x - shift and d^2: turns scale and offset, given as the
-/// weight and bias, into y = x * scale + offset before the activation. Block 0's lane 0 writes the
-/// batch statistics and moves the running ones. float32 throughout, as ATen's kernels.
-__device__ __forceinline__ void normalize_statistics(const float (&sum)[kVector], const float (&sum_of_squares)[kVector],
-                                                     const float (&shift)[kVector], const Place& place,
-                                                     const BatchNormShape& shape, const BatchNormForward& a,
-                                                     float (&scale)[kVector], float (&offset)[kVector]) {
-  const bool writes_statistics = blockIdx.x == 0 && place.lane == 0;
+/// What a channel thread loads of its channel before the blocks meet, to overlap their wait: for
+/// the forward the first row's x (the shift of the sums), the weight and the bias; for the
+/// backward the saved inverse standard deviation and the weight.
+struct ChannelInputs {
+  float shift = 0.0f;
+  float weight = 0.0f;
+  float bias = 0.0f;
+  float inv_std = 0.0f;
+};
+
+/// The channel thread's y = x * scale + offset before the activation ({scale, offset}), from the
+/// sums over all rows of d = x - shift and d^2 of its channel. Row group 0 writes the batch
+/// statistics and moves the running ones. float32 throughout, as ATen's kernels.
+__device__ __forceinline__ void normalize_channel(const ChannelSums& sums, const ChannelInputs& inputs,
+                                                  const Place& place, const BatchNormShape& shape,
+                                                  const BatchNormForward& a, float (&affine)[2]) {
   const float count = static_cast<float>(shape.rows);
-  const float momentum = static_cast<float>(a.momentum);
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) {
-    const float shifted_mean = sum[k] / count;
-    const float variance = fmaxf(sum_of_squares[k] / count - shifted_mean * shifted_mean, 0.0f);  // biased
-    const float mean = shift[k] + shifted_mean;
-    const float inv_std = 1.0f / sqrtf(variance + static_cast<float>(a.eps));
-    affine_of(scale[k], offset[k], mean, inv_std, scale[k], offset[k]);
-    if (writes_statistics) {
-      const int64_t channel = place.first_channel + k;
-      a.saved_mean[channel] = mean;
-      a.saved_inv_std[channel] = inv_std;
-      a.running_mean[channel] = (1.0f - momentum) * a.running_mean[channel] + momentum * mean;
-      a.running_var[channel] =
-          (1.0f - momentum) * a.running_var[channel] + momentum * variance * (count / (count - 1.0f));
-    }
+  const float shifted_mean = sums.first / count;
+  const float variance = fmaxf(sums.second / count - shifted_mean * shifted_mean, 0.0f);  // biased
+  const float mean = inputs.shift + shifted_mean;
+  const float inv_std = 1.0f / sqrtf(variance + static_cast<float>(a.eps));
+  affine_of(inputs.weight, inputs.bias, mean, inv_std, affine[0], affine[1]);
+  if (blockIdx.x == 0) {
+    const int64_t channel = own_channel(place);
+    const float momentum = static_cast<float>(a.momentum);
+    a.saved_mean[channel] = mean;
+    a.saved_inv_std[channel] = inv_std;
+    a.running_mean[channel] = (1.0f - momentum) * a.running_mean[channel] + momentum * mean;
+    a.running_var[channel] = (1.0f - momentum) * a.running_var[channel] + momentum * variance * (count / (count - 1.0f));
   }
+}
+
+/// Every thread's scale and offset of its 8 channels (affine[0], affine[1]), from the channel
+/// threads' normalize_channel: the sums over all rows of d = x - shift and d^2.
+__device__ __forceinline__ void normalize_statistics(const ChannelSums& sums, const ChannelInputs& inputs,
+                                                     const Place& place, const BatchNormShape& shape,
+                                                     const BatchNormForward& a, float (&affine)[2][kVector]) {
+  float own[2] = {};
+  if (is_channel_thread(place)) normalize_channel(sums, inputs, place, shape, a, own);
+  share_channel_values(own, place, affine);
+}
+
+/// The channel thread's forward inputs (ChannelInputs); zeros in the other threads.
+template <typename T>
+__device__ __forceinline__ ChannelInputs forward_channel_inputs(const BatchNormForward& a, const Place& place,
+                                                                bool shifted) {
+  ChannelInputs inputs;
+  if (!is_channel_thread(place)) return inputs;
+  const int64_t channel = own_channel(place);
+  if (shifted) inputs.shift = to_float(static_cast<const T*>(a.x)[channel]);
+  inputs.weight = a.weight[channel];
+  inputs.bias = a.bias[channel];
+  return inputs;
 }
 
 /// One row of y: x * scale + offset, then the activation (residual: add_relu only).
@@ -318,17 +383,15 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(BatchNormShape sha
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i)
     if (element_of(place, i, shape) >= 0) add_shifted_row<T>(x_rows[i], shift, sum, sum_of_squares);
-  // y = x * scale + offset before the activation; loaded before the barrier, to overlap its wait.
-  float scale[kVector], offset[kVector];
-  load_channels(a.weight, place, scale);
-  load_channels(a.bias, place, offset);
-  sum_over_rows<kReduction>(sum, sum_of_squares, place, channels, accumulators);
-
-  normalize_statistics(sum, sum_of_squares, shift, place, shape, a, scale, offset);
+  const ChannelInputs inputs = forward_channel_inputs<T>(a, place, /*shifted=*/true);
+  const ChannelSums sums = sum_over_rows<kReduction>(sum, sum_of_squares, place, channels, accumulators);
+  float affine[2][kVector];  // y = x * scale + offset before the activation
+  normalize_statistics(sums, inputs, place, shape, a, affine);
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t at = element_of(place, i, shape);
-    if (at >= 0) store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[i], residual_rows[i], scale, offset));
+    if (at >= 0)
+      store_raw<T>(a.y, at, normalized_row<T, kActivation>(x_rows[i], residual_rows[i], affine[0], affine[1]));
   }
   finish_sums<kReduction>();
 }
@@ -403,28 +466,42 @@ __device__ __forceinline__ void add_gradient_row(const uint4& gradient_raw, cons
 
 /// grad_x = w * inv_std * (g - mean(g) - x_hat * mean(g * x_hat)), x_hat = (x - mean) * inv_std,
 /// with mean(g) = grad_bias / rows and mean(g * x_hat) = grad_weight / rows:
-/// grad_x = gain * g + slope * (x - mean) + constant. From the sums over all rows of g and of
-/// g * (x - mean); block 0's lane 0 writes grad_weight and grad_bias.
-__device__ __forceinline__ void input_gradient_coefficients(const float (&sum)[kVector],
-                                                            const float (&sum_times_centered)[kVector],
-                                                            const float (&inv_std)[kVector],
-                                                            const float (&weight)[kVector], const Place& place,
-                                                            const BatchNormShape& shape, const BatchNormBackward& a,
-                                                            float (&gain)[kVector], float (&slope)[kVector],
-                                                            float (&constant)[kVector]) {
-  const bool writes_gradients = blockIdx.x == 0 && place.lane == 0;
+/// grad_x = gain * g + slope * (x - mean) + constant. The channel thread's {gain, slope, constant}
+/// from the sums over all rows of g and of g * (x - mean) of its channel; row group 0 writes
+/// grad_weight and grad_bias.
+__device__ __forceinline__ void channel_gradient_coefficients(const ChannelSums& sums, const ChannelInputs& inputs,
+                                                              const Place& place, const BatchNormShape& shape,
+                                                              const BatchNormBackward& a, float (&coefficients)[3]) {
   const float count = static_cast<float>(shape.rows);
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) {
-    const float grad_weight = sum_times_centered[k] * inv_std[k];
-    if (writes_gradients) {
-      a.grad_bias[place.first_channel + k] = sum[k];
-      a.grad_weight[place.first_channel + k] = grad_weight;
-    }
-    gain[k] = weight[k] * inv_std[k];
-    slope[k] = -gain[k] * inv_std[k] * (grad_weight / count);
-    constant[k] = -gain[k] * (sum[k] / count);
+  const float grad_weight = sums.second * inputs.inv_std;
+  if (blockIdx.x == 0) {
+    a.grad_bias[own_channel(place)] = sums.first;
+    a.grad_weight[own_channel(place)] = grad_weight;
   }
+  const float gain = inputs.weight * inputs.inv_std;
+  coefficients[0] = gain;
+  coefficients[1] = -gain * inputs.inv_std * (grad_weight / count);
+  coefficients[2] = -gain * (sums.first / count);
+}
+
+/// Every thread's {gain, slope, constant} of its 8 channels, from the channel threads'
+/// channel_gradient_coefficients.
+__device__ __forceinline__ void input_gradient_coefficients(const ChannelSums& sums, const ChannelInputs& inputs,
+                                                            const Place& place, const BatchNormShape& shape,
+                                                            const BatchNormBackward& a,
+                                                            float (&coefficients)[3][kVector]) {
+  float own[3] = {};
+  if (is_channel_thread(place)) channel_gradient_coefficients(sums, inputs, place, shape, a, own);
+  share_channel_values(own, place, coefficients);
+}
+
+/// The channel thread's backward inputs (ChannelInputs); zeros in the other threads.
+__device__ __forceinline__ ChannelInputs backward_channel_inputs(const BatchNormBackward& a, const Place& place) {
+  ChannelInputs inputs;
+  if (!is_channel_thread(place)) return inputs;
+  inputs.inv_std = a.saved_inv_std[own_channel(place)];
+  inputs.weight = a.weight[own_channel(place)];
+  return inputs;
 }
 
 /// One row of grad_x from g and x.
@@ -462,24 +539,25 @@ __global__ void __launch_bounds__(kThreads, 2) backward_kernel(BatchNormShape sh
     // and offset beside 8 rows, nvcc 13.0 spilled 108-120 bytes a thread in bf16 instead of 40.
     if (kActivation != BatchNormActivation::none) mask_by_relu<T>(gradient_rows[i], load_raw<T>(a.y, at));
   }
-  float mean[kVector], inv_std[kVector], weight[kVector];
+  float mean[kVector];
   load_channels(a.saved_mean, place, mean);
-  load_channels(a.saved_inv_std, place, inv_std);
-  load_channels(a.weight, place, weight);
+  const ChannelInputs inputs = backward_channel_inputs(a, place);
   float sum[kVector] = {}, sum_times_centered[kVector] = {};
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i)
     if (element_of(place, i, shape) >= 0) add_gradient_row<T>(gradient_rows[i], x_rows[i], mean, sum, sum_times_centered);
-  sum_over_rows<kReduction>(sum, sum_times_centered, place, channels, accumulators);
-  float gain[kVector], slope[kVector], constant[kVector];
-  input_gradient_coefficients(sum, sum_times_centered, inv_std, weight, place, shape, a, gain, slope, constant);
+  const ChannelSums sums = sum_over_rows<kReduction>(sum, sum_times_centered, place, channels, accumulators);
+  float coefficients[3][kVector];  // gain, slope, constant
+  input_gradient_coefficients(sums, inputs, place, shape, a, coefficients);
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t at = element_of(place, i, shape);
     if (at < 0) continue;
     // Stored after the sums, not before: the grid barrier's fence would wait for these stores.
     if (kActivation == BatchNormActivation::add_relu) store_raw<T>(a.grad_residual, at, gradient_rows[i]);
-    store_raw<T>(a.grad_x, at, input_gradient_row<T>(gradient_rows[i], x_rows[i], mean, gain, slope, constant));
+    store_raw<T>(a.grad_x, at,
+                 input_gradient_row<T>(gradient_rows[i], x_rows[i], mean, coefficients[0], coefficients[1],
+                                       coefficients[2]));
   }
   finish_sums<kReduction>();
 }
@@ -532,11 +610,12 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
     for (int j = kStreamRows - 1; j >= 0; --j)
       if (element_of(place, step + j, shape) >= 0) add_shifted_row<T>(x_rows[j], shift, sum, sum_of_squares);
   }
-  float scale[kVector], offset[kVector];
-  load_channels(a.weight, place, scale);
-  load_channels(a.bias, place, offset);
-  sum_over_rows<Reduction::grid>(sum, sum_of_squares, place, shape.channels, accumulators);
-  normalize_statistics(sum, sum_of_squares, shift, place, shape, a, scale, offset);
+  const ChannelInputs inputs = forward_channel_inputs<T>(a, place, /*shifted=*/true);
+  const ChannelSums sums = sum_over_rows<Reduction::grid>(sum, sum_of_squares, place, shape.channels, accumulators);
+  float affine[2][kVector];  // y = x * scale + offset before the activation
+  normalize_statistics(sums, inputs, place, shape, a, affine);
+  const float(&scale)[kVector] = affine[0];
+  const float(&offset)[kVector] = affine[1];
   for (int step = 0; step < streamed_rows; step += kStreamRows) {
     uint4 x_rows[kStreamRows], residual_rows[kStreamRows];
 #pragma unroll
@@ -597,12 +676,10 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
       add_gradient_row<T>(gradient_rows[j], x_rows[j], mean, sum, sum_times_centered);
     }
   }
-  float inv_std[kVector], weight[kVector];
-  load_channels(a.saved_inv_std, place, inv_std);
-  load_channels(a.weight, place, weight);
-  sum_over_rows<Reduction::grid>(sum, sum_times_centered, place, shape.channels, accumulators);
-  float gain[kVector], slope[kVector], constant[kVector];
-  input_gradient_coefficients(sum, sum_times_centered, inv_std, weight, place, shape, a, gain, slope, constant);
+  const ChannelInputs inputs = backward_channel_inputs(a, place);
+  const ChannelSums sums = sum_over_rows<Reduction::grid>(sum, sum_times_centered, place, shape.channels, accumulators);
+  float coefficients[3][kVector];  // gain, slope, constant
+  input_gradient_coefficients(sums, inputs, place, shape, a, coefficients);
   for (int step = 0; step < streamed_rows; step += kStreamRows) {
     uint4 gradient_rows[kStreamRows], x_rows[kStreamRows];
 #pragma unroll
@@ -618,7 +695,9 @@ __global__ void __launch_bounds__(kThreads, kStreamBlocksPerSm)
       const int64_t at = element_of(place, step + j, shape);
       if (at < 0) continue;
       if (kActivation == BatchNormActivation::relu) mask_by_relu_of_x<T>(gradient_rows[j], x_rows[j], scale, offset);
-      store_raw<T>(a.grad_x, at, input_gradient_row<T>(gradient_rows[j], x_rows[j], mean, gain, slope, constant));
+      store_raw<T>(a.grad_x, at,
+                   input_gradient_row<T>(gradient_rows[j], x_rows[j], mean, coefficients[0], coefficients[1],
+                                         coefficients[2]));
     }
   }
 }
@@ -631,15 +710,18 @@ template <typename T, BatchNormActivation kActivation>
 __global__ void __launch_bounds__(kThreads) given_statistics_forward_kernel(BatchNormShape shape, BatchNormForward a) {
   wait_for_prior_grid();
   const Place place = place_of(shape.channels);
-  float sum[kVector], sum_of_squares[kVector], scale[kVector], offset[kVector];
-  load_channels(a.sum, place, sum);
-  load_channels(a.square_sum, place, sum_of_squares);
-  load_channels(a.weight, place, scale);
-  load_channels(a.bias, place, offset);
   // Sums of x itself (shift 0): the convolution's epilogue has no first row to centre on. In
   // float32, E[x^2] - E[x]^2 loses about 1e-7 of E[x^2], far below the inputs' own rounding.
-  const float no_shift[kVector] = {};
-  normalize_statistics(sum, sum_of_squares, no_shift, place, shape, a, scale, offset);
+  const ChannelInputs inputs = forward_channel_inputs<T>(a, place, /*shifted=*/false);
+  ChannelSums sums;
+  if (is_channel_thread(place)) {
+    sums.first = a.sum[own_channel(place)];
+    sums.second = a.square_sum[own_channel(place)];
+  }
+  float affine[2][kVector];  // y = x * scale + offset before the activation
+  normalize_statistics(sums, inputs, place, shape, a, affine);
+  const float(&scale)[kVector] = affine[0];
+  const float(&offset)[kVector] = affine[1];
   const int streamed_rows = streamed_rows_of(place, shape);
   for (int step = last_stream_step(streamed_rows); step >= 0; step -= kStreamRows) {
     uint4 x_rows[kStreamRows], residual_rows[kStreamRows];

@@ -5,8 +5,10 @@
 // of its kernels: a memset node per BatchNorm kernel, a large share of the step's graph nodes, each
 // adding a launch gap beside its own time (measured: docs/BENCHMARKS.md). Here each
 // direction is one launch that needs no zeroed memory: every thread loads its rows (at most 8)
-// into registers and sums them, the blocks that share channels combine their sums, and each
-// thread writes its rows' results from its registers. The blocks combine their sums in one of
+// into registers and sums them, the blocks that share channels combine their sums, one thread a
+// channel turns the channel's sums into its scale and offset (backward: its gradient's coefficients)
+// and hands them to its block through shared memory, and each thread writes its rows' results from
+// its registers. The blocks combine their sums in one of
 // three ways (BatchNormReduction):
 // - cluster: where a channel group's rows fit in one thread-block cluster of up to 4 blocks (sm_90
 //   and later; ResNet-50's layer3 and layer4 at batch 256), through distributed shared memory, in
