@@ -115,6 +115,7 @@ struct LaunchPlan {
   Reduction reduction = Reduction::none;
   KernelSet kernels;
   int64_t row_groups = 0;
+  int64_t group_channels = 0;  // channels a block covers (gridDim.y = channels / group_channels)
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -145,16 +146,17 @@ LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const Batc
     const int64_t aim = std::clamp<int64_t>(ceil_div(shape.rows, lanes * kClusterRowsPerThread), fewest,
                                             kMaxClusterBlocks);
     for (int64_t blocks = aim; blocks >= fewest; --blocks)
-      if (clusters(blocks) >= channel_groups) return {Reduction::cluster, cluster, blocks};
+      if (clusters(blocks) >= channel_groups) return {Reduction::cluster, cluster, blocks, group_channels};
   }
   const KernelSet grid = kernels_of(type, activation, Reduction::grid);
   if (grid.forward == nullptr) return {};
-  if (fewest * channel_groups <= fewest_over(grid, resident_blocks)) return {Reduction::grid, grid, fewest};
+  if (fewest * channel_groups <= fewest_over(grid, resident_blocks))
+    return {Reduction::grid, grid, fewest, group_channels};
   // Streaming: as many row groups as fit on the device at once, none idle.
   const KernelSet streaming = kernels_of(type, activation, Reduction::streaming);
   const int64_t row_groups =
       std::min<int64_t>(fewest_over(streaming, resident_blocks) / channel_groups, ceil_div(shape.rows, lanes));
-  if (row_groups >= 1) return {Reduction::streaming, streaming, row_groups};
+  if (row_groups >= 1) return {Reduction::streaming, streaming, row_groups, group_channels};
   return {};
 }
 
@@ -245,19 +247,19 @@ cudaError_t launch_kernel(const void* kernel, Reduction reduction, dim3 grid, vo
   return cudaLaunchKernelExC(&config, kernel, parameters);
 }
 
-/// Launches one of a plan's kernels with `row_groups` row groups.
+/// Launches one of a plan's kernels on a grid of `row_groups` row groups by the channel groups of
+/// `group_channels` channels.
 template <typename Arguments>
 cudaError_t launch(const void* kernel, Reduction reduction, const BatchNormShape& shape, int64_t row_groups,
-                   const Arguments& arguments, cudaStream_t stream) {
-  if (kernel == nullptr || row_groups == 0) return cudaErrorNotSupported;
+                   int64_t group_channels, const Arguments& arguments, cudaStream_t stream) {
+  if (kernel == nullptr || row_groups == 0 || group_channels == 0) return cudaErrorNotSupported;
   const bool cooperative = reduction != Reduction::cluster;
   Accumulators* accumulators = cooperative ? accumulators_for(stream) : nullptr;
   if (cooperative && accumulators == nullptr) return cudaErrorNotSupported;
   BatchNormShape shape_argument = shape;
   Arguments kernel_arguments = arguments;
   void* parameters[] = {&shape_argument, &kernel_arguments, &accumulators};
-  const dim3 grid(static_cast<unsigned>(row_groups),
-                  static_cast<unsigned>(shape.channels / group_channels_of(shape.channels)));
+  const dim3 grid(static_cast<unsigned>(row_groups), static_cast<unsigned>(shape.channels / group_channels));
   return launch_kernel(kernel, reduction, grid, parameters, stream);
 }
 
@@ -307,7 +309,7 @@ cudaError_t batch_norm_forward(ElementType type, BatchNormActivation activation,
                                     const BatchNormForward& arguments, cudaStream_t stream) {
   const LaunchPlan plan = checked_plan_for(type, activation, shape);
   if (arguments.relu_mask == nullptr && relu_mask_bytes(plan, activation, shape) > 0) return cudaErrorInvalidValue;
-  return launch(plan.kernels.forward, plan.reduction, shape, plan.row_groups, arguments, stream);
+  return launch(plan.kernels.forward, plan.reduction, shape, plan.row_groups, plan.group_channels, arguments, stream);
 }
 
 cudaError_t batch_norm_backward(ElementType type, BatchNormActivation activation, const BatchNormShape& shape,
@@ -315,7 +317,7 @@ cudaError_t batch_norm_backward(ElementType type, BatchNormActivation activation
   const LaunchPlan plan = checked_plan_for(type, activation, shape);
   if (arguments.relu_mask == nullptr && relu_mask_bytes(plan, activation, shape) > 0) return cudaErrorInvalidValue;
   const void* kernel = arguments.grad_y_second != nullptr ? plan.kernels.backward_second : plan.kernels.backward;
-  return launch(kernel, plan.reduction, shape, plan.row_groups, arguments, stream);
+  return launch(kernel, plan.reduction, shape, plan.row_groups, plan.group_channels, arguments, stream);
 }
 
 bool batch_norm_given_statistics_supported(ElementType type, const BatchNormShape& shape) {
