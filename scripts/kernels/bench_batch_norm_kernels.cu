@@ -28,6 +28,60 @@ struct Buffers {
   float *weight, *bias, *running_mean, *running_var, *saved_mean, *saved_inv_std, *grad_weight, *grad_bias;
 };
 
+/// fp16 tensors of `shape` (x = 1, residual = 0, grad_y = 1) and zeroed per-channel vectors.
+Buffers allocate(const BatchNormShape& shape) {
+  const int64_t elements = shape.rows * shape.channels;
+  Buffers m;
+  for (void** p : {&m.x, &m.residual, &m.y, &m.grad_y, &m.grad_x, &m.grad_residual})
+    CHECK_CUDA(cudaMalloc(p, elements * 2));
+  CHECK_CUDA(cudaMemset(m.x, 0x3c, elements * 2));  // 1.0 in fp16 bytes
+  CHECK_CUDA(cudaMemset(m.residual, 0, elements * 2));
+  CHECK_CUDA(cudaMemset(m.grad_y, 0x3c, elements * 2));
+  for (float** p : {&m.weight, &m.bias, &m.running_mean, &m.running_var, &m.saved_mean, &m.saved_inv_std,
+                    &m.grad_weight, &m.grad_bias}) {
+    CHECK_CUDA(cudaMalloc(p, shape.channels * 4));
+    CHECK_CUDA(cudaMemset(*p, 0, shape.channels * 4));
+  }
+  return m;
+}
+
+void release(const Buffers& m) {
+  for (void* p : {m.x, m.residual, m.y, m.grad_y, m.grad_x, m.grad_residual}) cudaFree(p);
+  for (float* p : {m.weight, m.bias, m.running_mean, m.running_var, m.saved_mean, m.saved_inv_std, m.grad_weight,
+                   m.grad_bias})
+    cudaFree(p);
+}
+
+BatchNormForward forward_arguments(const Buffers& m) {
+  BatchNormForward a;
+  a.x = m.x;
+  a.residual = m.residual;
+  a.y = m.y;
+  a.weight = m.weight;
+  a.bias = m.bias;
+  a.running_mean = m.running_mean;
+  a.running_var = m.running_var;
+  a.saved_mean = m.saved_mean;
+  a.saved_inv_std = m.saved_inv_std;
+  return a;
+}
+
+BatchNormBackward backward_arguments(const Buffers& m) {
+  BatchNormBackward a;
+  a.x = m.x;
+  a.y = m.y;
+  a.grad_y = m.grad_y;
+  a.grad_x = m.grad_x;
+  a.grad_residual = m.grad_residual;
+  a.weight = m.weight;
+  a.bias = m.bias;
+  a.saved_mean = m.saved_mean;
+  a.saved_inv_std = m.saved_inv_std;
+  a.grad_weight = m.grad_weight;
+  a.grad_bias = m.grad_bias;
+  return a;
+}
+
 /// With --profile: each kernel launched once, outside any graph, and not timed (for a profiler).
 bool g_profile = false;
 
@@ -174,39 +228,9 @@ int main(int argc, char** argv) {
   if (tsv) std::printf("rows\tchannels\tactivation\tlaunch\trow_groups\tgroup_channels\tplanned\tforward_us\tbackward_us\n");
   for (const BatchNormShape& shape : shapes) {
     const int64_t elements = shape.rows * shape.channels;
-    Buffers m;
-    for (void** p : {&m.x, &m.residual, &m.y, &m.grad_y, &m.grad_x, &m.grad_residual})
-      CHECK_CUDA(cudaMalloc(p, elements * 2));
-    CHECK_CUDA(cudaMemset(m.x, 0x3c, elements * 2));  // 1.0 in fp16 bytes
-    CHECK_CUDA(cudaMemset(m.residual, 0, elements * 2));
-    CHECK_CUDA(cudaMemset(m.grad_y, 0x3c, elements * 2));
-    for (float** p : {&m.weight, &m.bias, &m.running_mean, &m.running_var, &m.saved_mean, &m.saved_inv_std,
-                      &m.grad_weight, &m.grad_bias}) {
-      CHECK_CUDA(cudaMalloc(p, shape.channels * 4));
-      CHECK_CUDA(cudaMemset(*p, 0, shape.channels * 4));
-    }
-    BatchNormForward forward;
-    forward.x = m.x;
-    forward.residual = m.residual;
-    forward.y = m.y;
-    forward.weight = m.weight;
-    forward.bias = m.bias;
-    forward.running_mean = m.running_mean;
-    forward.running_var = m.running_var;
-    forward.saved_mean = m.saved_mean;
-    forward.saved_inv_std = m.saved_inv_std;
-    BatchNormBackward backward;
-    backward.x = m.x;
-    backward.y = m.y;
-    backward.grad_y = m.grad_y;
-    backward.grad_x = m.grad_x;
-    backward.grad_residual = m.grad_residual;
-    backward.weight = m.weight;
-    backward.bias = m.bias;
-    backward.saved_mean = m.saved_mean;
-    backward.saved_inv_std = m.saved_inv_std;
-    backward.grad_weight = m.grad_weight;
-    backward.grad_bias = m.grad_bias;
+    const Buffers m = allocate(shape);
+    const BatchNormForward forward = forward_arguments(m);
+    const BatchNormBackward backward = backward_arguments(m);
     accumulators_for(stream);  // made before any capture
 
     if (!tsv) std::printf("rows %6ld x channels %5ld\n", static_cast<long>(shape.rows), static_cast<long>(shape.channels));
@@ -240,10 +264,7 @@ int main(int argc, char** argv) {
                   launch_shape.row_groups, launch_shape.group_channels, planned, forward_us, backward_us);
       }
     }
-    for (void* p : {m.x, m.residual, m.y, m.grad_y, m.grad_x, m.grad_residual}) cudaFree(p);
-    for (float* p : {m.weight, m.bias, m.running_mean, m.running_var, m.saved_mean, m.saved_inv_std, m.grad_weight,
-                     m.grad_bias})
-      cudaFree(p);
+    release(m);
   }
   return 0;
 }
