@@ -333,8 +333,12 @@ cudaError_t batch_norm_forward_given_statistics(ElementType type, BatchNormActiv
   // The backward of this shape reads the mask where it streams, whichever forward ran.
   if (arguments.relu_mask == nullptr && batch_norm_relu_mask_bytes(type, activation, shape) > 0)
     return cudaErrorInvalidValue;
-  const int64_t channel_groups = shape.channels / group_channels_of(shape.channels);
-  const int64_t lanes = kThreads / (group_channels_of(shape.channels) / kVector);
+  // The channels a block covers as the shape's plan has them: the ReLU's mask is laid out by them,
+  // and the plan's backward reads it.
+  const int64_t planned_channels = checked_plan_for(type, activation, shape).group_channels;
+  const int64_t group_channels = planned_channels > 0 ? planned_channels : group_channels_of(shape.channels);
+  const int64_t channel_groups = shape.channels / group_channels;
+  const int64_t lanes = kThreads / (group_channels / kVector);
   // The device filled with blocks, 2048 threads an SM, but no block without rows.
   const int64_t filling = std::max<int64_t>(1, int64_t{current_device_limits().multiprocessors} * 8 / channel_groups);
   const dim3 grid(static_cast<unsigned>(std::min(filling, ceil_div(shape.rows, lanes))),
