@@ -2,8 +2,10 @@
 // of one kernel captured in a CUDA graph and replayed, so each figure includes its launch gap. For
 // each shape it prints the plan batch_norm.cu picks, then every launch shape the register kernels
 // take: the channels a block covers (64, 32, 16, 8), and the grid reduction or clusters of 1 to 8
-// blocks, each with at most 8 rows a thread (a shape the plan streams shows only those). Beside them, a copy of the same bytes (read x, write y)
-// on a full device and an empty kernel: what a launch in this harness costs without any reduction.
+// blocks, each with at most 8 rows a thread (a shape the plan streams: those that still hold it in
+// registers, if any; the streaming kernels are not timed). Beside them, a copy of the same bytes
+// (read x, write y) on a full device and an empty kernel: what a launch in this harness costs
+// without any reduction.
 // Includes the kernels' source to reach their internal launcher. Built by the target
 // ltrain_bench_batch_norm_kernels (cmake/kernel_benchmarks.cmake); on a GPU host, from the repository:
 //   cmake --build build --target ltrain_bench_batch_norm_kernels && build/ltrain_bench_batch_norm_kernels
@@ -225,7 +227,8 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const auto type = ElementType::float16;
-  if (tsv) std::printf("rows\tchannels\tactivation\tlaunch\trow_groups\tgroup_channels\tplanned\tforward_us\tbackward_us\n");
+  if (tsv)
+    std::printf("rows\tchannels\tactivation\tlaunch\trow_groups\tgroup_channels\tplanned\tforward_us\tbackward_us\n");
   for (const BatchNormShape& shape : shapes) {
     const int64_t elements = shape.rows * shape.channels;
     const Buffers m = allocate(shape);
@@ -233,11 +236,13 @@ int main(int argc, char** argv) {
     const BatchNormBackward backward = backward_arguments(m);
     accumulators_for(stream);  // made before any capture
 
-    if (!tsv) std::printf("rows %6ld x channels %5ld\n", static_cast<long>(shape.rows), static_cast<long>(shape.channels));
+    if (!tsv)
+      std::printf("rows %6ld x channels %5ld\n", static_cast<long>(shape.rows), static_cast<long>(shape.channels));
     const int64_t vectors = elements / kVector;
     const int copy_blocks = current_device_limits().multiprocessors * 8;
     const double copy_us = time_us(stream, [&] {
-      copy_kernel<<<copy_blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(m.x), static_cast<uint4*>(m.y), vectors);
+      copy_kernel<<<copy_blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(m.x), static_cast<uint4*>(m.y),
+                                                        vectors);
       return cudaGetLastError();
     });
     const double empty_us = time_us(stream, [&] {

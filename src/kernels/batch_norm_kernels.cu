@@ -292,7 +292,8 @@ __device__ __forceinline__ void normalize_channel(const ChannelSums& sums, const
     a.saved_mean[channel] = mean;
     a.saved_inv_std[channel] = inv_std;
     a.running_mean[channel] = (1.0f - momentum) * a.running_mean[channel] + momentum * mean;
-    a.running_var[channel] = (1.0f - momentum) * a.running_var[channel] + momentum * variance * (count / (count - 1.0f));
+    a.running_var[channel] =
+        (1.0f - momentum) * a.running_var[channel] + momentum * variance * (count / (count - 1.0f));
   }
 }
 
