@@ -170,8 +170,8 @@ std::vector<LaunchShape> launch_shapes(BatchNormActivation activation, const Bat
   for (int64_t group_channels = batch_norm_detail::kGroupChannels; group_channels >= kVector; group_channels /= 2) {
     if (group_channels > shape.channels) continue;
     const int64_t channel_groups = shape.channels / group_channels;
-    const int64_t lanes = kThreads / (group_channels / kVector);
-    const int64_t fewest = ceil_div(shape.rows, lanes * kRowsPerThread);
+    const int64_t lanes = lanes_of(group_channels);
+    const int64_t fewest = fewest_row_groups(shape.rows, group_channels);
     if (fewest * channel_groups <= fewest_over(grid, resident_blocks))
       shapes.push_back({Reduction::grid, fewest, group_channels});
     for (int64_t blocks = 1; blocks <= 8; blocks *= 2) {

@@ -120,6 +120,14 @@ struct LaunchPlan {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// The rows a block covers at once with `group_channels` channels: one a thread, 8 channels each.
+int64_t lanes_of(int64_t group_channels) { return kThreads / (group_channels / kVector); }
+
+/// The fewest row groups that hold `rows` in the register kernels, kRowsPerThread rows a thread.
+int64_t fewest_row_groups(int64_t rows, int64_t group_channels) {
+  return ceil_div(rows, lanes_of(group_channels) * kRowsPerThread);
+}
+
 /// The smallest of `measure(kernel)` over every kernel of the set: what all of them can do.
 template <typename Measure>
 int fewest_over(const KernelSet& kernels, Measure measure) {
@@ -135,8 +143,8 @@ int fewest_over(const KernelSet& kernels, Measure measure) {
 LaunchPlan plan_for(ElementType type, BatchNormActivation activation, const BatchNormShape& shape) {
   const int64_t group_channels = group_channels_of(shape.channels);
   const int64_t channel_groups = shape.channels / group_channels;
-  const int64_t lanes = kThreads / (group_channels / kVector);
-  const int64_t fewest = ceil_div(shape.rows, lanes * kRowsPerThread);  // kRowsPerThread rows a thread
+  const int64_t lanes = lanes_of(group_channels);
+  const int64_t fewest = fewest_row_groups(shape.rows, group_channels);
   const KernelSet cluster = kernels_of(type, activation, Reduction::cluster);
   if (cluster.forward != nullptr && fewest <= kMaxClusterBlocks) {
     auto clusters = [&](int64_t blocks) {
@@ -338,7 +346,7 @@ cudaError_t batch_norm_forward_given_statistics(ElementType type, BatchNormActiv
   const int64_t planned_channels = checked_plan_for(type, activation, shape).group_channels;
   const int64_t group_channels = planned_channels > 0 ? planned_channels : group_channels_of(shape.channels);
   const int64_t channel_groups = shape.channels / group_channels;
-  const int64_t lanes = kThreads / (group_channels / kVector);
+  const int64_t lanes = lanes_of(group_channels);
   // The device filled with blocks, 2048 threads an SM, but no block without rows.
   const int64_t filling = std::max<int64_t>(1, int64_t{current_device_limits().multiprocessors} * 8 / channel_groups);
   const dim3 grid(static_cast<unsigned>(std::min(filling, ceil_div(shape.rows, lanes))),
