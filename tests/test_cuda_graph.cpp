@@ -42,6 +42,8 @@ struct StepRecord {
   int64_t skipped_steps = 0;
   std::vector<torch::Tensor> weights;  // parameters and buffers at the end, on the CPU
   bool graphed = false;
+  int64_t parameters_updated_in_backward = 0;  // by the last step
+  int64_t convolution_weights = 0;              // the model's
 };
 
 /// Runs `batches.size()` steps from a fresh model (run.seed), the LR of step i being lrs[i]. With
@@ -73,6 +75,8 @@ StepRecord run_steps(const config::LoadedConfig& loaded, const std::vector<data:
   }
   for (const auto& [name, tensor] : engine::state_dict(*model)) record.weights.push_back(tensor.detach().cpu().clone());
   record.graphed = step.graphed();
+  record.parameters_updated_in_backward = step.parameters_updated_in_backward();
+  for (const auto& [name, param] : params) record.convolution_weights += param.dim() == 4 ? 1 : 0;
   return record;
 }
 
@@ -164,6 +168,68 @@ TEST(CudaGraph, BranchesGiveTheLossesAndWeightsOfOneStreamBitForBit_CUDA) {
     EXPECT_EQ(a.skipped_steps, b.skipped_steps) << name;
     ASSERT_EQ(a.weights.size(), b.weights.size());
     for (size_t i = 0; i < a.weights.size(); ++i) EXPECT_TRUE(torch::equal(a.weights[i], b.weights[i])) << name << i;
+  }
+}
+
+TEST(CudaGraph, UpdatesInBackwardGiveTheLossesAndWeightsOfUpdatesAtTheEndBitForBit_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // cuda_graph.updates_in_backward: each convolution weight's SGD update on the branch as soon as
+  // its gradient is complete, by the same kernel on the same numbers as at the step's end: every
+  // loss and weight the same bit for bit, through warm-up, capture and replays, with momentum
+  // (Nesterov) or without, with fp16/bf16 copies of the weights or float32 weights, and with
+  // recomputed segments (whose convolutions run again inside the backward pass).
+  const std::vector<std::vector<std::string>> variants{
+      {"precision.mode=bf16", "model.channels_last=true", "model.arch=resnet50", "model.width=8",
+       "optim.nesterov=true"},
+      {"precision.mode=fp32", "optim.momentum=0"},
+      {"precision.mode=bf16", "model.checkpoint_segments=2", "optim.weight_decay=0.01"},
+  };
+  for (const auto& variant : variants) {
+    std::vector<std::string> at_end = variant, in_backward = variant;
+    at_end.insert(at_end.end(), {"cuda_graph.train=true", "cuda_graph.branches=on"});
+    in_backward.insert(in_backward.end(),
+                       {"cuda_graph.train=true", "cuda_graph.branches=on", "cuda_graph.updates_in_backward=true"});
+    const auto a_config = graph_test_config(at_end), b_config = graph_test_config(in_backward);
+    const std::vector<data::Batch> batches = random_batches(6, a_config.config.data.batch_size);
+    std::vector<double> lrs(batches.size(), a_config.config.optim.lr);
+    lrs[3] = 0.5 * lrs[3];  // the graph reads the LR written before each replay
+    const StepRecord a = run_steps(a_config, batches, lrs, -1);
+    const StepRecord b = run_steps(b_config, batches, lrs, -1);
+    std::string name;
+    for (const auto& setting : variant) name += setting + " ";
+    EXPECT_TRUE(a.graphed && b.graphed) << name;
+    EXPECT_EQ(a.parameters_updated_in_backward, 0) << name;
+    EXPECT_EQ(b.parameters_updated_in_backward, b.convolution_weights) << name;
+    EXPECT_GT(b.convolution_weights, 0) << name;
+    EXPECT_EQ(a.losses, b.losses) << name;
+    ASSERT_EQ(a.weights.size(), b.weights.size());
+    for (size_t i = 0; i < a.weights.size(); ++i) EXPECT_TRUE(torch::equal(a.weights[i], b.weights[i])) << name << i;
+  }
+}
+
+TEST(CudaGraph, UpdatesStayAtTheStepsEndWhereSomethingReadsTheGradientsFirst_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // The GradScaler's check, accumulation and clipping read every gradient before any update: with
+  // them the setting leaves every update at the step's end, and the steps train as without it.
+  const std::vector<std::vector<std::string>> variants{
+      {"precision.mode=fp16"},
+      {"precision.mode=bf16", "optim.accumulation_steps=2"},
+      {"precision.mode=bf16", "optim.clip_grad_norm=1.0"},
+  };
+  for (const auto& variant : variants) {
+    std::vector<std::string> settings = variant;
+    settings.insert(settings.end(),
+                    {"cuda_graph.train=true", "cuda_graph.branches=on", "cuda_graph.updates_in_backward=true"});
+    const auto loaded = graph_test_config(settings);
+    const int64_t images = loaded.config.data.batch_size * loaded.config.optim.accumulation_steps;
+    const std::vector<data::Batch> batches = random_batches(4, images);
+    const StepRecord record =
+        run_steps(loaded, batches, std::vector<double>(batches.size(), loaded.config.optim.lr), -1);
+    std::string name;
+    for (const auto& setting : variant) name += setting + " ";
+    EXPECT_TRUE(record.graphed) << name;
+    EXPECT_EQ(record.parameters_updated_in_backward, 0) << name;
+    for (const double loss : record.losses) EXPECT_TRUE(std::isfinite(loss)) << name;
   }
 }
 

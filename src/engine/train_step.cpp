@@ -1,6 +1,9 @@
 #include "ltrain/engine/train_step.h"
 
+#include <string>
 #include <utility>
+
+#include <spdlog/spdlog.h>
 
 #include "ltrain/amp/autocast.h"
 #include "ltrain/core/gpu.h"
@@ -65,10 +68,31 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
   if (config.cuda_graph.train) graph_.emplace(config.cuda_graph.warmup_steps, memory_format_);
   // The branch pays only inside a graph: eager steps are bound by the host issuing kernels.
   branch_setting_ = graph_ && device.is_cuda() ? config.cuda_graph.branches : config::StepBranches::off;
+  if (config.cuda_graph.updates_in_backward) {
+    const std::string reason = reason_updates_stay_at_end();
+    updates_in_backward_ = reason.empty();
+    if (!updates_in_backward_)
+      spdlog::warn("cuda_graph.updates_in_backward: {}; every update stays at the step's end", reason);
+  }
   convolution_backends_before_ = model_->convolution_backends();
 }
 
 TrainStep::~TrainStep() { model_->set_convolution_backends(convolution_backends_before_); }
+
+std::string TrainStep::reason_updates_stay_at_end() const {
+  // The update reads the gradient the backward pass left, as the step's end would: nothing may
+  // read or change it in between (the scaler's check, accumulation, clipping, an all-reduce, a
+  // float32 copy), and the branch it runs on exists only in a captured step.
+  if (branch_setting_ == config::StepBranches::off) return "it needs cuda_graph.train and cuda_graph.branches";
+  if (scaler_.enabled()) return "the GradScaler (precision.mode fp16) checks every gradient before any update";
+  if (accumulation_steps_ > 1) return "optim.accumulation_steps adds up gradients over micro-batches";
+  if (clip_grad_norm_ > 0.0) return "optim.clip_grad_norm reads every gradient before any update";
+  if (group_ != nullptr) return "a data-parallel step averages the gradients over the processes first";
+  // What reads the gradients as the backward pass leaves them is ltrain's SGD kernel alone.
+  if (!optimizer_.takes_low_precision_gradients() || (low_precision_weights_ && !low_precision_gradients_))
+    return "it needs ltrain's SGD kernel (optim.name sgd, optim.fused, a CUDA build)";
+  return "";
+}
 
 int64_t TrainStep::first_stage_positions(const torch::Tensor& images) const {
   const int64_t micro_batch = images.size(0) / accumulation_steps_;
@@ -97,6 +121,15 @@ void TrainStep::choose_branches(const torch::Tensor& images) {
   backends.weight_gradient_branch = branches_;
   // The reducer's hooks copy each gradient into its bucket inside the backward pass.
   backends.join_each_weight_gradient = reducer_ != nullptr;
+  backends.after_weight_gradient = nullptr;
+  if (branches_ && updates_in_backward_) {
+    // On the branch, after the weight's last reader: the optimizer's kernel writes the weight
+    // (and its fp16/bf16 copy) in place.
+    backends.after_weight_gradient = [this](const torch::Tensor& weight, const torch::Tensor& grad_weight) {
+      if (optimizer_.step_parameter(weight, grad_weight, scaler_.step_state(/*gradients_unscaled=*/false)))
+        ++parameters_updated_in_backward_;
+    };
+  }
   model_->set_convolution_backends(backends);
   // The critical path above the branch: where both wait for SMs, its kernels go first. Not in a
   // data-parallel step, whose captured all-reduces keep the priority of the communicator's stream:
@@ -123,6 +156,7 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
   const std::vector<torch::Tensor> images = batch_images.chunk(accumulation_steps_);  // K x [B,3,32,32] float32
   const std::vector<torch::Tensor> labels = batch_labels.chunk(accumulation_steps_);  // K x [B] int64
   optimizer_.zero_grad(/*set_to_none=*/true);
+  parameters_updated_in_backward_ = 0;
   std::optional<amp::LowPrecisionWeights::InUse> low_precision;  // over every forward and backward pass
   if (low_precision_weights_) low_precision.emplace(*low_precision_weights_);
   for (size_t micro = 0; micro < images.size(); ++micro) {

@@ -37,22 +37,35 @@ bool autograd_reads_weight_gradient(const torch::Tensor& weight, const torch::Te
   return !weight.is_leaf() || weight.grad().defined() || !keeps_as_grad(grad_weight, weight);
 }
 
+/// ConvolutionBackends::after_weight_gradient as autograd's saved data holds it (a capsule).
+struct AfterWeightGradient : torch::CustomClassHolder {
+  explicit AfterWeightGradient(ConvolutionBackends::AfterWeightGradient called) : call(std::move(called)) {}
+  ConvolutionBackends::AfterWeightGradient call;
+};
+
+constexpr const char* kAfterWeightGradient = "after_weight_gradient";
+
 /// torch's convolution, whose backward queues the weight gradient on the step's branch stream.
 class BranchedConvolutionFunction : public torch::autograd::Function<BranchedConvolutionFunction> {
  public:
   static torch::Tensor forward(AutogradContext* context, const torch::Tensor& x, const torch::Tensor& weight,
-                               int64_t stride, int64_t padding, int64_t groups, bool join_each) {
+                               int64_t stride, int64_t padding, int64_t groups, bool join_each,
+                               const ConvolutionBackends::AfterWeightGradient& after_weight_gradient) {
     context->save_for_backward({x, weight});
     context->saved_data["stride"] = stride;
     context->saved_data["padding"] = padding;
     context->saved_data["groups"] = groups;
     context->saved_data["join_each"] = join_each;
+    if (after_weight_gradient)
+      context->saved_data[kAfterWeightGradient] =
+          c10::IValue::make_capsule(c10::make_intrusive<AfterWeightGradient>(after_weight_gradient));
     return torch::conv2d(x, weight, {}, stride, padding, /*dilation=*/1, groups);
   }
 
   static variable_list backward(AutogradContext* context, variable_list grad_outputs) {
-    // One gradient per forward argument: x, weight, stride, padding, groups, join_each.
-    variable_list grads(6);
+    // One gradient per forward argument: x, weight, stride, padding, groups, join_each,
+    // after_weight_gradient.
+    variable_list grads(7);
     const torch::Tensor& grad_y = grad_outputs[0];
     if (!grad_y.defined()) return grads;
     const variable_list saved = context->get_saved_variables();
@@ -69,14 +82,22 @@ class BranchedConvolutionFunction : public torch::autograd::Function<BranchedCon
                                                wanted);
       return of_input ? std::get<0>(products) : std::get<1>(products);
     };
+    bool joined = false;
     if (context->needs_input_grad(1)) {
       // Forked before the data gradient is queued: the branch waits for grad_y alone.
       gpu::fork_to_branch(
           x.device(), [&] { grads[1] = gradient(/*of_input=*/false); }, {x, grad_y});
-      if (context->saved_data["join_each"].toBool() || autograd_reads_weight_gradient(weight, grads[1]))
-        gpu::join_branch(x.device());
+      joined = context->saved_data["join_each"].toBool() || autograd_reads_weight_gradient(weight, grads[1]);
+      if (joined) gpu::join_branch(x.device());
     }
     if (context->needs_input_grad(0)) grads[0] = gradient(/*of_input=*/true);
+    const auto after = context->saved_data.find(kAfterWeightGradient);
+    if (grads[1].defined() && !joined && after != context->saved_data.end()) {
+      const auto holder = c10::static_intrusive_pointer_cast<AfterWeightGradient>(after->second.toCapsule());
+      // Forked after the data gradient is queued: what the call queues waits for it too (and, on
+      // the branch, for the weight gradient).
+      gpu::fork_to_branch(x.device(), [&] { holder->call(weight, grads[1]); }, {});
+    }
     return grads;
   }
 };
@@ -98,7 +119,7 @@ ConvWithStatistics convolution(const torch::Tensor& x, const torch::Tensor& weig
   if (!branched) return {torch::conv2d(x, weight, {}, parameters.stride, parameters.padding, 1, parameters.groups), {}};
   return {BranchedConvolutionFunction::apply(cast_as_autocast(x), cast_as_autocast(weight), parameters.stride,
                                              parameters.padding, parameters.groups,
-                                             backends.join_each_weight_gradient),
+                                             backends.join_each_weight_gradient, backends.after_weight_gradient),
           {}};
 }
 

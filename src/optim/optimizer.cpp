@@ -1,6 +1,9 @@
 #include "ltrain/optim/optimizer.h"
 
 #include <algorithm>
+#include <optional>
+#include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -35,12 +38,33 @@ class Sgd final : public Optimizer {
         buffers_.push_back(momentum_buffers_.back().second);
       }
     }
+    ahead_.resize(params_.size());
   }
 
   void step(const amp::ScalerState& scaler, const std::vector<torch::Tensor>& given) override {
     torch::NoGradGuard no_grad;
-    ops::sgd_step(backend_, params_, given.empty() ? gradients() : given, buffers_, weight_decays_, momentum_,
-                  nesterov_, lr_, scaler.grad_scale, scaler.found_inf, low_precision_copies_);
+    const std::vector<torch::Tensor> all_gradients = given.empty() ? gradients() : given;
+    const std::vector<size_t> rest = not_stepped_ahead(all_gradients);
+    if (rest.empty()) return;
+    const auto pick = [&rest](const auto& all) { return picked(all, rest); };
+    ops::sgd_step(backend_, pick(params_), pick(all_gradients), pick(buffers_), pick(weight_decays_), momentum_,
+                  nesterov_, lr_, scaler.grad_scale, scaler.found_inf, pick(low_precision_copies_));
+  }
+
+  bool step_parameter(const torch::Tensor& param, const torch::Tensor& gradient,
+                      const amp::ScalerState& scaler) override {
+    if (backend_ != SgdBackend::ltrain) return false;
+    const std::optional<size_t> found = index_of(param);
+    if (!found || ahead_[*found].gradient_data != nullptr) return false;
+    const size_t i = *found;
+    const auto own = [i](const std::vector<torch::Tensor>& all) {
+      return all.empty() ? all : std::vector<torch::Tensor>{all[i]};
+    };
+    torch::NoGradGuard no_grad;
+    ops::sgd_step(backend_, {params_[i]}, {gradient}, own(buffers_), {weight_decays_[i]}, momentum_, nesterov_, lr_,
+                  scaler.grad_scale, scaler.found_inf, own(low_precision_copies_));
+    ahead_[*found] = {gradient.data_ptr(), gradient._version()};
+    return true;
   }
 
   const char* step_kernel() const override {
@@ -63,6 +87,57 @@ class Sgd final : public Optimizer {
   NamedTensors state() const override { return momentum_buffers_; }
 
  private:
+  /// A parameter's update ahead of the step (step_parameter): where the gradient it read lies,
+  /// and that gradient's version then (which autograd's .grad, a detached alias, shares); null
+  /// where the step updates the parameter. Not a reference to the tensor: autograd takes a
+  /// gradient as the .grad only where nothing else holds it, and copies it otherwise.
+  struct SteppedAhead {
+    const void* gradient_data = nullptr;
+    int64_t version = 0;
+  };
+
+  /// The index in params_ of `param`, or of the parameter whose low-precision copy it is (by
+  /// where it lies: autograd may hand back a saved tensor as another handle to the same data).
+  std::optional<size_t> index_of(const torch::Tensor& param) const {
+    const void* data = param.data_ptr();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i].data_ptr() == data) return i;
+      if (!low_precision_copies_.empty() && low_precision_copies_[i].defined() &&
+          low_precision_copies_[i].data_ptr() == data)
+        return i;
+    }
+    return std::nullopt;
+  }
+
+  /// The indices of the parameters that step_parameter left to this step, in order; forgets the
+  /// others. A parameter updated ahead must have had its whole gradient then: `gradients` (the
+  /// step's) holds that very tensor, unchanged since (autograd adds a second use's gradient to it
+  /// in place, which moves its version). std::logic_error otherwise: the update read too little.
+  std::vector<size_t> not_stepped_ahead(const std::vector<torch::Tensor>& gradients) {
+    std::vector<size_t> rest;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      SteppedAhead ahead = std::exchange(ahead_[i], SteppedAhead{});
+      if (ahead.gradient_data == nullptr) {
+        rest.push_back(i);
+        continue;
+      }
+      const bool same = gradients[i].defined() && gradients[i].data_ptr() == ahead.gradient_data &&
+                        gradients[i]._version() == ahead.version;
+      if (!same)
+        throw std::logic_error("SGD: a parameter updated ahead of the step got more gradient after its update");
+    }
+    return rest;
+  }
+
+  /// all[i] for each i of `indices` (all itself when it is empty: no momentum, no copies).
+  template <typename T>
+  static std::vector<T> picked(const std::vector<T>& all, const std::vector<size_t>& indices) {
+    if (all.empty() || indices.size() == all.size()) return all;
+    std::vector<T> some(indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) some[k] = all[indices[k]];
+    return some;
+  }
+
   double momentum_;
   bool nesterov_;
   std::vector<torch::Tensor> params_;   // every group's, in group order
@@ -70,6 +145,7 @@ class Sgd final : public Optimizer {
   NamedTensors momentum_buffers_;       // one per parameter, in group order (none without momentum)
   std::vector<torch::Tensor> buffers_;  // the same tensors, as the kernel takes them
   std::vector<torch::Tensor> low_precision_copies_;  // empty, or one per parameter (write_low_precision_copies)
+  std::vector<SteppedAhead> ahead_;                  // one per parameter
   SgdBackend backend_;
 };
 

@@ -448,6 +448,13 @@ struct CudaGraphSection {
   /// the same numbers. "auto": for the batch shapes where it was measured faster, those whose
   /// first-stage feature maps are small (engine::TrainStep::branches_pay).
   StepBranches branches = StepBranches::automatic;
+  /// With the branch: each convolution weight's SGD update on the branch as soon as its gradient
+  /// is complete and the backward pass has read the weight for the last time, beside the rest of
+  /// the backward pass, instead of all at the step's end. The same update of the same numbers.
+  /// Where nothing reads the gradients between the backward pass and the update: ltrain's SGD
+  /// kernel (optim.fused), no GradScaler (bf16, fp32), one micro-batch, no clipping, one process;
+  /// elsewhere every update stays at the step's end.
+  bool updates_in_backward = false;
   /// ltrain's BatchNorm kernels launched as programmatic dependents of the kernel before them, on
   /// GPUs of sm_90 and later (ops/batch_norm.h): each may be placed while that kernel ends, hiding
   /// part of the gap between the two. The same numbers. Applies to eager steps and evaluation too.
@@ -461,6 +468,9 @@ struct CudaGraphSection {
     v("branches", branches,
       "with train: each convolution's weight gradient on a second stream, beside the rest of the backward pass "
       "(auto: where the first stage's feature maps are small)");
+    v("updates_in_backward", updates_in_backward,
+      "with branches: each convolution weight's SGD update inside the backward pass, as soon as its gradient is "
+      "complete (bf16/fp32, ltrain's SGD kernel, one micro-batch, no clipping, one process)");
     v("dependent_launch", dependent_launch,
       "ltrain's BatchNorm kernels as programmatic dependents of the kernel before them (sm_90 and later)");
   }

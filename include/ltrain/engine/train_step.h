@@ -4,7 +4,8 @@
 // on the device after inf/NaN gradients) and the scaler update. Loss, accuracy, skipped steps and
 // the scale are kept on the device and read only when the loop asks (at log intervals).
 // With cuda_graph.train the step's device work is captured once as a CUDA graph and replayed; with
-// cuda_graph.branches too, each convolution's weight gradient runs on a second stream inside it.
+// cuda_graph.branches too, each convolution's weight gradient runs on a second stream inside it, and
+// with cuda_graph.updates_in_backward as well, that weight's SGD update after it there.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -61,6 +62,10 @@ class TrainStep {
     return graph_ ? graph_->capture_priority() : gpu::StreamPriority::normal;
   }
 
+  /// How many parameters the last step (as enqueued or captured) updated inside its backward
+  /// pass (cuda_graph.updates_in_backward); the rest were updated at its end.
+  int64_t parameters_updated_in_backward() const { return parameters_updated_in_backward_; }
+
   /// Reads and resets the device-side sums (over every rank in a data-parallel run): one host sync.
   StepTotals take_totals();
 
@@ -83,6 +88,8 @@ class TrainStep {
   int64_t first_stage_positions(const torch::Tensor& images) const;
   /// Turns the branch on or off for the graph of `images`' shape (before its warm-up steps).
   void choose_branches(const torch::Tensor& images);
+  /// Why cuda_graph.updates_in_backward cannot apply to this step ("" where it can).
+  std::string reason_updates_stay_at_end() const;
 
   models::ResNet model_;
   optim::Optimizer& optimizer_;
@@ -108,6 +115,10 @@ class TrainStep {
   config::StepBranches branch_setting_;
   bool branches_ = false;
   std::vector<int64_t> branch_shape_;  // the batch shape branches_ was chosen for
+  // cuda_graph.updates_in_backward, where the step's gradients go to the optimizer as the
+  // backward pass leaves them: with the branch, each convolution's weight is updated on it.
+  bool updates_in_backward_ = false;
+  int64_t parameters_updated_in_backward_ = 0;  // by the last enqueue
   ops::ConvolutionBackends convolution_backends_before_;
   dist::Group* group_;
   std::unique_ptr<dist::GradientReducer> reducer_;  // with a group

@@ -10,6 +10,7 @@
 //           waits for it.
 // Both cuDNN forms run the same kernels on the same inputs: the gradients are bitwise the same.
 #include <cstdint>
+#include <functional>
 
 #include <torch/torch.h>
 
@@ -35,6 +36,13 @@ struct ConvolutionBackends {
   /// reducer's hooks). It is joined at once anyway where autograd would read it there itself: a
   /// weight that already holds a gradient (autograd adds to it) or is no leaf.
   bool join_each_weight_gradient = false;
+  /// With the branch (and not joined at once): called for each weight, on the branch, once its
+  /// gradient `grad_weight` is queued there and the data gradient, the backward pass's last reader
+  /// of `weight`, is queued on the current stream; what it queues runs after both (the optimizer's
+  /// update of that weight, say). `weight` is the tensor the convolution read: a parameter or its
+  /// fp16/bf16 copy. Unset: nothing is called.
+  using AfterWeightGradient = std::function<void(const torch::Tensor& weight, const torch::Tensor& grad_weight)>;
+  AfterWeightGradient after_weight_gradient;
 };
 
 /// conv2d(x, weight) with `parameters`, no bias: x [B,C,H,W], weight [K,C/groups,k,k] ->

@@ -65,6 +65,16 @@ class Optimizer {
     return false;
   }
 
+  /// Updates one parameter ahead of the step, now, on the current stream: `param` (or its fp16/bf16
+  /// copy, write_low_precision_copies) from `gradient` as step() would, with the same arithmetic.
+  /// The next step() leaves it out. False where this optimizer cannot (then step() updates it):
+  /// the base class never can; ltrain's fused SGD kernel can.
+  virtual bool step_parameter(const torch::Tensor& param, const torch::Tensor& gradient,
+                              const amp::ScalerState& scaler) {
+    (void)param, (void)gradient, (void)scaler;
+    return false;
+  }
+
   /// Optimizer state by name, e.g. "momentum_buffer/layer1.0.conv1.weight" (for checkpoints).
   virtual NamedTensors state() const = 0;
   /// Copies `state` (as returned by state()) into this optimizer; missing or misshapen entries
