@@ -6,10 +6,11 @@
 #   scripts/gpu/bench-step.sh OUT [--ltrain build-gpu/ltrain] [--config configs/bench/resnet50-step.json]
 #                             [--batch-sizes "256 512"] [--precision "fp32"] [--channels-last "off"]
 #                             [--segments "0"] [--graph "off"] [--steps 50] [--warmup 15] [--python-modes eager]
-#                             [--rounds 1] [--image-size 32] [--set KEY=VALUE]...
+#                             [--rounds 1] [--image-size 32] [--python-sgd foreach] [--set KEY=VALUE]...
 # --segments lists model.checkpoint_segments values (0: activation checkpointing off); --graph
 # lists cuda_graph.train values for ltrain ("off on": eager and graphed rows); --python-modes
-# lists bench_pytorch.py modes (eager compile graph).
+# lists bench_pytorch.py modes (eager compile graph); --python-sgd picks torch.optim.SGD's kernels
+# there (foreach, its default, or fused).
 # --set adds a config override to every ltrain run (repeatable), e.g. --set model.cudnn_batch_norm=false.
 # --image-size N sets the side of the square images on both sides (ltrain's data.image_size,
 # bench_pytorch.py --image-size); without it ltrain takes the config's and PyTorch 32 px.
@@ -22,6 +23,7 @@ out="${1:?usage: scripts/gpu/bench-step.sh OUT [options]}"
 shift
 ltrain=build-gpu/ltrain config=configs/bench/resnet50-step.json
 batch_sizes="256 512" precisions="fp32" channels_last="off" segments="0" graph=off steps=50 warmup=15 python_modes=eager rounds=1
+python_sgd=foreach
 extra_sets=() python_size=()
 while (($#)); do
   case "$1" in
@@ -33,6 +35,7 @@ while (($#)); do
     --segments) segments="$2" ;;
     --graph) graph="$2" ;;
     --python-modes) python_modes="$2" ;;
+    --python-sgd) python_sgd="$2" ;;
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
     --rounds) rounds="$2" ;;
@@ -73,7 +76,8 @@ for round in $(seq 1 "$rounds"); do
   # shellcheck disable=SC2086
   python3 scripts/pytorch/bench_pytorch.py --arch "$arch" --stem "$stem" --batch-sizes $batch_sizes \
     --precision $precisions --channels-last "$python_layout" --checkpoint-segments $segments \
-    --modes $python_modes "${python_size[@]}" --steps "$steps" --warmup "$warmup" --json "$out/pytorch-$round.json"
+    --modes $python_modes --sgd "$python_sgd" "${python_size[@]}" --steps "$steps" --warmup "$warmup" \
+    --json "$out/pytorch-$round.json"
   ltrain_files+=("$out/ltrain-$round.jsonl")
   pytorch_files+=("$out/pytorch-$round.json")
 done

@@ -70,6 +70,8 @@ def parse_args(argv):
                    help="activation checkpointing as ltrain's model.checkpoint_segments (0: off)")
     p.add_argument("--steps", type=int, default=50, help="timed steps per configuration")
     p.add_argument("--warmup", type=int, default=15, help="untimed steps before timing")
+    p.add_argument("--sgd", default="foreach", choices=("foreach", "fused"),
+                   help="torch.optim.SGD's kernels: foreach (its default) or fused=True")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="OUT", help="write header, rows and matmul results here")
     p.add_argument("--profile-dir", metavar="DIR",
@@ -199,7 +201,8 @@ def run_config(cfg, warmup, steps, device, profile_dir=None):
         model = SegmentCheckpointed(model, cfg["checkpoint_segments"])
     model = model.to(device=device, memory_format=fmt).train()
     criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY,
+                                fused=cfg["sgd"] == "fused")
     images, labels = make_data(cfg["batch"], cfg["image_size"], cfg["channels_last"], device)
     use_scaler = cfg["precision"] == "fp16" and cfg["mode"] != "graph"
     scaler = torch.amp.GradScaler("cuda") if use_scaler else None
@@ -352,7 +355,7 @@ def matmul_tflops(precision, n, warmup, iters, device):
 # ----------------------------------------------------------------------------------------------
 # Reporting
 
-def make_header(device, argv, image_size):
+def make_header(device, argv, image_size, sgd):
     props = torch.cuda.get_device_properties(device)
     return dict(tool="scripts/pytorch/bench_pytorch.py", argv=argv,
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -360,7 +363,8 @@ def make_header(device, argv, image_size):
                 torch=torch.__version__, torchvision=torchvision.__version__,
                 cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
                 gpu=torch.cuda.get_device_name(device), gpu_mem_gib=round(props.total_memory / GIB, 1),
-                recipe=dict(optimizer="SGD", lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY,
+                recipe=dict(optimizer="SGD", sgd_kernels=sgd, lr=LR, momentum=MOMENTUM,
+                            weight_decay=WEIGHT_DECAY,
                             loss="CrossEntropyLoss", num_classes=NUM_CLASSES, image_size=image_size,
                             data="random, on device", cudnn_benchmark=True))
 
@@ -411,7 +415,7 @@ def configs(args):
                         for mode in args.modes:
                             yield dict(arch=arch, stem=args.stem, mode=mode, precision=precision,
                                        channels_last=channels_last, checkpoint_segments=segments, batch=batch,
-                                       image_size=args.image_size)
+                                       image_size=args.image_size, sgd=args.sgd)
 
 
 def main(argv=None):
@@ -422,7 +426,7 @@ def main(argv=None):
         return 3
     device = torch.device("cuda", torch.cuda.current_device())
     torch.manual_seed(args.seed)
-    header = make_header(device, argv, args.image_size)
+    header = make_header(device, argv, args.image_size, args.sgd)
     if args.profile_dir:
         os.makedirs(args.profile_dir, exist_ok=True)
     print("bench_pytorch: torch %s, CUDA %s, cuDNN %s, %s" % (header["torch"], header["cuda"],
