@@ -55,7 +55,9 @@ class Sgd final : public Optimizer {
                       const amp::ScalerState& scaler) override {
     if (backend_ != SgdBackend::ltrain) return false;
     const std::optional<size_t> found = index_of(param);
-    if (!found || ahead_[*found].gradient_data != nullptr) return false;
+    if (!found) return false;
+    // A mark left set is a step that ended before its step() (an exception in its backward pass),
+    // or a weight the pass uses twice, whose summed gradient step() then refuses: written anew.
     const size_t i = *found;
     const auto own = [i](const std::vector<torch::Tensor>& all) {
       return all.empty() ? all : std::vector<torch::Tensor>{all[i]};
@@ -63,7 +65,7 @@ class Sgd final : public Optimizer {
     torch::NoGradGuard no_grad;
     ops::sgd_step(backend_, {params_[i]}, {gradient}, own(buffers_), {weight_decays_[i]}, momentum_, nesterov_, lr_,
                   scaler.grad_scale, scaler.found_inf, own(low_precision_copies_));
-    ahead_[*found] = {gradient.data_ptr(), gradient._version()};
+    ahead_[i] = {gradient.data_ptr(), gradient._version()};
     return true;
   }
 
