@@ -166,6 +166,14 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
       logits = model_->forward(images[micro].contiguous(memory_format_));  // [B,classes], fp16/bf16 under autocast
       loss = classification_loss(logits, labels[micro], label_smoothing_);  // [] float32 (autocast runs it in fp32)
     }
+    const auto add_to_totals = [&] {
+      torch::NoGradGuard no_grad;
+      loss_sum_.add_(loss.detach().to(torch::kFloat32) * static_cast<double>(labels[micro].size(0)));
+      correct_.add_(logits.argmax(1).eq(labels[micro]).sum());
+    };
+    // The totals read the forward pass's outputs alone: on the branch, beside the backward pass
+    // (joined with the weight gradients).
+    if (branches_) gpu::fork_to_branch(images[micro].device(), add_to_totals, {loss, logits, labels[micro]});
     // Each micro-batch's loss is divided by K: the gradients sum to those of the mean loss.
     const bool last_micro_batch = micro + 1 == images.size();
     if (reducer_ && last_micro_batch) reducer_->arm(/*accumulated=*/micro > 0);
@@ -174,9 +182,7 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
     if (low_precision_weights_ && !low_precision_gradients_)
       low_precision_weights_->collect_gradients(/*first_micro_batch=*/micro == 0);
     if (reducer_ && last_micro_batch) reducer_->finish();  // every rank now holds the mean gradients
-    torch::NoGradGuard no_grad;
-    loss_sum_.add_(loss.detach().to(torch::kFloat32) * static_cast<double>(labels[micro].size(0)));
-    correct_.add_(logits.argmax(1).eq(labels[micro]).sum());
+    if (!branches_) add_to_totals();
   }
   low_precision.reset();
 
