@@ -15,8 +15,14 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#if LTRAIN_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include "ltrain/core/errors.h"
+#include "ltrain/core/gpu.h"
 #include "ltrain/core/sha256.h"
 #include "ltrain/data/cifar.h"
 #include "ltrain/data/loader.h"
@@ -27,6 +33,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+namespace gpu = ltrain::gpu;
 using ltrain::DataError;
 using ltrain::config::DataSection;
 using ltrain::data::Batch;
@@ -1114,6 +1121,76 @@ TEST(LoaderDevice, SameBatchesAsOnTheCpu_CUDA) {
   const EvalLoaderOptions eval_options{/*batch_size=*/16, data.normalize};
   EvalLoader eval(set.to(torch::Device(torch::kCUDA)), eval_options);
   EXPECT_TRUE(close(eval.batch(eval.num_batches() - 1).images.cpu(), EvalLoader(set, eval_options).batch(6).images));
+}
+
+TEST(LoaderDevice, PreparesABatchBesideTheStepBeforeIt_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+#if LTRAIN_WITH_CUDA
+  const torch::Device device(torch::kCUDA);
+  const auto set = indexed_images(100, 11);
+  const auto data = loader_config(16, true, 4, true);
+  TrainLoader on_gpu(set.to(device), data, 31);
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
+  current.synchronize();
+  at::cuda::sleep(1LL << 30);  // the step before: about half a second of one block
+  const Batch batch = on_gpu.batch(2);
+  bool made_first = false;
+  while (!current.query())
+    if (gpu::ahead_done(device)) {
+      made_first = true;
+      break;
+    }
+  EXPECT_TRUE(made_first) << "the batch's kernels waited for the work queued before them";
+  TrainLoader on_cpu(set, data, 31);
+  EXPECT_TRUE(close(batch.images.cpu(), on_cpu.batch(2).images));
+#endif
+}
+
+TEST(LoaderDevice, TheHostMakesAtMostTwoBatchesAheadOfTheGpu_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+#if LTRAIN_WITH_CUDA
+  const torch::Device device(torch::kCUDA);
+  TrainLoader on_gpu(indexed_images(100, 11).to(device), loader_config(16, true, 4, true), 31);
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
+  current.synchronize();
+  at::cuda::sleep(1LL << 29);  // the step before: about a quarter of a second
+  at::cuda::CUDAEvent step_done;
+  step_done.record(current);
+  std::vector<Batch> batches{on_gpu.batch(0), on_gpu.batch(1)};
+  EXPECT_FALSE(step_done.query()) << "the host waited for the GPU before two batches were ahead";
+  batches.push_back(on_gpu.batch(2));  // the first is taken only after the step
+  EXPECT_TRUE(step_done.query()) << "the host made a third batch while two were ahead";
+#endif
+}
+
+TEST(LoaderDevice, AStepReadsABatchOnlyOnceItIsMadeAndANewEpochWaitsForIt_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+#if LTRAIN_WITH_CUDA
+  const torch::Device device(torch::kCUDA);
+  const auto set = indexed_images(100, 11);
+  auto data = loader_config(16, true, 4, true);
+  data.cutout = 8;
+  TrainLoader on_cpu(set, data, 31);
+  TrainLoader on_gpu(set.to(device), data, 31);
+  const auto hold_up_ahead = [&] {
+    gpu::run_ahead(device, [] {
+      at::cuda::sleep(1LL << 29);
+      return std::vector<torch::Tensor>{};
+    });
+  };
+  // The current stream reads the batch behind the work ahead of it.
+  hold_up_ahead();
+  EXPECT_TRUE(close(on_gpu.batch(4).images.cpu(), on_cpu.batch(4).images));
+  // A batch still being made when the epoch's order is replaced: it reads the old one, whose memory
+  // the new epoch's tensors would otherwise take.
+  hold_up_ahead();
+  const Batch last_of_epoch = on_gpu.batch(5);
+  on_gpu.set_epoch(1);
+  on_cpu.set_epoch(1);
+  EXPECT_TRUE(torch::equal(on_gpu.batch(0).labels.cpu(), on_cpu.batch(0).labels));
+  on_cpu.set_epoch(0);
+  EXPECT_TRUE(close(last_of_epoch.images.cpu(), on_cpu.batch(5).images));
+#endif
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <chrono>
+#include <deque>
 #include <mutex>
 
 #include "ltrain/core/errors.h"
@@ -58,24 +59,31 @@ void run_on_side_stream(const torch::Device& device, const std::function<void()>
 }
 
 namespace {
-/// The branch stream of each device, made once and kept for the process (as LibTorch keeps its
-/// stream pools): a stream of its own rather than one of the pool's, which the current stream may
-/// be. Created non-blocking at the lowest priority, so that where the GPU chooses, a critical path
-/// on a stream of higher priority goes first (a capture of StreamPriority::high).
-c10::cuda::CUDAStream branch_stream(const torch::Device& device) {
+/// The streams ltrain makes for itself, one of each kind per device.
+enum class OwnStream { branch, ahead };
+
+/// `which` stream of `device`, made once and kept for the process (as LibTorch keeps its stream
+/// pools): a stream of its own rather than one of the pool's, which the current stream may be.
+/// Created non-blocking at the lowest priority, so that where the GPU chooses, a critical path on a
+/// stream of higher priority goes first (a capture of StreamPriority::high).
+c10::cuda::CUDAStream own_stream(const torch::Device& device, OwnStream which) {
   static std::mutex mutex;
-  static std::array<cudaStream_t, 64> streams{};
+  static std::array<std::array<cudaStream_t, 64>, 2> streams{};
   const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
-  TORCH_CHECK(index >= 0 && static_cast<size_t>(index) < streams.size(), "branch stream: device index ", index);
+  TORCH_CHECK(index >= 0 && static_cast<size_t>(index) < streams[0].size(), "ltrain's streams: device index ",
+              index);
   const std::lock_guard<std::mutex> lock(mutex);
-  if (streams[index] == nullptr) {
+  cudaStream_t& stream = streams[static_cast<size_t>(which)][static_cast<size_t>(index)];
+  if (stream == nullptr) {
     const c10::cuda::CUDAGuard device_guard(index);
     int least_priority = 0, greatest_priority = 0;
     C10_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
-    C10_CUDA_CHECK(cudaStreamCreateWithPriority(&streams[index], cudaStreamNonBlocking, least_priority));
+    C10_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, least_priority));
   }
-  return c10::cuda::getStreamFromExternal(streams[index], index);
+  return c10::cuda::getStreamFromExternal(stream, index);
 }
+
+c10::cuda::CUDAStream branch_stream(const torch::Device& device) { return own_stream(device, OwnStream::branch); }
 }  // namespace
 
 void fork_to_branch(const torch::Device& device, const std::function<void()>& work,
@@ -95,6 +103,52 @@ void fork_to_branch(const torch::Device& device, const std::function<void()>& wo
 void join_branch(const torch::Device& device) { current_waits_for(device, branch_stream(device)); }
 
 bool branch_done(const torch::Device& device) { return branch_stream(device).query(); }
+
+namespace {
+/// Where the current stream of each device took the last outputs of run_ahead, oldest first.
+/// Their memory is freed on the host, and reused only once the GPU has passed that point: the
+/// host, which may run many steps ahead of the GPU, waits before it makes more than a few.
+std::deque<at::cuda::CUDAEvent>& outputs_taken(c10::DeviceIndex index) {
+  static auto* taken = new std::array<std::deque<at::cuda::CUDAEvent>, 64>();  // kept for the process
+  TORCH_CHECK(index >= 0 && static_cast<size_t>(index) < taken->size(), "work ahead: device index ", index);
+  return (*taken)[static_cast<size_t>(index)];
+}
+constexpr size_t kMostOutputsAhead = 2;
+}  // namespace
+
+std::vector<torch::Tensor> run_ahead(const torch::Device& device,
+                                     const std::function<std::vector<torch::Tensor>()>& work) {
+  if (!device.is_cuda()) return work();
+  const c10::cuda::CUDAStream ahead = own_stream(device, OwnStream::ahead);
+  std::deque<at::cuda::CUDAEvent>& taken = outputs_taken(ahead.device_index());
+  for (; taken.size() >= kMostOutputsAhead; taken.pop_front()) taken.front().synchronize();
+  std::vector<torch::Tensor> outputs;
+  {
+    const c10::cuda::CUDAStreamGuard on_ahead(ahead);
+    outputs = work();
+  }
+  current_waits_for(device, ahead);
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(ahead.device_index());
+  for (const torch::Tensor& tensor : outputs)
+    if (tensor.defined() && tensor.is_cuda())
+      c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), current);
+  taken.emplace_back();
+  taken.back().record(current);
+  return outputs;
+}
+
+void settle_ahead(const torch::Device& device) {
+  if (!device.is_cuda()) return;
+  const c10::cuda::CUDAStream ahead = own_stream(device, OwnStream::ahead);
+  current_waits_for(device, ahead);
+  at::cuda::CUDAEvent queued;
+  queued.record(c10::cuda::getCurrentCUDAStream(ahead.device_index()));
+  queued.block(ahead);
+}
+
+bool ahead_done(const torch::Device& device) {
+  return !device.is_cuda() || own_stream(device, OwnStream::ahead).query();
+}
 
 struct CudaGraph::Impl {
   at::cuda::CUDAGraph graph;
@@ -164,6 +218,12 @@ void fork_to_branch(const torch::Device&, const std::function<void()>&, const st
 }
 void join_branch(const torch::Device&) { no_cuda(); }
 bool branch_done(const torch::Device&) { no_cuda(); }
+
+std::vector<torch::Tensor> run_ahead(const torch::Device&, const std::function<std::vector<torch::Tensor>()>& work) {
+  return work();
+}
+void settle_ahead(const torch::Device&) {}
+bool ahead_done(const torch::Device&) { return true; }
 
 double elapsed_ms(const torch::Device&, const std::function<void()>& work) { return clock_ms(work); }
 

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "ltrain/core/errors.h"
+#include "ltrain/core/gpu.h"
 
 namespace ltrain::data {
 namespace {
@@ -141,14 +142,18 @@ void TrainLoader::set_epoch(int64_t epoch) {
   if (!flip_) flip.zero_();
 
   const auto device = train_.labels.device();
+  // The batches prepared ahead read the epoch's tensors: they are done before these are replaced.
+  gpu::settle_ahead(device);
   order_ = order.to(device);
   labels_in_order_ = train_.labels.index_select(0, order_);
   if (cutout_ > 0) cutout_corner_ = (centre.index_select(0, order) - cutout_ / 2).to(device);
-  if (!augments()) return;
-  // Put in the epoch's order here, so that a batch takes slices instead of gathering them.
-  shift = shift.index_select(0, order) + border();
-  crop_offset_ = (shift.select(1, 0) * padded_side() + shift.select(1, 1)).view({count, 1, 1}).to(device);
-  flipped_ = flip.index_select(0, order).to(device);
+  if (augments()) {
+    // Put in the epoch's order here, so that a batch takes slices instead of gathering them.
+    shift = shift.index_select(0, order) + border();
+    crop_offset_ = (shift.select(1, 0) * padded_side() + shift.select(1, 1)).view({count, 1, 1}).to(device);
+    flipped_ = flip.index_select(0, order).to(device);
+  }
+  gpu::settle_ahead(device);  // and the new ones are there before the next batch reads them
 }
 
 Batch TrainLoader::batch(int64_t index) const {
@@ -158,10 +163,14 @@ Batch TrainLoader::batch(int64_t index) const {
   const int64_t start = (index * shard_.count + shard_.rank) * images_per_step_;
   const auto indices = order_.narrow(0, start, images_per_step_);           // [B] int64, device
   const auto labels = labels_in_order_.narrow(0, start, images_per_step_);  // [B] int64, device
-  torch::Tensor images =
-      augments() ? cropped_and_flipped(indices, start) : normalize_(train_.images.index_select(0, indices));
-  if (cutout_ > 0) cut_out(images, start);
-  return {scaled_to_batch_side(std::move(images)), labels};
+  // On a GPU, on a stream of its own: its kernels run while the step before is still running.
+  const std::vector<torch::Tensor> prepared = gpu::run_ahead(labels.device(), [&] {
+    torch::Tensor images =
+        augments() ? cropped_and_flipped(indices, start) : normalize_(train_.images.index_select(0, indices));
+    if (cutout_ > 0) cut_out(images, start);
+    return std::vector<torch::Tensor>{scaled_to_batch_side(std::move(images))};
+  });
+  return {prepared.front(), labels};
 }
 
 torch::Tensor TrainLoader::scaled_to_batch_side(torch::Tensor images) const {

@@ -1,8 +1,8 @@
 #pragma once
 // CUDA graphs (work captured once, kernels recorded, not run, and replayed as one launch), side
 // streams and event timing. The only file that touches LibTorch's CUDAGraph, stream and event API;
-// on a CPU build the graph and stream entry points throw RunError (configs asking for graphs are
-// refused before that, in engine::resolve_device).
+// on a CPU build the graph and branch entry points throw RunError (configs asking for graphs are
+// refused before that, in engine::resolve_device); work ahead runs in place on a CPU.
 #include <functional>
 #include <memory>
 #include <vector>
@@ -32,6 +32,24 @@ void fork_to_branch(const torch::Device& device, const std::function<void()>& wo
 void join_branch(const torch::Device& device);
 /// Whether everything queued on the branch of `device` so far has run (no wait).
 bool branch_done(const torch::Device& device);
+
+/// Work ahead of the step: a stream of `device` (one per device, made on first use, at the
+/// lowest priority) where inputs are prepared while the work queued before on the current stream,
+/// the step before, still runs. run_ahead queues `work` there, makes the current stream wait for
+/// it, and returns what `work` returned, marked as read by the current stream (the caching
+/// allocator's record_stream), so that its memory is not reused before that stream is done with
+/// it. The work waits only for what the current stream had queued at the last settle_ahead: it
+/// may read only tensors made before then. The host waits, before queuing more, until the GPU has
+/// taken all but the last output: the memory held ahead stays bounded however far ahead of the GPU
+/// the host runs. On a CPU device `work` just runs.
+std::vector<torch::Tensor> run_ahead(const torch::Device& device,
+                                     const std::function<std::vector<torch::Tensor>()>& work);
+/// The stream of run_ahead and the current stream wait for each other's queued work: what the
+/// current stream made so far is ready for the work ahead, and what the work ahead read may be
+/// freed and written again on the current stream. Nothing on a CPU device.
+void settle_ahead(const torch::Device& device);
+/// Whether everything queued by run_ahead on `device` so far has run (no wait; true on a CPU).
+bool ahead_done(const torch::Device& device);
 
 /// Milliseconds that `work` takes on `device`: between two CUDA events on the current stream
 /// (waits for them), or on the CPU between two clock reads around it.
