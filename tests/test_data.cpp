@@ -1130,6 +1130,8 @@ TEST(LoaderDevice, PreparesABatchBesideTheStepBeforeIt_CUDA) {
   const auto set = indexed_images(100, 11);
   const auto data = loader_config(16, true, 4, true);
   TrainLoader on_gpu(set.to(device), data, 31);
+  // A kernel's first launch in a process loads its code, which waits for the GPU's work.
+  on_gpu.batch(1);
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
   current.synchronize();
   at::cuda::sleep(1LL << 30);  // the step before: about half a second of one block
@@ -1151,14 +1153,17 @@ TEST(LoaderDevice, TheHostMakesAtMostTwoBatchesAheadOfTheGpu_CUDA) {
 #if LTRAIN_WITH_CUDA
   const torch::Device device(torch::kCUDA);
   TrainLoader on_gpu(indexed_images(100, 11).to(device), loader_config(16, true, 4, true), 31);
+  // A kernel's first launch in a process loads its code, which waits for the GPU's work.
+  std::vector<Batch> batches{on_gpu.batch(0)};
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
   current.synchronize();
   at::cuda::sleep(1LL << 29);  // the step before: about a quarter of a second
   at::cuda::CUDAEvent step_done;
   step_done.record(current);
-  std::vector<Batch> batches{on_gpu.batch(0), on_gpu.batch(1)};
+  batches.push_back(on_gpu.batch(1));
+  batches.push_back(on_gpu.batch(2));
   EXPECT_FALSE(step_done.query()) << "the host waited for the GPU before two batches were ahead";
-  batches.push_back(on_gpu.batch(2));  // the first is taken only after the step
+  batches.push_back(on_gpu.batch(3));  // the first after the step is taken only after it
   EXPECT_TRUE(step_done.query()) << "the host made a third batch while two were ahead";
 #endif
 }
