@@ -201,8 +201,9 @@ def run_config(cfg, warmup, steps, device, profile_dir=None):
         model = SegmentCheckpointed(model, cfg["checkpoint_segments"])
     model = model.to(device=device, memory_format=fmt).train()
     criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY,
-                                fused=cfg["sgd"] == "fused")
+    # Named either way: fused=False alone would also turn the for-each kernels off (a loop over tensors).
+    kernels = dict(fused=True) if cfg["sgd"] == "fused" else dict(foreach=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY, **kernels)
     images, labels = make_data(cfg["batch"], cfg["image_size"], cfg["channels_last"], device)
     use_scaler = cfg["precision"] == "fp16" and cfg["mode"] != "graph"
     scaler = torch.amp.GradScaler("cuda") if use_scaler else None
