@@ -1177,6 +1177,9 @@ TEST(LoaderDevice, AStepReadsABatchOnlyOnceItIsMadeAndANewEpochWaitsForIt_CUDA) 
   data.cutout = 8;
   TrainLoader on_cpu(set, data, 31);
   TrainLoader on_gpu(set.to(device), data, 31);
+  // A kernel's first launch in a process loads its code, which waits for the GPU's work.
+  on_gpu.batch(0);
+  c10::cuda::getCurrentCUDAStream().synchronize();
   const auto hold_up_ahead = [&] {
     gpu::run_ahead(device, [] {
       at::cuda::sleep(1LL << 29);
