@@ -29,15 +29,19 @@ double clock_ms(const std::function<void()>& work) {
 bool cuda_graphs_available() { return true; }
 
 namespace {
+/// Makes `side` wait for the work queued so far on the current stream of its device.
+void waits_for_current(const c10::cuda::CUDAStream& side) {
+  at::cuda::CUDAEvent queued;
+  queued.record(c10::cuda::getCurrentCUDAStream(side.device_index()));
+  queued.block(side);
+}
+
 /// A pool stream of `device` that waits for the current stream's queued work.
 c10::cuda::CUDAStream side_stream_after_current(const torch::Device& device,
                                                 StreamPriority priority = StreamPriority::normal) {
-  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
   c10::cuda::CUDAStream side =
       c10::cuda::getStreamFromPool(/*isHighPriority=*/priority == StreamPriority::high, device.index());
-  at::cuda::CUDAEvent queued;
-  queued.record(current);
-  queued.block(side);
+  waits_for_current(side);
   return side;
 }
 
@@ -89,9 +93,7 @@ c10::cuda::CUDAStream branch_stream(const torch::Device& device) { return own_st
 void fork_to_branch(const torch::Device& device, const std::function<void()>& work,
                     const std::vector<torch::Tensor>& used) {
   const c10::cuda::CUDAStream branch = branch_stream(device);
-  at::cuda::CUDAEvent queued;
-  queued.record(c10::cuda::getCurrentCUDAStream(branch.device_index()));
-  queued.block(branch);
+  waits_for_current(branch);
   {
     const c10::cuda::CUDAStreamGuard on_branch(branch);
     work();
@@ -141,9 +143,7 @@ void settle_ahead(const torch::Device& device) {
   if (!device.is_cuda()) return;
   const c10::cuda::CUDAStream ahead = own_stream(device, OwnStream::ahead);
   current_waits_for(device, ahead);
-  at::cuda::CUDAEvent queued;
-  queued.record(c10::cuda::getCurrentCUDAStream(ahead.device_index()));
-  queued.block(ahead);
+  waits_for_current(ahead);
 }
 
 bool ahead_done(const torch::Device& device) {
