@@ -20,6 +20,7 @@
 #include "ltrain/core/gpu.h"
 #include "ltrain/ops/batch_norm.h"
 #include "ltrain/ops/convolution.h"
+#include "ltrain/ops/cross_entropy.h"
 #include "ltrain/ops/gradient_kernels.h"
 #include "ltrain/ops/max_pool.h"
 #include "ltrain/optim/optimizer.h"
@@ -554,6 +555,141 @@ TEST(MaxPool, AtenTakesInputsTheKernelsDoNotFit_CUDA) {
                            torch::max_pool2d(nhwc, {3, 3}, {2, 2}, {1, 1})));
 }
 
+// ---- The classification loss -------------------------------------------------------------------
+
+/// ATen's label-smoothed cross-entropy of `logits` in float32 (as autocast runs it), and its
+/// gradient d(loss * grad_scale) / d logits in the logits' dtype.
+std::pair<torch::Tensor, torch::Tensor> aten_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
+                                                          double smoothing, double grad_scale) {
+  const torch::Tensor input = logits.detach().clone().requires_grad_();
+  const torch::Tensor loss = torch::nn::functional::cross_entropy(
+      input.to(torch::kFloat32), labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(smoothing));
+  (loss * grad_scale).backward();
+  return {loss.detach(), input.grad()};
+}
+
+TEST(CrossEntropy, AtenComputesItOffTheGpu) {
+  torch::manual_seed(5);
+  const torch::Tensor logits = torch::randn({6, 10}, torch::requires_grad());
+  const torch::Tensor labels = torch::randint(0, 10, {6}, torch::kInt64);
+  EXPECT_FALSE(ops::takes_ltrain_cross_entropy(logits, labels, 0.1));
+  const torch::Tensor loss = ops::cross_entropy(logits, labels, 0.1);
+  loss.backward();
+  const auto [expected_loss, expected_grad] = aten_cross_entropy(logits, labels, 0.1, 1.0);
+  EXPECT_TRUE(torch::equal(loss, expected_loss));
+  EXPECT_TRUE(torch::equal(logits.grad(), expected_grad));
+}
+
+TEST(CrossEntropy, LtrainKernelsMatchAtenInLossAndGradients_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_cross_entropy_fit(torch::kCUDA));
+  // Rows beyond one block's threads, CIFAR-100's classes and the most the kernel takes, one class.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{256, 10}, {2500, 10}, {37, 100}, {3, 1024}, {5, 1}};
+  for (const torch::ScalarType dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
+    for (const auto& [rows, classes] : shapes) {
+      for (const double smoothing : {0.0, 0.1, 0.9}) {
+        SCOPED_TRACE(::testing::Message() << dtype << " " << rows << "x" << classes << " smoothing " << smoothing);
+        torch::manual_seed(rows + classes);
+        const torch::Tensor logits = (torch::randn({rows, classes}) * 4).to(torch::kCUDA, dtype);
+        const torch::Tensor labels = torch::randint(0, classes, {rows}, torch::TensorOptions(torch::kCUDA).dtype(torch::kInt64));
+        ASSERT_TRUE(ops::takes_ltrain_cross_entropy(logits, labels, smoothing));
+        const torch::Tensor input = logits.clone().requires_grad_();
+        const torch::Tensor loss = ops::cross_entropy(input, labels, smoothing);
+        EXPECT_EQ(loss.scalar_type(), torch::kFloat32);
+        EXPECT_EQ(loss.dim(), 0);
+        // The GradScaler's factor reaches the gradient through the backward pass.
+        (loss * 1024.0).backward();
+        ASSERT_EQ(input.grad().scalar_type(), dtype);
+        const auto [expected_loss, expected_grad] = aten_cross_entropy(logits, labels, smoothing, 1024.0);
+        // The same float32 terms, summed in other orders.
+        EXPECT_NEAR(loss.item<double>(), expected_loss.item<double>(), 1e-5 * std::max(1.0, expected_loss.item<double>()));
+        // float32 gradients agree to a few roundings; fp16/bf16 ones to one rounding of the final cast.
+        const double tolerance = dtype == torch::kFloat32 ? 1e-5 : (dtype == torch::kFloat16 ? 2e-3 : 1e-2);
+        const torch::Tensor grad = input.grad().to(torch::kFloat32), expected = expected_grad.to(torch::kFloat32);
+        EXPECT_TRUE(torch::allclose(grad, expected, tolerance, 1e-3 * 1024.0 / static_cast<double>(rows * classes)))
+            << (grad - expected).abs().max().item<double>();
+      }
+    }
+  }
+}
+
+TEST(CrossEntropy, LtrainKernelsGiveTheSameBitsEveryTime_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_cross_entropy_fit(torch::kCUDA));
+  torch::manual_seed(8);
+  const torch::Tensor logits = torch::randn({1500, 10}, torch::kCUDA).to(torch::kFloat16);
+  const torch::Tensor labels = torch::randint(0, 10, {1500}, torch::TensorOptions(torch::kCUDA).dtype(torch::kInt64));
+  std::vector<torch::Tensor> losses, grads;
+  for (int round = 0; round < 3; ++round) {
+    const torch::Tensor input = logits.clone().requires_grad_();
+    const torch::Tensor loss = ops::cross_entropy(input, labels, 0.1);
+    loss.backward();
+    losses.push_back(loss.detach());
+    grads.push_back(input.grad());
+  }
+  for (int round = 1; round < 3; ++round) {
+    EXPECT_TRUE(torch::equal(losses[round], losses[0]));
+    EXPECT_TRUE(torch::equal(grads[round], grads[0]));
+  }
+}
+
+TEST(CrossEntropy, ALabelOutsideTheClassesGivesANanLossAndTheGpuGoesOn_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_cross_entropy_fit(torch::kCUDA));
+  const torch::Tensor logits = torch::randn({4, 10}, torch::kCUDA).requires_grad_();
+  for (const int64_t bad_label : {int64_t{10}, int64_t{-1}, int64_t{-100}}) {
+    SCOPED_TRACE(bad_label);
+    const torch::Tensor labels =
+        torch::tensor({int64_t{1}, bad_label, int64_t{3}, int64_t{0}}, torch::TensorOptions(torch::kCUDA).dtype(torch::kInt64));
+    const torch::Tensor loss = ops::cross_entropy(logits, labels, 0.1);
+    EXPECT_TRUE(std::isnan(loss.item<float>()));
+    logits.mutable_grad() = torch::Tensor();
+    loss.backward();
+    // The bad row's gradient is NaN, the others' are finite: a GradScaler skips the step.
+    EXPECT_TRUE(logits.grad()[1].isnan().all().item<bool>());
+    EXPECT_TRUE(logits.grad()[0].isfinite().all().item<bool>());
+  }
+  EXPECT_EQ(torch::ones({3}, torch::kCUDA).sum().item<float>(), 3.0f);  // no device-side assertion
+}
+
+TEST(CrossEntropy, UnderAutocastItComputesInFloat32FromTheHalfLogits_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_cross_entropy_fit(torch::kCUDA));
+  torch::manual_seed(9);
+  const torch::Tensor features = torch::randn({64, 32}, torch::kCUDA);
+  const torch::Tensor weight = torch::randn({10, 32}, torch::kCUDA);
+  const torch::Tensor labels = torch::randint(0, 10, {64}, torch::TensorOptions(torch::kCUDA).dtype(torch::kInt64));
+  torch::Tensor ltrain_weight = weight.clone().requires_grad_(), aten_weight = weight.clone().requires_grad_();
+  torch::Tensor ltrain_loss, aten_loss;
+  {
+    const amp::AutocastGuard autocast(torch::kCUDA, torch::kHalf);
+    const torch::Tensor ltrain_logits = torch::nn::functional::linear(features, ltrain_weight);  // [64,10] fp16
+    ASSERT_EQ(ltrain_logits.scalar_type(), torch::kHalf);
+    ltrain_loss = ops::cross_entropy(ltrain_logits, labels, 0.1);
+    // The reference: ATen's loss of the same fp16 logits cast to float32 first.
+    const torch::Tensor aten_logits = torch::nn::functional::linear(features, aten_weight).to(torch::kFloat32);
+    aten_loss = torch::nn::functional::cross_entropy(
+        aten_logits, labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(0.1));
+  }
+  EXPECT_EQ(ltrain_loss.scalar_type(), torch::kFloat32);
+  EXPECT_NEAR(ltrain_loss.item<double>(), aten_loss.item<double>(), 1e-5 * aten_loss.item<double>());
+  ltrain_loss.backward();
+  aten_loss.backward();
+  EXPECT_TRUE(torch::allclose(ltrain_weight.grad(), aten_weight.grad(), 1e-2, 1e-3));
+}
+
+TEST(CrossEntropy, AtenTakesInputsTheKernelsDoNotFit_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto on_gpu = torch::TensorOptions(torch::kCUDA);
+  const torch::Tensor logits = torch::randn({8, 10}, on_gpu);
+  const torch::Tensor labels = torch::randint(0, 10, {8}, on_gpu.dtype(torch::kInt64));
+  EXPECT_EQ(ops::takes_ltrain_cross_entropy(logits, labels, 0.1), ops::ltrain_cross_entropy_fit(torch::kCUDA).runs);
+  EXPECT_FALSE(ops::takes_ltrain_cross_entropy(torch::randn({10, 8}, on_gpu).t(), labels, 0.1));  // not contiguous
+  EXPECT_FALSE(ops::takes_ltrain_cross_entropy(logits.to(torch::kFloat64), labels, 0.1));
+  EXPECT_FALSE(ops::takes_ltrain_cross_entropy(torch::randn({8, 1025}, on_gpu), labels, 0.1));
+  EXPECT_FALSE(ops::takes_ltrain_cross_entropy(logits, labels.to(torch::kInt32), 0.1));
+  EXPECT_FALSE(ops::takes_ltrain_cross_entropy(logits, labels.cpu(), 0.1));
+  EXPECT_FALSE(ops::takes_ltrain_cross_entropy(logits.unsqueeze(0), labels, 0.1));
+  const auto [expected_loss, expected_grad] = aten_cross_entropy(logits, labels, 0.1, 1.0);
+  EXPECT_TRUE(torch::equal(ops::cross_entropy(logits, labels, 0.1, ops::CrossEntropyBackends{false}), expected_loss));
+}
+
 // ---- The optimizer step -------------------------------------------------------------------------
 
 TEST(GradientKernels, SgdReadsLowPrecisionGradientsAsTheirFloat32Values_CUDA) {
@@ -802,7 +938,8 @@ TEST(Ops, TheModelAndTheOptimizerRunLtrainKernelsExactlyWhereTheyFit_CUDA) {
   EXPECT_EQ(optimizer->fused(), ops::ltrain_gradient_kernels_fit(cuda).runs || compat::has_fused_optimizers());
   // A kernel family that does not run says why.
   for (const device::KernelFit& fit :
-       {ops::ltrain_batch_norm_fit(cuda), ops::ltrain_max_pool_fit(cuda), ops::ltrain_gradient_kernels_fit(cuda)})
+       {ops::ltrain_batch_norm_fit(cuda), ops::ltrain_max_pool_fit(cuda), ops::ltrain_gradient_kernels_fit(cuda),
+        ops::ltrain_cross_entropy_fit(cuda)})
     EXPECT_EQ(fit.runs, fit.reason.empty()) << fit.reason;
 }
 

@@ -181,12 +181,40 @@ cudaError_t launch_in_batches(const Entry* entries, int64_t count, int64_t chunk
   return flush();
 }
 
+__global__ void update_scaler_kernel(ScalerCounters counters, double growth_factor, double backoff_factor,
+                                     int32_t growth_interval) {
+  const float found_inf = *counters.found_inf;
+  const int64_t skipped = static_cast<int64_t>(found_inf);  // as found_inf.to(int64): 0 or 1
+  *counters.skipped_steps += skipped;
+  *counters.consecutive_skips = (*counters.consecutive_skips + skipped) * skipped;
+  if (found_inf != 0.0f) {
+    *counters.scale = static_cast<float>(*counters.scale * backoff_factor);
+    *counters.growth_tracker = 0;
+    return;
+  }
+  const int32_t clean_steps = *counters.growth_tracker + 1;
+  if (clean_steps != growth_interval) {
+    *counters.growth_tracker = clean_steps;
+    return;
+  }
+  const float grown = static_cast<float>(*counters.scale * growth_factor);
+  if (isfinite(grown)) *counters.scale = grown;
+  *counters.growth_tracker = 0;
+}
+
 }  // namespace
 
 KernelFit gradient_kernels_fit() {
   return fit_on_current_device({reinterpret_cast<const void*>(&find_inf_kernel),
-                                reinterpret_cast<const void*>(&sgd_kernel)},
+                                reinterpret_cast<const void*>(&sgd_kernel),
+                                reinterpret_cast<const void*>(&update_scaler_kernel)},
                                kThreads, Cooperation::none);
+}
+
+cudaError_t update_scaler(const ScalerCounters& counters, double growth_factor, double backoff_factor,
+                          int32_t growth_interval, cudaStream_t stream) {
+  update_scaler_kernel<<<1, 1, 0, stream>>>(counters, growth_factor, backoff_factor, growth_interval);
+  return cudaGetLastError();
 }
 
 cudaError_t find_inf(const GradientView* gradients, int64_t count, float* found_inf,

@@ -95,9 +95,29 @@ bool ltrain_find_inf(const std::vector<torch::Tensor>& gradients, const torch::T
   return true;
 }
 
+bool ltrain_update_scaler(const ScalerTensors& scaler, double growth_factor, double backoff_factor,
+                          int64_t growth_interval) {
+  if (!scaler.scale.is_cuda() || !ltrain_gradient_kernels_run_on(scaler.scale.device())) return false;
+  kernels::ScalerCounters counters;
+  counters.scale = scaler.scale.data_ptr<float>();
+  counters.growth_tracker = scaler.growth_tracker.data_ptr<int32_t>();
+  counters.found_inf = scaler.found_inf.data_ptr<float>();
+  counters.skipped_steps = scaler.skipped_steps.data_ptr<int64_t>();
+  counters.consecutive_skips = scaler.consecutive_skips.data_ptr<int64_t>();
+  throw_on_error(kernels::update_scaler(counters, growth_factor, backoff_factor, static_cast<int32_t>(growth_interval),
+                                        current_stream_of(scaler.scale)),
+                 "GradScaler update kernel");
+  for (const torch::Tensor& tensor : {scaler.scale, scaler.growth_tracker, scaler.skipped_steps,
+                                      scaler.consecutive_skips})
+    tensor.unsafeGetTensorImpl()->bump_version();
+  return true;
+}
+
 #else
 
 bool ltrain_gradient_kernels_run_on(const torch::Device&) { return false; }
+
+bool ltrain_update_scaler(const ScalerTensors&, double, double, int64_t) { return false; }
 
 void ltrain_sgd_step(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
                      const std::vector<torch::Tensor>&, const std::vector<double>&, double, bool, const torch::Tensor&,
@@ -163,6 +183,19 @@ void portable_unscale_and_find_inf(const std::vector<torch::Tensor>& gradients, 
         torch::maximum(found_inf, gradient.isfinite().logical_not().any().to(torch::kFloat32).reshape({1})));
     gradient.mul_(inv_scale);
   }
+}
+
+/// The portable update: _amp_update_scale_'s rules in ATen operators.
+void portable_update_scale(const ScalerTensors& scaler, double growth_factor, double backoff_factor,
+                           int64_t growth_interval) {
+  const torch::Tensor bad = scaler.found_inf > 0;
+  const torch::Tensor clean_steps = scaler.growth_tracker + 1;
+  const torch::Tensor interval_reached = clean_steps == growth_interval;
+  const torch::Tensor grown = scaler.scale * growth_factor;
+  const torch::Tensor grow = interval_reached.logical_and(grown.isfinite());
+  scaler.scale.copy_(torch::where(bad, scaler.scale * backoff_factor, torch::where(grow, grown, scaler.scale)));
+  scaler.growth_tracker.copy_(
+      torch::where(bad.logical_or(interval_reached), torch::zeros_like(clean_steps), clean_steps));
 }
 
 }  // namespace
@@ -232,6 +265,20 @@ void unscale_and_find_inf(const std::vector<torch::Tensor>& gradients, const tor
   // flag by non-const reference: a handle to the same storage.
   torch::Tensor found = found_inf;
   at::_amp_foreach_non_finite_check_and_unscale_(gradients, found, inv_scale);
+}
+
+void update_scaler(const ScalerTensors& scaler, double growth_factor, double backoff_factor, int64_t growth_interval) {
+  torch::NoGradGuard no_grad;
+  if (ltrain_update_scaler(scaler, growth_factor, backoff_factor, growth_interval)) return;
+  const torch::Tensor skipped = scaler.found_inf.to(torch::kInt64);  // [1] 0 or 1
+  scaler.skipped_steps.add_(skipped);
+  scaler.consecutive_skips.add_(skipped).mul_(skipped);  // back to 0 after a clean step
+  if (scaler.scale.is_cuda()) {
+    torch::Tensor scale = scaler.scale, growth_tracker = scaler.growth_tracker;  // handles to the same storage
+    at::_amp_update_scale_(scale, growth_tracker, scaler.found_inf, growth_factor, backoff_factor, growth_interval);
+    return;
+  }
+  portable_update_scale(scaler, growth_factor, backoff_factor, growth_interval);
 }
 
 }  // namespace ltrain::ops

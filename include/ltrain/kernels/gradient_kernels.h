@@ -51,7 +51,25 @@ struct SgdSettings {
   const float* found_inf = nullptr;  // [1] or null: non-zero skips the whole step
 };
 
-/// Whether both kernels (the check and the step) run on the current device (an image for it in this
+/// The GradScaler's state on the device, each [1].
+struct ScalerCounters {
+  float* scale = nullptr;
+  int32_t* growth_tracker = nullptr;  // clean steps since the scale last changed
+  const float* found_inf = nullptr;   // this step's: 0, or 1 after inf/NaN gradients
+  int64_t* skipped_steps = nullptr;
+  int64_t* consecutive_skips = nullptr;
+};
+
+/// torch.amp.GradScaler's update after a step, as ATen's _amp_update_scale_ (the products in
+/// double, rounded to float32): after inf/NaN gradients the scale times backoff_factor and the
+/// tracker 0; after growth_interval clean steps in a row the scale times growth_factor (where that
+/// is finite) and the tracker 0; else the tracker counts the clean step. The skipped steps count
+/// this step's found_inf, the consecutive skips too, back to 0 after a clean step. One thread, one
+/// launch.
+cudaError_t update_scaler(const ScalerCounters& counters, double growth_factor, double backoff_factor,
+                          int32_t growth_interval, cudaStream_t stream);
+
+/// Whether the kernels (the check, the step and the scaler's update) run on the current device (an image for it in this
 /// build), and if not, why.
 KernelFit gradient_kernels_fit();
 

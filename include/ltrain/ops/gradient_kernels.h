@@ -1,6 +1,6 @@
 #pragma once
-// The SGD step and the GradScaler's inf/NaN check over a model's gradients, each one entry that
-// runs the backend chosen here. ltrain's own gradient kernels (kernels/gradient_kernels.h) read
+// The SGD step, the GradScaler's inf/NaN check over a model's gradients and its update, each one
+// entry that runs the backend chosen here. ltrain's own gradient kernels (kernels/gradient_kernels.h) read
 // float32, fp16 and bf16 gradients in one list, as the backward pass left them, in a few launches;
 // where they do not run, LibTorch's kernels do, and off CUDA the portable versions.
 #include <vector>
@@ -54,5 +54,20 @@ void find_inf(const std::vector<torch::Tensor>& gradients, const torch::Tensor& 
 /// the same rules (LibTorch 1.13 has no CPU kernel for it).
 void unscale_and_find_inf(const std::vector<torch::Tensor>& gradients, const torch::Tensor& inv_scale,
                           const torch::Tensor& found_inf);
+
+/// The GradScaler's tensors on one device, each [1].
+struct ScalerTensors {
+  torch::Tensor scale;              // float32
+  torch::Tensor growth_tracker;     // int32: clean steps since the scale last changed
+  torch::Tensor found_inf;          // float32: this step's, 0 or 1
+  torch::Tensor skipped_steps;      // int64
+  torch::Tensor consecutive_skips;  // int64
+};
+
+/// The GradScaler's update after a step, as torch.amp.GradScaler.update (ATen's
+/// _amp_update_scale_ rules), and its counts of skipped steps (consecutive ones back to 0 after a
+/// clean step): on ltrain's one-thread kernel where the gradient kernels run (one launch instead
+/// of five), else ATen's update and operators, else the portable version. The same values on each.
+void update_scaler(const ScalerTensors& scaler, double growth_factor, double backoff_factor, int64_t growth_interval);
 
 }  // namespace ltrain::ops
