@@ -54,7 +54,7 @@ struct LinearProblem {
   NamedTensors named{{"p", p}};
   void backward(amp::GradScaler& scaler, const torch::Tensor& x) {
     if (p.grad().defined()) p.mutable_grad().zero_();
-    scaler.scale_loss((p * x).sum()).backward();
+    scaler.backward((p * x).sum());
   }
 };
 
@@ -116,6 +116,24 @@ TEST(GradScaler, NeverGrowsToInfinity) {
   scaler.unscale({problem.p.grad()});
   scaler.update();
   EXPECT_FLOAT_EQ(static_cast<float>(value(scaler.scale())), 3e38f);
+}
+
+TEST(GradScaler, ItsBackwardPassGivesTheGradientsOfTheScaledLossBitForBit) {
+  torch::manual_seed(2);
+  const torch::Tensor x = torch::randn({8, 5});
+  const torch::Tensor w = torch::randn({5, 3});
+  for (const bool enabled : {true, false}) {
+    SCOPED_TRACE(enabled);
+    amp::GradScalerOptions options = scaler_options(1536.0, 10);
+    options.enabled = enabled;
+    const amp::GradScaler scaler(options, torch::kCPU);
+    const torch::Tensor by_scaler = w.clone().requires_grad_(), by_product = w.clone().requires_grad_();
+    scaler.backward(torch::log_softmax(x.mm(by_scaler), 1).mean());
+    torch::Tensor loss = torch::log_softmax(x.mm(by_product), 1).mean();
+    if (enabled) loss = loss * scaler.scale();
+    loss.sum().backward();
+    EXPECT_TRUE(torch::equal(by_scaler.grad(), by_product.grad()));
+  }
 }
 
 TEST(GradScaler, CheckOnlyLeavesGradientsScaled) {
@@ -500,6 +518,43 @@ TEST(GradScaler, CheckOnTheGpuReadsEveryDtypeAndChangesNoGradient_CUDA) {
   EXPECT_EQ(found_after_check(), 1.0);
   grads[133][500] = 0.0;
   EXPECT_EQ(found_after_check(), 0.0);
+}
+
+TEST(GradScaler, ItsUpdateOnTheGpuFollowsAtensRulesBitForBit_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_gradient_kernels_fit(torch::kCUDA));
+  const auto on_gpu = torch::TensorOptions(torch::kCUDA);
+  // Two scalers' tensors: ltrain's one-kernel update against ATen's update and operators, through
+  // backoffs, growth, a growth that would overflow float32, and factors whose products round.
+  const auto make = [&](double scale) {
+    return ops::ScalerTensors{torch::full({1}, scale, on_gpu.dtype(torch::kFloat32)),
+                              torch::zeros({1}, on_gpu.dtype(torch::kInt32)),
+                              torch::zeros({1}, on_gpu.dtype(torch::kFloat32)),
+                              torch::zeros({1}, on_gpu.dtype(torch::kInt64)),
+                              torch::zeros({1}, on_gpu.dtype(torch::kInt64))};
+  };
+  for (const double start : {65536.0, 3e38}) {
+    SCOPED_TRACE(start);
+    const ops::ScalerTensors ltrain = make(start), aten = make(start);
+    const std::vector<float> found = {0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0};
+    for (size_t step = 0; step < found.size(); ++step) {
+      SCOPED_TRACE(step);
+      ltrain.found_inf.fill_(found[step]);
+      aten.found_inf.fill_(found[step]);
+      ops::update_scaler(ltrain, 1.7, 0.37, 3);
+      const torch::Tensor skipped = aten.found_inf.to(torch::kInt64);
+      aten.skipped_steps.add_(skipped);
+      aten.consecutive_skips.add_(skipped).mul_(skipped);
+      torch::Tensor scale = aten.scale, tracker = aten.growth_tracker;
+      at::_amp_update_scale_(scale, tracker, aten.found_inf, 1.7, 0.37, 3);
+      EXPECT_TRUE(torch::equal(ltrain.scale, aten.scale))
+          << ltrain.scale.item<float>() << " against " << aten.scale.item<float>();
+      EXPECT_TRUE(torch::equal(ltrain.growth_tracker, aten.growth_tracker));
+      EXPECT_TRUE(torch::equal(ltrain.skipped_steps, aten.skipped_steps));
+      EXPECT_TRUE(torch::equal(ltrain.consecutive_skips, aten.consecutive_skips));
+    }
+    EXPECT_EQ(ltrain.skipped_steps.item<int64_t>(), 3);
+    EXPECT_TRUE(ltrain.scale.isfinite().all().item<bool>());
+  }
 }
 
 TEST(GradScaler, SkipsAndBacksOffOnTheGpu_CUDA) {

@@ -138,7 +138,8 @@ TEST(Config, UnknownKeySuggestsTheClosest) {
 TEST(Config, UnknownKeyListsTheKnownOnes) {
   TempDir dir;
   EXPECT_EQ(error_of(dir, R"({"loss": {"focal": 2}})"),
-            (dir.path() / "run.json").string() + ": unknown key \"loss.focal\"; the keys of loss are: label_smoothing");
+            (dir.path() / "run.json").string() +
+                ": unknown key \"loss.focal\"; the keys of loss are: label_smoothing, ltrain_kernels");
 }
 
 TEST(Config, UnknownSection) {

@@ -159,7 +159,8 @@ TEST(GpuProfile, DoctorReportsEachGpusCodeAndFastPaths) {
     EXPECT_EQ(names, (std::vector<std::string>{"ltrain's BatchNorm kernels", "thread-block clusters in them",
                                                "cuDNN's fused BatchNorm", "ltrain's max pooling kernels",
                                                "ltrain's convolutions with BatchNorm statistics (model.fused_conv)",
-                                               "ltrain's SGD and inf/NaN check kernels", "NCCL for several GPUs"}));
+                                               "ltrain's SGD and inf/NaN check kernels",
+                                               "ltrain's cross-entropy kernels", "NCCL for several GPUs"}));
   }
   // The text names the same paths, one line each.
   ASSERT_EQ(run_ltrain("doctor", dir.path() / "out"), 0);

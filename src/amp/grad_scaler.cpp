@@ -20,8 +20,10 @@ GradScaler::GradScaler(const GradScalerOptions& options, const torch::Device& de
       skipped_steps_(torch::zeros({1}, on(device, torch::kInt64))),
       consecutive_skips_(torch::zeros({1}, on(device, torch::kInt64))) {}
 
-torch::Tensor GradScaler::scale_loss(const torch::Tensor& loss) const {
-  return options_.enabled ? loss * scale_ : loss;
+void GradScaler::backward(const torch::Tensor& loss) const {
+  // d(loss * scale) / d loss is 1 * scale: exactly the scale.
+  if (options_.enabled) loss.backward(scale_.to(loss.scalar_type()).view(loss.sizes()));
+  else loss.backward();
 }
 
 void GradScaler::unscale(const std::vector<torch::Tensor>& grads) {
@@ -44,24 +46,8 @@ ScalerState GradScaler::step_state(bool gradients_unscaled) const {
 
 void GradScaler::update() {
   if (!options_.enabled) return;
-  torch::NoGradGuard no_grad;
-  const torch::Tensor skipped = found_inf_.to(torch::kInt64);  // [1] 0 or 1
-  skipped_steps_.add_(skipped);
-  consecutive_skips_.add_(skipped).mul_(skipped);  // reset to 0 by a clean step
-  if (scale_.is_cuda()) {
-    at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor, options_.backoff_factor,
-                           options_.growth_interval);
-    return;
-  }
-  // Portable version of _amp_update_scale_: back off after a bad step; after growth_interval
-  // clean steps grow the scale (when the grown scale is finite) and restart the count.
-  const torch::Tensor bad = found_inf_ > 0;
-  const torch::Tensor clean_steps = growth_tracker_ + 1;
-  const torch::Tensor interval_reached = clean_steps == options_.growth_interval;
-  const torch::Tensor grown = scale_ * options_.growth_factor;
-  const torch::Tensor grow = interval_reached.logical_and(grown.isfinite());
-  scale_.copy_(torch::where(bad, scale_ * options_.backoff_factor, torch::where(grow, grown, scale_)));
-  growth_tracker_.copy_(torch::where(bad.logical_or(interval_reached), torch::zeros_like(clean_steps), clean_steps));
+  ops::update_scaler({scale_, growth_tracker_, found_inf_, skipped_steps_, consecutive_skips_}, options_.growth_factor,
+                     options_.backoff_factor, options_.growth_interval);
 }
 
 NamedTensors GradScaler::state() const {

@@ -9,6 +9,7 @@
 #include "ltrain/device/architectures.h"
 #include "ltrain/device/gpu_profile.h"
 #include "ltrain/ops/batch_norm.h"
+#include "ltrain/ops/cross_entropy.h"
 #include "ltrain/ops/fused_conv.h"
 #include "ltrain/ops/gradient_kernels.h"
 #include "ltrain/ops/kernel_image.h"
@@ -44,6 +45,7 @@ GpuReport report_gpu(const env::Gpu& gpu, const env::Environment& environment) {
       path_of("ltrain's convolutions with BatchNorm statistics (model.fused_conv)", ops::fused_conv_fit(cuda)));
   report.fast_paths.push_back(
       path_of("ltrain's SGD and inf/NaN check kernels", ops::ltrain_gradient_kernels_fit(cuda)));
+  report.fast_paths.push_back(path_of("ltrain's cross-entropy kernels", ops::ltrain_cross_entropy_fit(cuda)));
   const bool nccl_built = std::find(environment.c10d_backends.begin(), environment.c10d_backends.end(), "nccl") !=
                           environment.c10d_backends.end();
   report.fast_paths.push_back({"NCCL for several GPUs", nccl_built && environment.nccl != 0,

@@ -12,9 +12,9 @@
 
 namespace ltrain::engine {
 
-torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing) {
-  return torch::nn::functional::cross_entropy(
-      logits, labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
+torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing,
+                                  const ops::CrossEntropyBackends& backends) {
+  return ops::cross_entropy(logits, labels, label_smoothing, backends);
 }
 
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& grads, double max_norm) {
@@ -39,6 +39,7 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
       accumulation_steps_(config.optim.accumulation_steps),
       clip_grad_norm_(config.optim.clip_grad_norm),
       label_smoothing_(config.loss.label_smoothing),
+      loss_backends_{config.loss.ltrain_kernels},
       group_(group) {
   if (precision_.autocast) {
     std::vector<torch::Tensor> optimizer_order;  // the optimizer's parameters, group by group
@@ -164,7 +165,7 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
     {
       const amp::AutocastGuard autocast(images[micro].device().type(), precision_.dtype, precision_.autocast);
       logits = model_->forward(images[micro].contiguous(memory_format_));  // [B,classes], fp16/bf16 under autocast
-      loss = classification_loss(logits, labels[micro], label_smoothing_);  // [] float32 (autocast runs it in fp32)
+      loss = classification_loss(logits, labels[micro], label_smoothing_, loss_backends_);  // [] float32
     }
     const auto add_to_totals = [&] {
       torch::NoGradGuard no_grad;
@@ -174,10 +175,12 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
     // The totals read the forward pass's outputs alone: on the branch, beside the backward pass
     // (joined with the weight gradients).
     if (branches_) gpu::fork_to_branch(images[micro].device(), add_to_totals, {loss, logits, labels[micro]});
-    // Each micro-batch's loss is divided by K: the gradients sum to those of the mean loss.
+    // Each micro-batch's loss is divided by K: the gradients sum to those of the mean loss (with
+    // one micro-batch, no division: x / 1 is x, and it would cost a kernel each way).
+    const torch::Tensor micro_loss = accumulation_steps_ == 1 ? loss : loss / static_cast<double>(accumulation_steps_);
     const bool last_micro_batch = micro + 1 == images.size();
     if (reducer_ && last_micro_batch) reducer_->arm(/*accumulated=*/micro > 0);
-    scaler_.scale_loss(loss / static_cast<double>(accumulation_steps_)).backward();
+    scaler_.backward(micro_loss);
     if (branches_) gpu::join_branch(images[micro].device());  // every weight gradient is complete
     if (low_precision_weights_ && !low_precision_gradients_)
       low_precision_weights_->collect_gradients(/*first_micro_batch=*/micro == 0);

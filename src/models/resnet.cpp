@@ -310,9 +310,11 @@ int64_t ResNetImpl::first_stage_side(int64_t image_side) const {
 }
 
 torch::Tensor ResNetImpl::forward_head(torch::Tensor features) {
-  // flatten (a reshape), not view: correct whatever the memory format of the pooled map.
-  torch::Tensor pooled = torch::flatten(torch::adaptive_avg_pool2d(features, {1, 1}), 1);  // [B,C]
-  return fc->forward(pooled);
+  // flatten (a reshape), not view: correct whatever the memory format of the pooled map. A 1x1 map
+  // (the imagenet stem at 32x32) is its own mean, exactly: no pooling kernel, forward or backward.
+  const bool one_position = features.size(2) == 1 && features.size(3) == 1;
+  torch::Tensor pooled = torch::flatten(one_position ? features : torch::adaptive_avg_pool2d(features, {1, 1}), 1);
+  return fc->forward(pooled);  // pooled [B,C]
 }
 
 std::vector<torch::nn::Sequential> ResNetImpl::stages() const { return {layer1, layer2, layer3, layer4}; }

@@ -33,8 +33,10 @@ class GradScaler {
 
   bool enabled() const { return options_.enabled; }
 
-  /// loss * scale; `loss` itself when disabled.
-  torch::Tensor scale_loss(const torch::Tensor& loss) const;
+  /// The backward pass of `loss` (one element) with every gradient scaled: the gradients of
+  /// loss * scale, bit for bit, with the scale handed to the pass as the loss's own gradient (no
+  /// multiplication, forward or backward); loss.backward() when disabled.
+  void backward(const torch::Tensor& loss) const;
 
   /// Multiplies every gradient by 1/scale and sets found_inf if any value is inf or NaN.
   void unscale(const std::vector<torch::Tensor>& grads);

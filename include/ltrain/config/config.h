@@ -321,10 +321,15 @@ struct OptimSection {
 struct LossSection {
   /// Label smoothing of the cross-entropy loss (torch.nn.CrossEntropyLoss's label_smoothing).
   double label_smoothing = 0.0;
+  /// The training step's loss and its gradient on ltrain's two CUDA kernels (ops::cross_entropy)
+  /// instead of ATen's dozen small ones.
+  bool ltrain_kernels = true;
 
   template <class V>
   void visit(V& v) {
     v("label_smoothing", label_smoothing, "label smoothing of the cross-entropy loss", Range{0, 1, false});
+    v("ltrain_kernels", ltrain_kernels,
+      "the training step's loss and its gradient on ltrain's own CUDA kernels (2 launches instead of ATen's ~13)");
   }
 };
 

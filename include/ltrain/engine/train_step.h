@@ -22,6 +22,7 @@
 #include "ltrain/engine/batch_graph.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/ops/convolution.h"
+#include "ltrain/ops/cross_entropy.h"
 #include "ltrain/optim/optimizer.h"
 
 namespace ltrain::engine {
@@ -99,6 +100,7 @@ class TrainStep {
   int64_t accumulation_steps_;
   double clip_grad_norm_;
   double label_smoothing_;
+  ops::CrossEntropyBackends loss_backends_;  // loss.ltrain_kernels
   std::optional<amp::LowPrecisionWeights> low_precision_weights_;  // with autocast (fp16/bf16)
   // With autocast, the optimizer reads the copies' fp16/bf16 gradients as they are, with no
   // float32 gradients, when it can and nothing else needs float32 ones (accumulation, clipping,
@@ -124,8 +126,10 @@ class TrainStep {
   std::unique_ptr<dist::GradientReducer> reducer_;  // with a group
 };
 
-/// Cross-entropy (mean over the batch) with label smoothing, as torch.nn.CrossEntropyLoss.
-torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing);
+/// Cross-entropy (mean over the batch) with label smoothing, as torch.nn.CrossEntropyLoss, on the
+/// first of `backends` that takes it (ops::cross_entropy).
+torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing,
+                                  const ops::CrossEntropyBackends& backends = {});
 
 /// torch.nn.utils.clip_grad_norm_: scales `grads` in place so that their global L2 norm is at most
 /// `max_norm`; returns the norm before clipping ([] float32, on the device, no sync).
