@@ -99,25 +99,17 @@ cudaError_t cross_entropy_forward(ElementType type, const void* logits, const in
   if (shape.rows < 1 || shape.rows > kCrossEntropyMostRows || shape.classes < 1 ||
       shape.classes > kCrossEntropyMostClasses)
     return cudaErrorInvalidValue;
-  switch (type) {
-    case ElementType::float32: return launch_forward<float>(logits, labels, shape, smoothing, loss, gradient, stream);
-    case ElementType::float16: return launch_forward<__half>(logits, labels, shape, smoothing, loss, gradient, stream);
-    case ElementType::bfloat16:
-      return launch_forward<__nv_bfloat16>(logits, labels, shape, smoothing, loss, gradient, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_element_type(type, [&](auto element) {
+    return launch_forward<decltype(element)>(logits, labels, shape, smoothing, loss, gradient, stream);
+  });
 }
 
 cudaError_t cross_entropy_backward(ElementType type, const float* gradient, const float* grad_loss,
                                    void* grad_logits, int64_t count, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  switch (type) {
-    case ElementType::float32: return launch_backward<float>(gradient, grad_loss, grad_logits, count, stream);
-    case ElementType::float16: return launch_backward<__half>(gradient, grad_loss, grad_logits, count, stream);
-    case ElementType::bfloat16:
-      return launch_backward<__nv_bfloat16>(gradient, grad_loss, grad_logits, count, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_element_type(type, [&](auto element) {
+    return launch_backward<decltype(element)>(gradient, grad_loss, grad_logits, count, stream);
+  });
 }
 
 }  // namespace ltrain::kernels
