@@ -557,8 +557,8 @@ TEST(MaxPool, AtenTakesInputsTheKernelsDoNotFit_CUDA) {
 
 // ---- The classification loss -------------------------------------------------------------------
 
-/// ATen's label-smoothed cross-entropy of `logits` in float32 (as autocast runs it), and its
-/// gradient d(loss * grad_scale) / d logits in the logits' dtype.
+/// ATen's label-smoothed cross-entropy of `logits` cast to float32, and its gradient
+/// d(loss * grad_scale) / d logits in the logits' dtype.
 std::pair<torch::Tensor, torch::Tensor> aten_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
                                                           double smoothing, double grad_scale) {
   const torch::Tensor input = logits.detach().clone().requires_grad_();
@@ -590,7 +590,8 @@ TEST(CrossEntropy, LtrainKernelsMatchAtenInLossAndGradients_CUDA) {
         SCOPED_TRACE(::testing::Message() << dtype << " " << rows << "x" << classes << " smoothing " << smoothing);
         torch::manual_seed(rows + classes);
         const torch::Tensor logits = (torch::randn({rows, classes}) * 4).to(torch::kCUDA, dtype);
-        const torch::Tensor labels = torch::randint(0, classes, {rows}, torch::TensorOptions(torch::kCUDA).dtype(torch::kInt64));
+        const torch::Tensor labels =
+            torch::randint(0, classes, {rows}, torch::TensorOptions(torch::kCUDA).dtype(torch::kInt64));
         ASSERT_TRUE(ops::takes_ltrain_cross_entropy(logits, labels, smoothing));
         const torch::Tensor input = logits.clone().requires_grad_();
         const torch::Tensor loss = ops::cross_entropy(input, labels, smoothing);
@@ -601,7 +602,8 @@ TEST(CrossEntropy, LtrainKernelsMatchAtenInLossAndGradients_CUDA) {
         ASSERT_EQ(input.grad().scalar_type(), dtype);
         const auto [expected_loss, expected_grad] = aten_cross_entropy(logits, labels, smoothing, 1024.0);
         // The same float32 terms, summed in other orders.
-        EXPECT_NEAR(loss.item<double>(), expected_loss.item<double>(), 1e-5 * std::max(1.0, expected_loss.item<double>()));
+        const double expected_value = expected_loss.item<double>();
+        EXPECT_NEAR(loss.item<double>(), expected_value, 1e-5 * std::max(1.0, expected_value));
         // float32 gradients agree to a few roundings; fp16/bf16 ones to one rounding of the final cast.
         const double tolerance = dtype == torch::kFloat32 ? 1e-5 : (dtype == torch::kFloat16 ? 2e-3 : 1e-2);
         const torch::Tensor grad = input.grad().to(torch::kFloat32), expected = expected_grad.to(torch::kFloat32);
@@ -634,10 +636,10 @@ TEST(CrossEntropy, LtrainKernelsGiveTheSameBitsEveryTime_CUDA) {
 TEST(CrossEntropy, ALabelOutsideTheClassesGivesANanLossAndTheGpuGoesOn_CUDA) {
   LTRAIN_REQUIRE_KERNELS(ops::ltrain_cross_entropy_fit(torch::kCUDA));
   const torch::Tensor logits = torch::randn({4, 10}, torch::kCUDA).requires_grad_();
+  const auto on_gpu = torch::TensorOptions(torch::kCUDA).dtype(torch::kInt64);
   for (const int64_t bad_label : {int64_t{10}, int64_t{-1}, int64_t{-100}}) {
     SCOPED_TRACE(bad_label);
-    const torch::Tensor labels =
-        torch::tensor({int64_t{1}, bad_label, int64_t{3}, int64_t{0}}, torch::TensorOptions(torch::kCUDA).dtype(torch::kInt64));
+    const torch::Tensor labels = torch::tensor({int64_t{1}, bad_label, int64_t{3}, int64_t{0}}, on_gpu);
     const torch::Tensor loss = ops::cross_entropy(logits, labels, 0.1);
     EXPECT_TRUE(std::isnan(loss.item<float>()));
     logits.mutable_grad() = torch::Tensor();

@@ -69,8 +69,8 @@ struct ScalerCounters {
 cudaError_t update_scaler(const ScalerCounters& counters, double growth_factor, double backoff_factor,
                           int32_t growth_interval, cudaStream_t stream);
 
-/// Whether the kernels (the check, the step and the scaler's update) run on the current device (an image for it in this
-/// build), and if not, why.
+/// Whether the kernels (the check, the step and the scaler's update) run on the current device
+/// (an image for it in this build), and if not, why.
 KernelFit gradient_kernels_fit();
 
 /// Sets *found_inf to 1 when any element of any gradient is inf or NaN; otherwise leaves

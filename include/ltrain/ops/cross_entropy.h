@@ -21,9 +21,9 @@ struct CrossEntropyBackends {
 };
 
 /// The mean over rows of the label-smoothed cross-entropy of `logits` [rows, classes] against
-/// `labels` [rows] int64, as a [] float32 tensor, computed in float32 whatever the logits' dtype
-/// (as autocast runs ATen's); its gradient has the logits' dtype. On the first backend of
-/// `backends` that takes the input; the values agree with ATen's to float32 rounding.
+/// `labels` [rows] int64, as a [] float32 tensor, computed in float32 whatever the logits' dtype;
+/// its gradient has the logits' dtype. On the first backend of `backends` that takes the input;
+/// ltrain's agrees with ATen's loss of the logits cast to float32 to float32 rounding.
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing,
                             const CrossEntropyBackends& backends = {});
 

@@ -1,8 +1,9 @@
 #pragma once
 // The SGD step, the GradScaler's inf/NaN check over a model's gradients and its update, each one
-// entry that runs the backend chosen here. ltrain's own gradient kernels (kernels/gradient_kernels.h) read
-// float32, fp16 and bf16 gradients in one list, as the backward pass left them, in a few launches;
-// where they do not run, LibTorch's kernels do, and off CUDA the portable versions.
+// entry that runs the backend chosen here. ltrain's own gradient kernels
+// (kernels/gradient_kernels.h) read float32, fp16 and bf16 gradients in one list, as the backward
+// pass left them, in a few launches; where they do not run, LibTorch's kernels do, and off CUDA the
+// portable versions.
 #include <vector>
 
 #include <torch/torch.h>
