@@ -202,23 +202,16 @@ KernelFit max_pool_fit() {
 
 cudaError_t max_pool_forward(ElementType type, const void* input, void* output, uint8_t* argmax,
                                   const PoolGeometry& geometry, cudaStream_t stream) {
-  switch (type) {
-    case ElementType::float32: return launch_forward<float>(input, output, argmax, geometry, stream);
-    case ElementType::float16: return launch_forward<__half>(input, output, argmax, geometry, stream);
-    case ElementType::bfloat16: return launch_forward<__nv_bfloat16>(input, output, argmax, geometry, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_element_type(type, [&](auto element) {
+    return launch_forward<decltype(element)>(input, output, argmax, geometry, stream);
+  });
 }
 
 cudaError_t max_pool_backward(ElementType type, const void* grad_output, const uint8_t* argmax,
                                    void* grad_input, const PoolGeometry& geometry, cudaStream_t stream) {
-  switch (type) {
-    case ElementType::float32: return launch_backward<float>(grad_output, argmax, grad_input, geometry, stream);
-    case ElementType::float16: return launch_backward<__half>(grad_output, argmax, grad_input, geometry, stream);
-    case ElementType::bfloat16:
-      return launch_backward<__nv_bfloat16>(grad_output, argmax, grad_input, geometry, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_element_type(type, [&](auto element) {
+    return launch_backward<decltype(element)>(grad_output, argmax, grad_input, geometry, stream);
+  });
 }
 
 }  // namespace ltrain::kernels
