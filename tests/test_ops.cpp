@@ -788,6 +788,48 @@ TEST(GradientKernels, SgdWritesEachParametersLowPrecisionCopyUnlessTheStepIsSkip
                std::logic_error);  // a copy in another memory order than its parameter
 }
 
+TEST(GradientKernels, SgdTakesTheSameStepWhereverItsTensorsLieInMemory_CUDA) {
+  LTRAIN_REQUIRE_KERNELS(ops::ltrain_gradient_kernels_fit(torch::kCUDA));
+  // The kernel moves aligned tensors 4 elements at a time and others one at a time: a step on
+  // tensors one element into their storage (no longer aligned) must give the same bits. The sizes
+  // end blocks and vector groups part way, with and without a momentum buffer and a copy.
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(9);
+  for (const int64_t size : {int64_t{2048 * 3 + 1027}, int64_t{5}, int64_t{4096}}) {
+    for (torch::ScalarType dtype : {torch::kFloat32, torch::kHalf, torch::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message() << size << " elements, " << dtype);
+      const torch::Tensor initial = torch::randn({size}, cuda), gradient = (torch::randn({size}, cuda) * 64).to(dtype);
+      auto step = [&](int64_t offset, bool momentum) {
+        // Each tensor a view `offset` elements into a storage of its own.
+        auto placed = [&](const torch::Tensor& t) {
+          torch::Tensor storage = torch::zeros({size + offset}, t.options());
+          storage.narrow(0, offset, size).copy_(t);
+          return storage.narrow(0, offset, size);
+        };
+        std::vector<torch::Tensor> params{placed(initial)}, buffers;
+        if (momentum) buffers.push_back(placed(torch::zeros_like(initial)));
+        std::vector<torch::Tensor> copies{placed(torch::zeros({size}, cuda.dtype(torch::kHalf)))};
+        const torch::Tensor lr = torch::full({}, 0.1, cuda), grad_scale = torch::full({1}, 64.0, cuda);
+        for (int k = 0; k < 2; ++k)
+          ops::sgd_step(ops::SgdBackend::ltrain, params, {placed(gradient)}, buffers, {5e-4}, momentum ? 0.9 : 0.0,
+                        true, lr, grad_scale, torch::zeros({1}, cuda), copies);
+        return std::vector<torch::Tensor>{params[0].clone(), momentum ? buffers[0].clone() : torch::Tensor(),
+                                          copies[0].clone()};
+      };
+      for (const bool momentum : {true, false}) {
+        const std::vector<torch::Tensor> aligned = step(0, momentum), unaligned = step(1, momentum);
+        EXPECT_TRUE(torch::equal(aligned[0], unaligned[0])) << "momentum " << momentum;
+        if (momentum) {
+          EXPECT_TRUE(torch::equal(aligned[1], unaligned[1]));
+        }
+        EXPECT_TRUE(torch::equal(aligned[2], unaligned[2]));
+        EXPECT_TRUE(torch::equal(aligned[2], aligned[0].to(torch::kHalf)));
+        EXPECT_FALSE(torch::equal(aligned[0], initial));
+      }
+    }
+  }
+}
+
 TEST(SgdStep, ThePortableStepUnscalesAndSkipsWhereTheScalerFoundInf) {
   // p = [1, 2], scaled gradients [4, 8] at scale 4, weight decay 0.5, momentum 0.9 from a zero
   // buffer, lr 0.1: d = g / 4 + 0.5 p = [1.5, 3], the buffer becomes d, p - 0.1 d = [0.85, 1.7].

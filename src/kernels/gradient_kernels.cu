@@ -102,36 +102,117 @@ __device__ inline void store_low_precision(void* copy, ElementType type, int64_t
   else static_cast<__half*>(copy)[i] = from_float<__half>(value);
 }
 
+// The SGD kernel moves each element's bytes in vectors of 4 elements: a thread's 8 elements are
+// 2 groups of 4 consecutive ones, kThreads * 4 elements apart, so that each load or store of a
+// warp covers one contiguous stretch (512 bytes of float32, 256 of fp16/bf16). Scalar accesses
+// where a pointer is not aligned to its vector, or a group runs past the range's end.
+constexpr int kGroupSize = 4;
+constexpr int kGroups = kPerThread / kGroupSize;
+static_assert(kPerThread % kGroupSize == 0, "a thread's elements are whole groups");
+
+template <typename T>
+struct alignas(kGroupSize * sizeof(T)) Group {
+  T lanes[kGroupSize];
+};
+
+template <typename T>
+__device__ bool group_aligned(const void* data) {
+  return reinterpret_cast<uintptr_t>(data) % sizeof(Group<T>) == 0;
+}
+
+/// Element k (0 .. kPerThread - 1) of this thread in a block's range.
+__device__ inline int64_t element_of_thread(Range range, int k) {
+  return range.begin + int64_t{k / kGroupSize} * (kThreads * kGroupSize) + int64_t{threadIdx.x} * kGroupSize +
+         k % kGroupSize;
+}
+
+/// One element's update, the same arithmetic whichever way its bytes travel.
+__device__ inline void sgd_element(const SgdParameter& parameter, const SgdSettings& settings, float learning_rate,
+                                   float gradient_scale, bool has_buffer, float gradient, float& value,
+                                   float& buffer) {
+  float direction = settings.gradient_scale ? gradient / gradient_scale : gradient;
+  if (parameter.weight_decay != 0.0f) direction += parameter.weight_decay * value;
+  if (has_buffer) {
+    buffer = settings.momentum * buffer + direction;
+    direction = settings.nesterov ? direction + settings.momentum * buffer : buffer;
+  }
+  value = value - learning_rate * direction;
+}
+
+template <typename C>
+__device__ void store_copy_group(void* copy, int64_t first, const float* values) {
+  Group<C> group;
+#pragma unroll
+  for (int lane = 0; lane < kGroupSize; ++lane) group.lanes[lane] = from_float<C>(values[lane]);
+  *reinterpret_cast<Group<C>*>(static_cast<C*>(copy) + first) = group;
+}
+
 template <typename G>
 __device__ void sgd_update(const SgdParameter& parameter, Range range, const SgdSettings& settings,
                            float learning_rate, float gradient_scale) {
   const G* gradients = static_cast<const G*>(parameter.gradient.data);
   float* const values = parameter.value;
   float* const buffers = parameter.momentum_buffer;
+  void* const copy = parameter.low_precision_copy;
+  const bool vectors = group_aligned<G>(gradients) && group_aligned<float>(values) &&
+                       (!buffers || group_aligned<float>(buffers)) && (!copy || group_aligned<__half>(copy));
   float gradient[kPerThread] = {}, value[kPerThread] = {}, buffer[kPerThread] = {};
+  bool whole[kGroups];  // the group is in range and moves as vectors
 #pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {  // every load first, then the arithmetic and the stores
-    const int64_t i = range.begin + threadIdx.x + int64_t{k} * kThreads;
-    if (i >= range.end) continue;
-    gradient[k] = to_float(gradients[i]);
-    value[k] = values[i];
-    if (buffers) buffer[k] = buffers[i];
+  for (int g = 0; g < kGroups; ++g) {  // every load first, then the arithmetic and the stores
+    const int64_t first = element_of_thread(range, g * kGroupSize);
+    whole[g] = vectors && first + kGroupSize <= range.end;
+    if (whole[g]) {
+      const Group<G> gradient_group = *reinterpret_cast<const Group<G>*>(gradients + first);
+      const Group<float> value_group = *reinterpret_cast<const Group<float>*>(values + first);
+      const Group<float> buffer_group =
+          buffers ? *reinterpret_cast<const Group<float>*>(buffers + first) : Group<float>{};
+#pragma unroll
+      for (int lane = 0; lane < kGroupSize; ++lane) {
+        gradient[g * kGroupSize + lane] = to_float(gradient_group.lanes[lane]);
+        value[g * kGroupSize + lane] = value_group.lanes[lane];
+        buffer[g * kGroupSize + lane] = buffer_group.lanes[lane];
+      }
+      continue;
+    }
+#pragma unroll
+    for (int lane = 0; lane < kGroupSize; ++lane) {
+      const int64_t i = first + lane;
+      if (i >= range.end) continue;
+      gradient[g * kGroupSize + lane] = to_float(gradients[i]);
+      value[g * kGroupSize + lane] = values[i];
+      if (buffers) buffer[g * kGroupSize + lane] = buffers[i];
+    }
   }
 #pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const int64_t i = range.begin + threadIdx.x + int64_t{k} * kThreads;
-    if (i >= range.end) continue;
-    float direction = settings.gradient_scale ? gradient[k] / gradient_scale : gradient[k];
-    if (parameter.weight_decay != 0.0f) direction += parameter.weight_decay * value[k];
-    if (buffers) {
-      const float updated = settings.momentum * buffer[k] + direction;
-      buffers[i] = updated;
-      direction = settings.nesterov ? direction + settings.momentum * updated : updated;
+  for (int k = 0; k < kPerThread; ++k)
+    sgd_element(parameter, settings, learning_rate, gradient_scale, buffers != nullptr, gradient[k], value[k],
+                buffer[k]);
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int64_t first = element_of_thread(range, g * kGroupSize);
+    const float* group_values = value + g * kGroupSize;
+    if (whole[g]) {
+      Group<float> value_group, buffer_group;
+#pragma unroll
+      for (int lane = 0; lane < kGroupSize; ++lane) {
+        value_group.lanes[lane] = group_values[lane];
+        buffer_group.lanes[lane] = buffer[g * kGroupSize + lane];
+      }
+      *reinterpret_cast<Group<float>*>(values + first) = value_group;
+      if (buffers) *reinterpret_cast<Group<float>*>(buffers + first) = buffer_group;
+      if (copy && parameter.copy_type == ElementType::bfloat16) store_copy_group<__nv_bfloat16>(copy, first, group_values);
+      else if (copy) store_copy_group<__half>(copy, first, group_values);
+      continue;
     }
-    const float updated_value = value[k] - learning_rate * direction;
-    values[i] = updated_value;
-    if (parameter.low_precision_copy)
-      store_low_precision(parameter.low_precision_copy, parameter.copy_type, i, updated_value);
+#pragma unroll
+    for (int lane = 0; lane < kGroupSize; ++lane) {
+      const int64_t i = first + lane;
+      if (i >= range.end) continue;
+      values[i] = group_values[lane];
+      if (buffers) buffers[i] = buffer[g * kGroupSize + lane];
+      if (copy) store_low_precision(copy, parameter.copy_type, i, group_values[lane]);
+    }
   }
 }
 
