@@ -446,7 +446,7 @@ TEST(CudaGraph, ABatchOfANewShapeIsWarmedUpAndCapturedAnew_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   // Progressive resizing hands the step batches of a new side now and then: each new shape runs
   // its warm-up eagerly again and gets its own capture, and every call computes on its own batch.
-  engine::BatchGraph graph(/*warmup_runs=*/1, torch::MemoryFormat::ChannelsLast);
+  engine::BatchGraph graph(/*warmup_runs=*/1, {torch::MemoryFormat::ChannelsLast, std::nullopt, 0});
   const auto sink = torch::zeros({}, torch::kFloat64).cuda();  // [] float64: the last batch's sum
   const engine::BatchGraph::Work work = [&](const torch::Tensor& images, const torch::Tensor& labels) {
     sink.copy_(images.to(torch::kFloat64).sum() + labels.sum());
@@ -463,6 +463,29 @@ TEST(CudaGraph, ABatchOfANewShapeIsWarmedUpAndCapturedAnew_CUDA) {
   // 16: warm-up, capture, replay; 24: the same; 32: warm-up only.
   EXPECT_EQ(graph.captures(), 2);
   EXPECT_FALSE(graph.captured());
+}
+
+TEST(CudaGraph, StaticImagesHoldTheBatchRoundedAsAutocastWouldWithZeroChannelsPastIt_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // fp16 images with 4 channels in channels_last, in the warm-up as in the captured calls: the
+  // batch's float32 images cast as autocast casts them, the fourth channel zero.
+  engine::BatchGraph graph(/*warmup_runs=*/1, {torch::MemoryFormat::ChannelsLast, torch::kHalf, 4});
+  torch::Tensor seen;  // a copy of what the last call's work was given
+  const engine::BatchGraph::Work work = [&](const torch::Tensor& images, const torch::Tensor&) {
+    EXPECT_EQ(images.scalar_type(), torch::kHalf);
+    EXPECT_TRUE(images.is_contiguous(torch::MemoryFormat::ChannelsLast));
+    seen = images.clone(torch::MemoryFormat::ChannelsLast);
+  };
+  torch::manual_seed(4);
+  for (int call = 0; call < 3; ++call) {  // warm-up, capture and replay, replay
+    const data::Batch batch{torch::randn({2, 3, 8, 8}).cuda(), torch::randint(0, 10, {2}, torch::kInt64).cuda()};
+    graph.run(batch, work);
+    const torch::Tensor images = graph.captured() ? graph.static_images() : seen;
+    ASSERT_EQ(images.sizes(), torch::IntArrayRef({2, 4, 8, 8})) << "call " << call;
+    EXPECT_TRUE(torch::equal(images.narrow(1, 0, 3), batch.images.to(torch::kHalf))) << "call " << call;
+    EXPECT_TRUE(torch::all(images.narrow(1, 3, 1) == 0).item<bool>()) << "call " << call;
+  }
+  EXPECT_TRUE(graph.captured());
 }
 
 }  // namespace

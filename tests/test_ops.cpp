@@ -1007,6 +1007,43 @@ TEST(Convolution, IsTorchsConvolutionWhereNoOtherBackendTakesIt) {
   }
 }
 
+TEST(Convolution, ImageChannelsPastTheWeightsAddNothing) {
+  // Images padded from 3 to 4 channels, the fourth any finite values: the output and the weight's
+  // gradient are those of the 3 channels alone, on either path; the padded channel's own data
+  // gradient is no one's business, but the others' are the same.
+  torch::manual_seed(4);
+  const torch::Tensor images = torch::randn({2, 3, 12, 12});
+  const torch::Tensor padded_data = torch::cat({images, torch::randn({2, 1, 12, 12}) * 100}, 1);
+  const torch::Tensor weight_data = torch::randn({8, 3, 7, 7}) * 0.1;
+  const torch::Tensor grad_y = torch::randn({2, 8, 6, 6});
+  const torch::Tensor weight_one = weight_data.clone().requires_grad_(true);
+  const torch::Tensor y_one = torch::conv2d(images, weight_one, {}, /*stride=*/2, /*padding=*/3);
+  y_one.backward(grad_y);
+  ops::ConvolutionBackends branched;
+  branched.weight_gradient_branch = true;
+  for (const ops::ConvolutionBackends& backends : {ops::ConvolutionBackends{}, branched}) {
+    const torch::Tensor padded = padded_data.clone().requires_grad_(true);
+    const torch::Tensor weight = weight_data.clone().requires_grad_(true);
+    const torch::Tensor y = ops::convolution(padded, weight, {2, 3, 1}, backends).y;
+    EXPECT_TRUE(torch::allclose(y, y_one, 1e-5, 1e-5));
+    y.backward(grad_y);
+    EXPECT_EQ(weight.grad().sizes(), weight.sizes());
+    EXPECT_TRUE(torch::allclose(weight.grad(), weight_one.grad(), 1e-4, 1e-4));
+    EXPECT_EQ(padded.grad().sizes(), padded.sizes());
+  }
+}
+
+TEST(Convolution, ImagesArePaddedForCudnnOnlyWhereItsStemRunsFasterSo) {
+  const torch::Device cuda(torch::kCUDA), cpu(torch::kCPU);
+  const auto last = torch::MemoryFormat::ChannelsLast, first = torch::MemoryFormat::Contiguous;
+  EXPECT_EQ(ops::padded_image_channels(3, torch::kHalf, last, cuda), 4);
+  EXPECT_EQ(ops::padded_image_channels(3, torch::kBFloat16, last, cuda), 8);
+  EXPECT_EQ(ops::padded_image_channels(3, torch::kFloat32, last, cuda), 3);  // not measured
+  EXPECT_EQ(ops::padded_image_channels(3, torch::kHalf, first, cuda), 3);
+  EXPECT_EQ(ops::padded_image_channels(3, torch::kHalf, last, cpu), 3);
+  EXPECT_EQ(ops::padded_image_channels(1, torch::kHalf, last, cuda), 1);
+}
+
 TEST(Convolution, TheWeightGradientRunsOnTheBranchBesideTheDataGradient_CUDA) {
   LTRAIN_REQUIRE_CUDA();
 #if LTRAIN_WITH_CUDA

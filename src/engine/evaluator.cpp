@@ -17,8 +17,8 @@ Evaluator::Evaluator(models::ResNet model, const data::EvalLoader& loader, const
       flip_average_(config.data.eval_flip_average),
       group_(group) {
   // One eager full batch first: the warm-up before the capture.
-  if (config.cuda_graph.eval) graph_.emplace(/*warmup_runs=*/1, memory_format_);
   const torch::Device device = model_->parameters().front().device();
+  if (config.cuda_graph.eval) graph_.emplace(/*warmup_runs=*/1, static_images(config, precision_, device));
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
 }

@@ -21,6 +21,7 @@
 #include "ltrain/engine/state_dict.h"
 #include "ltrain/io/tensor_file.h"
 #include "ltrain/ops/batch_norm.h"
+#include "ltrain/ops/convolution.h"
 
 namespace ltrain::engine {
 
@@ -176,6 +177,19 @@ std::string describe_gpu_limits(const torch::Device& device, int64_t memory_limi
 
 torch::MemoryFormat memory_format(const config::RunConfig& config) {
   return config.model.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+}
+
+BatchGraph::StaticImages static_images(const config::RunConfig& config, const amp::PrecisionPlan& plan,
+                                       const torch::Device& device) {
+  BatchGraph::StaticImages images;
+  images.format = memory_format(config);
+  if (plan.autocast) images.dtype = plan.dtype;
+  if (config.cuda_graph.padded_images) {
+    constexpr int64_t kImageChannels = 3;  // RGB, what every data source gives
+    images.channels = ops::padded_image_channels(kImageChannels, images.dtype.value_or(torch::kFloat32),
+                                                 images.format, device);
+  }
+  return images;
 }
 
 models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Device& device) {

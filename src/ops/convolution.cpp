@@ -1,6 +1,7 @@
 #include "ltrain/ops/convolution.h"
 
 #include <array>
+#include <vector>
 #include <utility>
 
 #include "ltrain/core/gpu.h"
@@ -37,6 +38,16 @@ bool autograd_reads_weight_gradient(const torch::Tensor& weight, const torch::Te
   return !weight.is_leaf() || weight.grad().defined() || !keeps_as_grad(grad_weight, weight);
 }
 
+/// weight [K,C,k,k] extended to [K,channels,k,k] with zero channels, in its memory format; autograd
+/// hands the gradient of the first C channels back to `weight`.
+torch::Tensor with_zero_channels(const torch::Tensor& weight, int64_t channels) {
+  std::vector<int64_t> sizes = weight.sizes().vec();
+  sizes[1] = channels;
+  torch::Tensor padded = torch::zeros(sizes, weight.options().memory_format(weight.suggest_memory_format()));
+  padded.narrow(1, 0, weight.size(1)).copy_(weight);
+  return padded;
+}
+
 /// ConvolutionBackends::after_weight_gradient as autograd's saved data holds it (a capsule).
 struct AfterWeightGradient : torch::CustomClassHolder {
   explicit AfterWeightGradient(ConvolutionBackends::AfterWeightGradient called) : call(std::move(called)) {}
@@ -51,7 +62,11 @@ class BranchedConvolutionFunction : public torch::autograd::Function<BranchedCon
   static torch::Tensor forward(AutogradContext* context, const torch::Tensor& x, const torch::Tensor& weight,
                                int64_t stride, int64_t padding, int64_t groups, bool join_each,
                                const ConvolutionBackends::AfterWeightGradient& after_weight_gradient) {
-    context->save_for_backward({x, weight});
+    // Images padded past the weight's channels: the weight padded to match here, and its
+    // gradient cut back to its own channels in the backward pass, on the branch.
+    const bool padded_input = groups == 1 && x.size(1) > weight.size(1);
+    const torch::Tensor padded_weight = padded_input ? with_zero_channels(weight, x.size(1)) : weight;
+    context->save_for_backward({x, weight, padded_weight});
     context->saved_data["stride"] = stride;
     context->saved_data["padding"] = padding;
     context->saved_data["groups"] = groups;
@@ -59,7 +74,7 @@ class BranchedConvolutionFunction : public torch::autograd::Function<BranchedCon
     if (after_weight_gradient)
       context->saved_data[kAfterWeightGradient] =
           c10::IValue::make_capsule(c10::make_intrusive<AfterWeightGradient>(after_weight_gradient));
-    return torch::conv2d(x, weight, {}, stride, padding, /*dilation=*/1, groups);
+    return torch::conv2d(x, padded_weight, {}, stride, padding, /*dilation=*/1, groups);
   }
 
   static variable_list backward(AutogradContext* context, variable_list grad_outputs) {
@@ -71,16 +86,20 @@ class BranchedConvolutionFunction : public torch::autograd::Function<BranchedCon
     const variable_list saved = context->get_saved_variables();
     const torch::Tensor& x = saved[0];
     const torch::Tensor& weight = saved[1];
+    const torch::Tensor& padded_weight = saved[2];
     const int64_t stride = context->saved_data["stride"].toInt();
     const int64_t padding = context->saved_data["padding"].toInt();
     const int64_t groups = context->saved_data["groups"].toInt();
     // The same two cuDNN products as torch's convolution backward, asked for one at a time.
     auto gradient = [&](bool of_input) {
       const std::array<bool, 3> wanted{of_input, !of_input, false};
-      auto products = at::convolution_backward(grad_y, x, weight, c10::nullopt, {stride, stride},
+      auto products = at::convolution_backward(grad_y, x, padded_weight, c10::nullopt, {stride, stride},
                                                {padding, padding}, {1, 1}, /*transposed=*/false, {0, 0}, groups,
                                                wanted);
-      return of_input ? std::get<0>(products) : std::get<1>(products);
+      if (of_input) return std::get<0>(products);
+      const torch::Tensor& grad_weight = std::get<1>(products);  // [K,C',k,k]
+      if (padded_weight.size(1) == weight.size(1)) return grad_weight;
+      return grad_weight.narrow(1, 0, weight.size(1)).contiguous(weight.suggest_memory_format());
     };
     bool joined = false;
     if (context->needs_input_grad(1)) {
@@ -104,19 +123,35 @@ class BranchedConvolutionFunction : public torch::autograd::Function<BranchedCon
 
 }  // namespace
 
+int64_t padded_image_channels(int64_t channels, torch::ScalarType dtype, torch::MemoryFormat format,
+                              const torch::Device& device) {
+  if (!device.is_cuda() || format != torch::MemoryFormat::ChannelsLast || channels != 3) return channels;
+  if (dtype == torch::kHalf) return 4;
+  if (dtype == torch::kBFloat16) return 8;
+  return channels;
+}
+
 ConvWithStatistics convolution(const torch::Tensor& x, const torch::Tensor& weight,
                                const ConvolutionParameters& parameters, const ConvolutionBackends& backends,
                                bool with_statistics) {
+  // Images padded past the weight's channels: the weight padded to match (by autograd's operators
+  // here; on the branch, inside the branched convolution).
+  const bool padded_input = parameters.groups == 1 && x.dim() == 4 && x.size(1) > weight.size(1);
+  const auto padded = [&](const torch::Tensor& w) {
+    return padded_input ? with_zero_channels(cast_as_autocast(w), x.size(1)) : w;
+  };
   if (with_statistics && parameters.groups == 1) {
     // Under autocast without the step's low-precision weight copies (amp/low_precision_weights.h),
     // the cast torch's own convolution would make.
-    ConvWithStatistics fused = conv_with_statistics(cast_as_autocast(x), cast_as_autocast(weight), parameters.stride,
-                                                    parameters.padding);
+    ConvWithStatistics fused = conv_with_statistics(cast_as_autocast(x), cast_as_autocast(padded(weight)),
+                                                    parameters.stride, parameters.padding);
     if (fused.y.defined()) return fused;
   }
   const bool branched = backends.weight_gradient_branch && x.is_cuda() && torch::GradMode::is_enabled() &&
                         (x.requires_grad() || weight.requires_grad());
-  if (!branched) return {torch::conv2d(x, weight, {}, parameters.stride, parameters.padding, 1, parameters.groups), {}};
+  if (!branched) {
+    return {torch::conv2d(x, padded(weight), {}, parameters.stride, parameters.padding, 1, parameters.groups), {}};
+  }
   return {BranchedConvolutionFunction::apply(cast_as_autocast(x), cast_as_autocast(weight), parameters.stride,
                                              parameters.padding, parameters.groups,
                                              backends.join_each_weight_gradient, backends.after_weight_gradient),

@@ -464,6 +464,11 @@ struct CudaGraphSection {
   /// GPUs of sm_90 and later (ops/batch_norm.h): each may be placed while that kernel ends, hiding
   /// part of the gap between the two. The same numbers. Applies to eager steps and evaluation too.
   bool dependent_launch = false;
+  /// The captured step's and evaluation's images kept with zero channels past their 3 where
+  /// cuDNN's first convolution runs faster on 4 (fp16) or 8 (bf16) channels in channels_last
+  /// (ops::padded_image_channels); the stem's weight is extended with zero channels to match each
+  /// pass. The same convolution in exact arithmetic; cuDNN's kernels for it round differently.
+  bool padded_images = true;
 
   template <class V>
   void visit(V& v) {
@@ -478,6 +483,9 @@ struct CudaGraphSection {
       "complete (bf16/fp32, ltrain's SGD kernel, one micro-batch, no clipping, one process)");
     v("dependent_launch", dependent_launch,
       "ltrain's BatchNorm kernels as programmatic dependents of the kernel before them (sm_90 and later)");
+    v("padded_images", padded_images,
+      "the captured step's and evaluation's images with zero channels up to 4 (fp16) or 8 (bf16) in channels_last, "
+      "on which cuDNN's stem convolution runs faster");
   }
 };
 

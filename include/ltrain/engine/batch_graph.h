@@ -7,6 +7,7 @@
 // evaluation both run their work this way.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -18,12 +19,23 @@ namespace ltrain::engine {
 
 class BatchGraph {
  public:
-  /// The work on images [B,3,S,S] float32 and labels [B] int64 (device work only, no host sync).
+  /// The work on images [B,3,S,S] float32 (or as StaticImages says) and labels [B] int64 (device work only, no host sync).
   using Work = std::function<void(const torch::Tensor& images, const torch::Tensor& labels)>;
 
-  /// `warmup_runs` eager calls before the capture; the static images are kept in `format`.
-  BatchGraph(int64_t warmup_runs, torch::MemoryFormat format)
-      : warmup_runs_(warmup_runs), warmup_runs_left_(warmup_runs), format_(format) {}
+  /// How the graph keeps its static images: in `format`; in `dtype` where given (the work's first
+  /// operation would cast them to it anyway: autocast's fp16/bf16 before the stem's convolution),
+  /// so that the copy into them rounds as that cast would and the graph holds no cast of its own;
+  /// with `channels` channels where more than the batch's, the channels past the batch's zero
+  /// (for a first convolution that ignores them: ops::convolution, ops::padded_image_channels).
+  struct StaticImages {
+    torch::MemoryFormat format = torch::MemoryFormat::Contiguous;
+    std::optional<torch::ScalarType> dtype;
+    int64_t channels = 0;
+  };
+
+  /// `warmup_runs` eager calls before the capture.
+  BatchGraph(int64_t warmup_runs, StaticImages static_images)
+      : warmup_runs_(warmup_runs), warmup_runs_left_(warmup_runs), static_images_(static_images) {}
 
   /// Runs `work` on `batch`: eagerly during the warm-up, then through the graph (captured at the
   /// first call after the warm-up; nothing the capture records runs until its replay). A batch
@@ -35,18 +47,23 @@ class BatchGraph {
   gpu::StreamPriority capture_priority() const { return capture_priority_; }
 
   bool captured() const { return graph_ != nullptr; }
+  /// The captured graph's images, as the last call left them (undefined before a capture).
+  const torch::Tensor& static_images() const { return images_; }
   /// Graphs captured so far (one per run of same-shaped batches).
   int64_t captures() const { return captures_; }
 
  private:
+  /// A copy of `images` [B,3,S,S] as the static images are kept.
+  torch::Tensor static_form(const torch::Tensor& images) const;
+
   int64_t warmup_runs_;
   int64_t warmup_runs_left_;
   int64_t captures_ = 0;
   std::vector<int64_t> shape_;  // the images' shape of the warm-up or graph under way
-  torch::MemoryFormat format_;
+  StaticImages static_images_;
   gpu::StreamPriority capture_priority_ = gpu::StreamPriority::normal;
   std::unique_ptr<gpu::CudaGraph> graph_;
-  torch::Tensor images_;  // [B,3,S,S] float32, in format_
+  torch::Tensor images_;  // [B,C,S,S] as static_images_ says; the batch's images in its first channels
   torch::Tensor labels_;  // [B] int64
 };
 

@@ -2,8 +2,10 @@
 // Turning a config into the objects of a run: device, model, data. Shared by train, eval and bench.
 #include <torch/torch.h>
 
+#include "ltrain/amp/precision.h"
 #include "ltrain/config/load.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/engine/batch_graph.h"
 #include "ltrain/models/resnet.h"
 #include "ltrain/optim/optimizer.h"
 
@@ -50,6 +52,13 @@ models::ResNet build_model(const config::LoadedConfig& loaded, const torch::Devi
 
 /// The memory format model.channels_last asks for.
 torch::MemoryFormat memory_format(const config::RunConfig& config);
+
+/// How a captured step or evaluation on `device` keeps its images (BatchGraph): in the model's
+/// memory format; in autocast's fp16/bf16 (`plan`), which the stem's convolution casts them to
+/// first, else in the batch's dtype; with cuda_graph.padded_images, with the channels cuDNN's stem
+/// convolution runs fastest on (ops::padded_image_channels).
+BatchGraph::StaticImages static_images(const config::RunConfig& config, const amp::PrecisionPlan& plan,
+                                       const torch::Device& device);
 
 /// The dataset `data` names, loaded and moved to `device`.
 data::TrainTestSets load_data(const config::RunConfig& config, const torch::Device& device);

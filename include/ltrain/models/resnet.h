@@ -214,7 +214,8 @@ class ResNetImpl : public torch::nn::Module {
  public:
   explicit ResNetImpl(const ResNetOptions& options);
 
-  /// [B,3,H,W] float -> logits [B,num_classes] float. Any H,W >= 32; any memory format. With
+  /// [B,3,H,W] float -> logits [B,num_classes] float. Any H,W >= 32; any memory format; images may
+  /// carry zero channels past their 3, which the stem's convolution ignores (ops::convolution). With
   /// checkpoint_segments, a training forward with autograd on recomputes the checkpointed
   /// blocks in the backward pass (same values, less memory).
   torch::Tensor forward(torch::Tensor x);

@@ -9,6 +9,8 @@
 //           stream (core/gpu.h), beside the data gradient and the rest of the backward pass that
 //           waits for it.
 // Both cuDNN forms run the same kernels on the same inputs: the gradients are bitwise the same.
+// An input may carry zero channels past the weight's (images padded for cuDNN's sake,
+// padded_image_channels): the weight is extended by zero channels to match.
 #include <cstdint>
 #include <functional>
 
@@ -47,10 +49,20 @@ struct ConvolutionBackends {
 
 /// conv2d(x, weight) with `parameters`, no bias: x [B,C,H,W], weight [K,C/groups,k,k] ->
 /// [B,K,H',W']. Under CUDA autocast, x and weight are cast as torch's convolution casts them.
+/// With groups 1, x may have more channels than the weight, C' > C: the weight is extended to C'
+/// with zero channels (a copy each call, its gradient that of its own C channels), so that x's
+/// channels past C add nothing, whatever finite values they hold.
 /// `with_statistics`: the output's statistics too, from ltrain's fused convolution where it
 /// takes the convolution (ops::conv_with_statistics); statistics undefined otherwise.
 ConvWithStatistics convolution(const torch::Tensor& x, const torch::Tensor& weight,
                                const ConvolutionParameters& parameters, const ConvolutionBackends& backends,
                                bool with_statistics = false);
+
+/// The channels to give images of `channels` channels in `dtype` and `format` on `device`, the
+/// channels past theirs zero, for a convolution that reads them first (convolution above): where
+/// cuDNN's kernels for 3 channels in channels_last pad the input themselves or run slower than
+/// for 4 (fp16) or 8 (bf16), those; `channels` elsewhere (docs/benchmarks/small-kernels.md).
+int64_t padded_image_channels(int64_t channels, torch::ScalarType dtype, torch::MemoryFormat format,
+                              const torch::Device& device);
 
 }  // namespace ltrain::ops
