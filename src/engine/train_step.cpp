@@ -79,7 +79,10 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
   convolution_backends_before_ = model_->convolution_backends();
 }
 
-TrainStep::~TrainStep() { model_->set_convolution_backends(convolution_backends_before_); }
+TrainStep::~TrainStep() {
+  model_->set_convolution_backends(convolution_backends_before_);
+  model_->set_forward_counts_batches(true);
+}
 
 std::string TrainStep::reason_updates_stay_at_end() const {
   // The update reads the gradient the backward pass left, as the step's end would: nothing may
@@ -133,6 +136,7 @@ void TrainStep::choose_branches(const torch::Tensor& images) {
     };
   }
   model_->set_convolution_backends(backends);
+  model_->set_forward_counts_batches(!branches_);  // with the branch, counted there (enqueue)
   // The critical path above the branch: where both wait for SMs, its kernels go first. Not in a
   // data-parallel step, whose captured all-reduces keep the priority of the communicator's stream:
   // below the compute, they could wait behind it on one rank while the others spin (not measured).
@@ -173,9 +177,17 @@ void TrainStep::enqueue(const torch::Tensor& batch_images, const torch::Tensor& 
       loss_sum_.add_(loss.detach().to(torch::kFloat32) * static_cast<double>(labels[micro].size(0)));
       correct_.add_(logits.argmax(1).eq(labels[micro]).sum());
     };
-    // The totals read the forward pass's outputs alone: on the branch, beside the backward pass
-    // (joined with the weight gradients).
-    if (branches_) gpu::fork_to_branch(images[micro].device(), add_to_totals, {loss, logits, labels[micro]});
+    // The totals read the forward pass's outputs alone, and the BatchNorm counters nothing: on the
+    // branch, beside the backward pass (joined with the weight gradients).
+    if (branches_) {
+      gpu::fork_to_branch(
+          images[micro].device(),
+          [&] {
+            add_to_totals();
+            model_->count_training_batch();
+          },
+          {loss, logits, labels[micro]});
+    }
     // Each micro-batch's loss is divided by K: the gradients sum to those of the mean loss (with
     // one micro-batch, no division: x / 1 is x, and it would cost a kernel each way).
     const torch::Tensor micro_loss = accumulation_steps_ == 1 ? loss : loss / static_cast<double>(accumulation_steps_);

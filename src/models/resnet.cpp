@@ -286,7 +286,7 @@ void ResNetImpl::initialize_weights() {
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
-  if (is_training()) count_training_batch();
+  if (is_training() && forward_counts_batches_) count_training_batch();
   x = forward_stem(std::move(x));  // [B,width,H',W']
   if (!checkpoint_segments_.empty() && is_training() && torch::GradMode::is_enabled()) {
     for (size_t s = 0; s + 1 < checkpoint_segments_.size(); ++s) x = checkpointed_segment(checkpoint_segments_[s], x);

@@ -224,6 +224,12 @@ class ResNetImpl : public torch::nn::Module {
   /// training forward). forward() calls it; callers of the stem, blocks and head do it themselves.
   void count_training_batch();
 
+  /// Whether a training forward() calls count_training_batch (yes, at first). A caller that counts
+  /// each batch itself elsewhere turns it off: the training step counts on its branch stream,
+  /// beside the backward pass, where the counters' kernel waits for nothing (momentum is fixed, so
+  /// no forward pass reads them).
+  void set_forward_counts_batches(bool counts) { forward_counts_batches_ = counts; }
+
   /// conv1 + bn1 + ReLU (+ 3x3/2 max-pool for the imagenet stem):
   /// [B,3,H,W] -> [B,width,H/4,W/4] (imagenet) or [B,width,H,W] (cifar).
   torch::Tensor forward_stem(torch::Tensor images);
@@ -266,6 +272,7 @@ class ResNetImpl : public torch::nn::Module {
   std::vector<BlockSegment> checkpoint_segments_;
   /// Every BatchNorm's num_batches_tracked ([] int64 each), advanced together.
   std::vector<torch::Tensor> batch_counters_;
+  bool forward_counts_batches_ = true;
   torch::nn::Conv2d conv1{nullptr};
   BatchNorm2d bn1{nullptr};
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
