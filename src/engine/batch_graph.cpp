@@ -9,10 +9,11 @@ namespace ltrain::engine {
 torch::Tensor BatchGraph::static_form(const torch::Tensor& images) const {
   std::vector<int64_t> sizes = images.sizes().vec();
   sizes[1] = std::max(sizes[1], static_images_.channels);
-  const torch::Tensor copy =
-      torch::zeros(sizes, images.options()
-                              .dtype(static_images_.dtype.value_or(images.scalar_type()))
-                              .memory_format(static_images_.format));
+  // at::zeros takes no memory format: empty in the format, then zeroed.
+  const torch::Tensor copy = torch::empty(sizes, images.options()
+                                                     .dtype(static_images_.dtype.value_or(images.scalar_type()))
+                                                     .memory_format(static_images_.format))
+                                 .zero_();
   copy.narrow(1, 0, images.size(1)).copy_(images);
   return copy;
 }

@@ -43,7 +43,8 @@ bool autograd_reads_weight_gradient(const torch::Tensor& weight, const torch::Te
 torch::Tensor with_zero_channels(const torch::Tensor& weight, int64_t channels) {
   std::vector<int64_t> sizes = weight.sizes().vec();
   sizes[1] = channels;
-  torch::Tensor padded = torch::zeros(sizes, weight.options().memory_format(weight.suggest_memory_format()));
+  // at::zeros takes no memory format: empty in the weight's, then zeroed.
+  torch::Tensor padded = torch::empty(sizes, weight.options().memory_format(weight.suggest_memory_format())).zero_();
   padded.narrow(1, 0, weight.size(1)).copy_(weight);
   return padded;
 }

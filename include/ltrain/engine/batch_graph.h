@@ -19,7 +19,8 @@ namespace ltrain::engine {
 
 class BatchGraph {
  public:
-  /// The work on images [B,3,S,S] float32 (or as StaticImages says) and labels [B] int64 (device work only, no host sync).
+  /// The work on images [B,3,S,S] float32 (or as StaticImages says) and labels [B] int64 (device
+  /// work only, no host sync).
   using Work = std::function<void(const torch::Tensor& images, const torch::Tensor& labels)>;
 
   /// How the graph keeps its static images: in `format`; in `dtype` where given (the work's first
