@@ -201,8 +201,10 @@ __device__ void sgd_update(const SgdParameter& parameter, Range range, const Sgd
       }
       *reinterpret_cast<Group<float>*>(values + first) = value_group;
       if (buffers) *reinterpret_cast<Group<float>*>(buffers + first) = buffer_group;
-      if (copy && parameter.copy_type == ElementType::bfloat16) store_copy_group<__nv_bfloat16>(copy, first, group_values);
-      else if (copy) store_copy_group<__half>(copy, first, group_values);
+      if (copy && parameter.copy_type == ElementType::bfloat16)
+        store_copy_group<__nv_bfloat16>(copy, first, group_values);
+      else if (copy)
+        store_copy_group<__half>(copy, first, group_values);
       continue;
     }
 #pragma unroll
