@@ -1,8 +1,8 @@
 #include "ltrain/ops/convolution.h"
 
 #include <array>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "ltrain/core/gpu.h"
 #include "ltrain/core/torch_compat.h"
