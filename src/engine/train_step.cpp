@@ -67,7 +67,7 @@ TrainStep::TrainStep(models::ResNet model, optim::Optimizer& optimizer, amp::Gra
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   if (config.cuda_graph.train)
-    graph_.emplace(config.cuda_graph.warmup_steps, static_images(config, precision_, optimizer_.lr().device()));
+    graph_.emplace(config.cuda_graph.warmup_steps, static_images(config, precision_, device));
   // The branch pays only inside a graph: eager steps are bound by the host issuing kernels.
   branch_setting_ = graph_ && device.is_cuda() ? config.cuda_graph.branches : config::StepBranches::off;
   if (config.cuda_graph.updates_in_backward) {
