@@ -49,6 +49,12 @@ torch::Tensor with_zero_channels(const torch::Tensor& weight, int64_t channels) 
   return padded;
 }
 
+/// Whether x [B,C',H,W] carries channels past weight's [K,C,k,k], C' > C: images padded with zero
+/// channels (padded_image_channels), which the weight meets extended with zero channels of its own.
+bool input_padded_past(const torch::Tensor& x, const torch::Tensor& weight, int64_t groups) {
+  return groups == 1 && x.dim() == 4 && weight.dim() == 4 && x.size(1) > weight.size(1);
+}
+
 /// ConvolutionBackends::after_weight_gradient as autograd's saved data holds it (a capsule).
 struct AfterWeightGradient : torch::CustomClassHolder {
   explicit AfterWeightGradient(ConvolutionBackends::AfterWeightGradient called) : call(std::move(called)) {}
@@ -65,8 +71,8 @@ class BranchedConvolutionFunction : public torch::autograd::Function<BranchedCon
                                const ConvolutionBackends::AfterWeightGradient& after_weight_gradient) {
     // Images padded past the weight's channels: the weight padded to match here, and its
     // gradient cut back to its own channels in the backward pass, on the branch.
-    const bool padded_input = groups == 1 && x.size(1) > weight.size(1);
-    const torch::Tensor padded_weight = padded_input ? with_zero_channels(weight, x.size(1)) : weight;
+    const torch::Tensor padded_weight =
+        input_padded_past(x, weight, groups) ? with_zero_channels(weight, x.size(1)) : weight;
     context->save_for_backward({x, weight, padded_weight});
     context->saved_data["stride"] = stride;
     context->saved_data["padding"] = padding;
@@ -137,7 +143,7 @@ ConvWithStatistics convolution(const torch::Tensor& x, const torch::Tensor& weig
                                bool with_statistics) {
   // Images padded past the weight's channels: the weight padded to match (by autograd's operators
   // here; on the branch, inside the branched convolution).
-  const bool padded_input = parameters.groups == 1 && x.dim() == 4 && x.size(1) > weight.size(1);
+  const bool padded_input = input_padded_past(x, weight, parameters.groups);
   const auto padded = [&](const torch::Tensor& w) {
     return padded_input ? with_zero_channels(cast_as_autocast(w), x.size(1)) : w;
   };
