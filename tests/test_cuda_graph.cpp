@@ -176,13 +176,18 @@ TEST(CudaGraph, PaddedImagesTrainAsTheImagesThemselves_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   // cuda_graph.padded_images: fp16 images with a fourth, zero channel (bf16: 8 channels) and the
   // stem's weight extended to match, in the warm-up steps as in the graph. The same convolution in
-  // exact arithmetic: the first step's loss differs from the unpadded step's by cuDNN's rounding
-  // alone, and 4 steps (2 warm-up, the capture, a replay) by that rounding compounded.
+  // exact arithmetic, not in cuDNN's, whose kernels for 4 or 8 channels may round otherwise than
+  // those for 3: the losses agree to rounding, and so does the state as a whole. Not each tensor:
+  // rounding flips ReLUs whose inputs sit near zero, and a BatchNorm bias, which starts at zero and
+  // whose gradient is a sum of terms that nearly cancel, moves by tens of percent of its own size
+  // over a few fp16 steps, as it does under another loss scale (which changes nothing but
+  // rounding). The padding itself is checked exactly by
+  // Convolution.ImageChannelsPastTheWeightsAddNothing and its _OnTheBranch_CUDA twin.
   struct Case {
     const char* mode;
-    double first_loss_tolerance, tolerance;  // relative
+    double first_loss_tolerance, loss_tolerance, state_tolerance;  // relative
   };
-  for (const Case& c : {Case{"precision.mode=fp16", 2e-3, 2e-2}, Case{"precision.mode=bf16", 1e-2, 5e-2}}) {
+  for (const Case& c : {Case{"precision.mode=fp16", 2e-3, 2e-2, 3e-2}, Case{"precision.mode=bf16", 1e-2, 5e-2, 5e-2}}) {
     const std::vector<std::string> settings{c.mode, "model.channels_last=true", "cuda_graph.train=true",
                                             "cuda_graph.branches=on"};
     std::vector<std::string> unpadded = settings;
@@ -193,15 +198,23 @@ TEST(CudaGraph, PaddedImagesTrainAsTheImagesThemselves_CUDA) {
     const StepRecord a = run_steps(padded_config, batches, lrs, -1);
     const StepRecord b = run_steps(unpadded_config, batches, lrs, -1);
     EXPECT_TRUE(a.graphed && b.graphed) << c.mode;
+    EXPECT_EQ(a.scales, b.scales) << c.mode;
+    EXPECT_EQ(a.skipped_steps, b.skipped_steps) << c.mode;
     EXPECT_NEAR(a.losses[0], b.losses[0], c.first_loss_tolerance * std::abs(b.losses[0])) << c.mode;
     for (size_t i = 0; i < a.losses.size(); ++i)
-      EXPECT_NEAR(a.losses[i], b.losses[i], c.tolerance * std::abs(b.losses[i])) << c.mode << " step " << i;
+      EXPECT_NEAR(a.losses[i], b.losses[i], c.loss_tolerance * std::abs(b.losses[i])) << c.mode << " step " << i;
     ASSERT_EQ(a.weights.size(), b.weights.size());
+    double difference_squared = 0.0, norm_squared = 0.0;  // over the floating-point state
     for (size_t i = 0; i < a.weights.size(); ++i) {
+      if (!a.weights[i].is_floating_point()) {  // the BatchNorm counters
+        EXPECT_TRUE(torch::equal(a.weights[i], b.weights[i])) << c.mode << " tensor " << i;
+        continue;
+      }
       const torch::Tensor x = a.weights[i].to(torch::kFloat64), y = b.weights[i].to(torch::kFloat64);
-      EXPECT_LE((x - y).norm().item<double>(), c.tolerance * y.norm().item<double>() + 1e-6)
-          << c.mode << " tensor " << i;
+      difference_squared += (x - y).pow(2).sum().item<double>();
+      norm_squared += y.pow(2).sum().item<double>();
     }
+    EXPECT_LE(std::sqrt(difference_squared), c.state_tolerance * std::sqrt(norm_squared)) << c.mode;
   }
 }
 
