@@ -1064,6 +1064,64 @@ TEST(Convolution, ImageChannelsPastTheWeightsAddNothingOnTheBranch_CUDA) {
   }
 }
 
+TEST(Convolution, PaddedImagesMeetTheStemAsPreciselyAsTheirOwnChannels_CUDA) {
+  LTRAIN_REQUIRE_CUDA();
+  // cuDNN runs other kernels for the padded images' 4 (fp16) or 8 (bf16) channels than for 3: the
+  // stem's output and weight gradient must be as close to the exact ones (float64, from the same
+  // rounded numbers) as the 3-channel kernels' are, where the step picks its kernels (benchmark on).
+  const testing::CudnnFlags fastest(/*deterministic=*/false, /*benchmark=*/true);
+  const torch::Device device(torch::kCUDA);
+  const auto last = torch::MemoryFormat::ChannelsLast;
+  struct Stem {
+    const char* name;
+    int64_t kernel, stride, padding;
+  };
+  torch::manual_seed(7);
+  for (const torch::ScalarType dtype : {torch::kHalf, torch::kBFloat16}) {
+    for (const Stem& stem : {Stem{"imagenet", 7, 2, 3}, Stem{"cifar", 3, 1, 1}}) {
+      const auto options = torch::TensorOptions().device(device).dtype(dtype);
+      const torch::Tensor images = torch::randn({64, 3, 32, 32}, options).contiguous(last);  // [B,3,H,W]
+      const torch::Tensor weight_data =
+          (torch::randn({64, 3, stem.kernel, stem.kernel}, options) * 0.1).contiguous(last);  // [64,3,k,k]
+      const int64_t side = (32 + 2 * stem.padding - stem.kernel) / stem.stride + 1;
+      const torch::Tensor grad_y = torch::randn({64, 64, side, side}, options).contiguous(last);
+      const ops::ConvolutionParameters parameters{stem.stride, stem.padding, 1};
+
+      const auto exact = [](const torch::Tensor& t) { return t.to(torch::kDouble); };
+      const torch::Tensor reference_weight = exact(weight_data).requires_grad_(true);
+      const torch::Tensor reference_y =
+          torch::conv2d(exact(images), reference_weight, {}, stem.stride, stem.padding);
+      reference_y.backward(exact(grad_y));
+      const auto error = [&](const torch::Tensor& t, const torch::Tensor& reference) {
+        return (exact(t) - reference).norm().item<double>() / reference.norm().item<double>();
+      };
+
+      // The images as the step's graph holds them: the batch's channels, then zeros.
+      const int64_t channels = ops::padded_image_channels(3, dtype, last, device);
+      ASSERT_GT(channels, 3);
+      const torch::Tensor padded = torch::empty({64, channels, 32, 32}, options.memory_format(last)).zero_();
+      padded.narrow(1, 0, 3).copy_(images);
+      std::vector<double> y_errors, gradient_errors;  // 3 channels, then padded
+      for (const torch::Tensor& x : {images, padded}) {
+        const torch::Tensor weight = weight_data.clone(last).requires_grad_(true);
+        const torch::Tensor y = ops::convolution(x, weight, parameters, {}).y;
+        y.backward(grad_y);
+        y_errors.push_back(error(y, reference_y.detach()));
+        gradient_errors.push_back(error(weight.grad(), reference_weight.grad()));
+      }
+      const std::string name = std::string(stem.name) + (dtype == torch::kHalf ? " fp16" : " bf16");
+      // Each output's rounding to fp16/bf16 alone is about 3e-4 / 2e-3 of it: the references hold
+      // if the 3-channel kernels come within a few times that, and the padded ones within 3 times
+      // theirs (an accumulation in fp16/bf16 would be far more).
+      const double few_roundings = dtype == torch::kHalf ? 1e-2 : 5e-2;
+      EXPECT_LT(y_errors[0], few_roundings) << name;
+      EXPECT_LT(gradient_errors[0], few_roundings) << name;
+      EXPECT_LE(y_errors[1], 3.0 * y_errors[0] + 1e-6) << name;
+      EXPECT_LE(gradient_errors[1], 3.0 * gradient_errors[0] + 1e-6) << name;
+    }
+  }
+}
+
 TEST(Convolution, ImagesArePaddedForCudnnOnlyWhereItsStemRunsFasterSo) {
   const torch::Device cuda(torch::kCUDA), cpu(torch::kCPU);
   const auto last = torch::MemoryFormat::ChannelsLast, first = torch::MemoryFormat::Contiguous;
