@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -166,6 +167,22 @@ TEST(ResNet, OutputShapeForEveryDepthAndStem) {
       EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 10})) << label;
       EXPECT_EQ(logits.scalar_type(), torch::kFloat32) << label;
       EXPECT_TRUE(torch::isfinite(logits).all().item<bool>()) << label;
+    }
+  }
+}
+
+TEST(ResNet, ImagesOfAnotherChannelCountAreRefused) {
+  // The stem's convolution would ignore channels past its weight's: only the images' own 3, or
+  // the padded count of ops::padded_image_channels (3 on the CPU), are taken.
+  torch::manual_seed(0);
+  ResNet model(model_options(Arch::resnet18, 8, Stem::cifar));
+  EXPECT_NO_THROW(model->forward(torch::randn({2, 3, 32, 32})));
+  for (const int64_t channels : {1, 4, 8}) {
+    try {
+      model->forward(torch::randn({2, channels, 32, 32}));
+      ADD_FAILURE() << channels << " channels were taken";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("expected [B,3,H,W]"), std::string::npos) << error.what();
     }
   }
 }

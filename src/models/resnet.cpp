@@ -1,10 +1,13 @@
 #include "ltrain/models/resnet.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -298,6 +301,15 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
 }
 
 torch::Tensor ResNetImpl::forward_stem(torch::Tensor images) {
+  // The stem's convolution would take any channels past its weight's and ignore them: only the
+  // images' own, or those padded where cuDNN's stem runs faster, are images.
+  const int64_t channels = conv1->weight.size(1);
+  const int64_t padded = ops::padded_image_channels(channels, images.scalar_type(), images.suggest_memory_format(),
+                                                    images.device());
+  if (images.dim() != 4 || (images.size(1) != channels && images.size(1) != padded))
+    throw std::invalid_argument(fmt::format("ResNet: images of shape [{}], expected [B,{},H,W]{}",
+                                            fmt::join(images.sizes(), ","), channels,
+                                            padded != channels ? fmt::format(" or [B,{},H,W]", padded) : ""));
   torch::Tensor x = bn1->forward_relu(convolve(conv1, images, *convolution_backends_).y);
   if (options_.stem == config::Stem::imagenet) x = ops::max_pool2d(x, 3, 2, 1, {options_.ltrain_max_pool});
   return x;

@@ -215,7 +215,8 @@ class ResNetImpl : public torch::nn::Module {
   explicit ResNetImpl(const ResNetOptions& options);
 
   /// [B,3,H,W] float -> logits [B,num_classes] float. Any H,W >= 32; any memory format; images may
-  /// carry zero channels past their 3, which the stem's convolution ignores (ops::convolution). With
+  /// carry zero channels past their 3 up to ops::padded_image_channels, which the stem's
+  /// convolution ignores (ops::convolution); std::invalid_argument for any other count. With
   /// checkpoint_segments, a training forward with autograd on recomputes the checkpointed
   /// blocks in the backward pass (same values, less memory).
   torch::Tensor forward(torch::Tensor x);
