@@ -164,6 +164,29 @@ TEST(Config, WrongTypes) {
   EXPECT_EQ(error_of(dir, R"({"optim": 3})"), file + ": optim = 3: expected an object of optim keys");
 }
 
+TEST(Config, SettingsSpelledOnOrOffTakeTrueAndFalseAsOnceWritten) {
+  // cuda_graph.dependent_launch was a boolean: configs written then (every run directory's copy)
+  // still load, true as "on" and false as "off"; other spellings are refused as before.
+  TempDir dir;
+  const std::string file = (dir.path() / "run.json").string();
+  const auto dependent_launch = [](const std::string& value) {
+    return load_json(nlohmann::json::parse(R"({"cuda_graph": {"dependent_launch": )" + value + "}}"), "test")
+        .config.cuda_graph.dependent_launch;
+  };
+  EXPECT_EQ(dependent_launch("true"), DependentLaunch::on);
+  EXPECT_EQ(dependent_launch("false"), DependentLaunch::off);
+  EXPECT_EQ(dependent_launch(R"("auto")"), DependentLaunch::automatic);
+  write_file(file, "{}");
+  EXPECT_EQ(load_file(file, {"cuda_graph.branches=false"}).config.cuda_graph.branches, StepBranches::off);
+  EXPECT_EQ(error_of(dir, R"({"cuda_graph": {"dependent_launch": "yes"}})"),
+            file + ": cuda_graph.dependent_launch = \"yes\": expected one of auto, on, off");
+  EXPECT_EQ(error_of(dir, R"({"cuda_graph": {"dependent_launch": 1}})"),
+            file + ": cuda_graph.dependent_launch = 1: expected one of auto, on, off");
+  // An enumeration without on and off takes no boolean.
+  EXPECT_EQ(error_of(dir, R"({"model": {"stem": true}})"),
+            file + ": model.stem = true: expected one of imagenet, cifar");
+}
+
 TEST(Config, OutOfRange) {
   TempDir dir;
   const std::string file = (dir.path() / "run.json").string();
@@ -788,13 +811,19 @@ TEST(Config, ShippedConfigsAndTheDefaultsValidateAgainstTheSchema) {
   for (const char* text : {R"({"optim": {"lrr": 0.1}})", R"({"optimizer": {}})", R"({"optim": {"lr": 0}})",
                            R"({"optim": {"lr": 1001}})", R"({"run": {"epochs": 1.5}})", R"({"run": {"seed": -1}})",
                            R"({"model": {"arch": "resnet9"}})", R"({"data": {"mean": [0.5, 2, 0.5]}})",
-                           R"({"model": {"channels_last": 1}})", R"({"extends": 3})", R"({"run": "x"})"}) {
+                           R"({"model": {"channels_last": 1}})", R"({"extends": 3})", R"({"run": "x"})",
+                           R"({"cuda_graph": {"dependent_launch": "yes"}})", R"({"model": {"stem": false}})"}) {
     const nlohmann::json document = nlohmann::json::parse(text);
     EXPECT_FALSE(schema_problems(document).empty()) << text;
     EXPECT_THROW(load_json(document, "test"), ConfigError) << text;
   }
   EXPECT_EQ(schema_problems(nlohmann::json::parse(R"({"extends": ["a.json", "b.json"], "optim": {"lr": 1000}})")),
             std::vector<std::string>{});
+  // A setting spelled on/off takes true and false too, in the schema as in the reader.
+  for (const char* value : {"true", "false", R"("auto")", R"("on")"})
+    EXPECT_EQ(schema_problems(nlohmann::json::parse(std::string(R"({"cuda_graph": {"dependent_launch": )") + value + "}}")),
+              std::vector<std::string>{})
+        << value;
 }
 
 TEST(Config, SweepSchemaDescribesEverySweepKeyAndTheShippedSweepsFollowIt) {

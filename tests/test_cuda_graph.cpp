@@ -283,13 +283,13 @@ TEST(CudaGraph, UpdatesStayAtTheStepsEndWhereSomethingReadsTheGradientsFirst_CUD
 TEST(CudaGraph, DependentLaunchesGiveTheStepsOfPlainLaunches_CUDA) {
   LTRAIN_REQUIRE_CUDA();
   // cuda_graph.dependent_launch: ltrain's BatchNorm kernels captured as programmatic dependents
-  // (sm_90 and later; elsewhere the setting changes nothing). The capture must take them, and each
-  // must still read what the kernel before it wrote. At the imagenet stem and batch 4 every
-  // BatchNorm reduces within one cluster (fixed order); cuDNN may choose non-deterministic
-  // algorithms here, since deterministic mode would turn ltrain's kernels off, so the runs agree
-  // to rounding rather than bit for bit.
+  // (sm_90 and later; elsewhere the setting changes nothing), those of the cluster reduction (auto)
+  // or all (on). The capture must take them, and each must still read what the kernel before it
+  // wrote. At the imagenet stem and batch 4 every BatchNorm reduces within one cluster (fixed
+  // order); cuDNN may choose non-deterministic algorithms here, since deterministic mode would turn
+  // ltrain's kernels off, so the runs agree to rounding rather than bit for bit.
   std::vector<StepRecord> records;
-  for (const std::string setting : {"false", "true"}) {
+  for (const std::string setting : {"off", "auto", "on"}) {
     const auto loaded =
         graph_test_config({"precision.mode=fp16", "model.channels_last=true", "model.stem=imagenet",
                            "data.batch_size=4", "precision.deterministic=false", "cuda_graph.train=true",
@@ -298,16 +298,21 @@ TEST(CudaGraph, DependentLaunchesGiveTheStepsOfPlainLaunches_CUDA) {
     records.push_back(run_steps(loaded, batches, std::vector<double>(batches.size(), loaded.config.optim.lr), -1));
   }
   engine::apply_runtime_settings(graph_test_config({}).config);  // the setting is process-wide: off again
-  const StepRecord &plain = records[0], &dependent = records[1];
-  EXPECT_TRUE(plain.graphed && dependent.graphed);
-  ASSERT_EQ(plain.losses.size(), dependent.losses.size());
-  for (size_t i = 0; i < plain.losses.size(); ++i)
-    EXPECT_NEAR(dependent.losses[i], plain.losses[i], 1e-3 * std::abs(plain.losses[i])) << "step " << i;
-  ASSERT_EQ(plain.weights.size(), dependent.weights.size());
-  for (size_t i = 0; i < plain.weights.size(); ++i)
-    EXPECT_TRUE(torch::allclose(dependent.weights[i].to(torch::kFloat32), plain.weights[i].to(torch::kFloat32),
-                                /*rtol=*/1e-2, /*atol=*/1e-3))
-        << i;
+  const StepRecord& plain = records[0];
+  EXPECT_TRUE(plain.graphed);
+  for (size_t r = 1; r < records.size(); ++r) {
+    const StepRecord& dependent = records[r];
+    SCOPED_TRACE(r == 1 ? "auto" : "on");
+    EXPECT_TRUE(dependent.graphed);
+    ASSERT_EQ(plain.losses.size(), dependent.losses.size());
+    for (size_t i = 0; i < plain.losses.size(); ++i)
+      EXPECT_NEAR(dependent.losses[i], plain.losses[i], 1e-3 * std::abs(plain.losses[i])) << "step " << i;
+    ASSERT_EQ(plain.weights.size(), dependent.weights.size());
+    for (size_t i = 0; i < plain.weights.size(); ++i)
+      EXPECT_TRUE(torch::allclose(dependent.weights[i].to(torch::kFloat32), plain.weights[i].to(torch::kFloat32),
+                                  /*rtol=*/1e-2, /*atol=*/1e-3))
+          << i;
+  }
 }
 
 TEST(CudaGraph, AutoBranchesTheStepsWhoseFirstStageIsSmall_CUDA) {

@@ -444,10 +444,10 @@ TEST(LtrainBatchNorm, DependentLaunchesGiveTheNumbersOfPlainLaunches_CUDA) {
   // GPU busy. One shape per reduction: the cluster's fixed-order sums give the same bits, the
   // grid's and the streamed ones' atomics the same numbers to their order's rounding.
   struct DependentLaunchOff {
-    ~DependentLaunchOff() { ops::set_batch_norm_dependent_launch(false); }
+    ~DependentLaunchOff() { ops::set_batch_norm_dependent_launch(ops::BatchNormDependentLaunch::none); }
   } off_afterwards;
-  auto run = [](const std::vector<int64_t>& shape, bool dependent) {
-    ops::set_batch_norm_dependent_launch(dependent);
+  auto run = [](const std::vector<int64_t>& shape, ops::BatchNormDependentLaunch which) {
+    ops::set_batch_norm_dependent_launch(which);
     torch::manual_seed(5);
     const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf);
     const torch::Tensor source = torch::randn(shape, options).contiguous(at::MemoryFormat::ChannelsLast);
@@ -473,15 +473,21 @@ TEST(LtrainBatchNorm, DependentLaunchesGiveTheNumbersOfPlainLaunches_CUDA) {
     const std::string reduction = ops::ltrain_batch_norm_reduction(
         torch::empty(shape, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf)), true, false);
     SCOPED_TRACE(::testing::Message() << c10::IntArrayRef(shape) << ", " << reduction << " reduction");
-    const BatchNormResult plain = run(shape, false), dependent = run(shape, true);
-    ASSERT_TRUE(plain.y.defined() && dependent.y.defined()) << "the kernels declined";
-    if (reduction == "cluster") {
-      for (const auto& [a, b] : {std::pair{dependent.y, plain.y}, std::pair{dependent.grad_x, plain.grad_x},
-                                 std::pair{dependent.grad_weight, plain.grad_weight},
-                                 std::pair{dependent.running_var, plain.running_var}})
-        EXPECT_TRUE(torch::equal(a, b));
-    } else {
-      expect_close(dependent, plain, 1e-3);
+    const BatchNormResult plain = run(shape, ops::BatchNormDependentLaunch::none);
+    ASSERT_TRUE(plain.y.defined()) << "the kernels declined";
+    // clusters: only the cluster reduction's launches go early; all: every launch.
+    for (const auto which : {ops::BatchNormDependentLaunch::clusters, ops::BatchNormDependentLaunch::all}) {
+      SCOPED_TRACE(which == ops::BatchNormDependentLaunch::all ? "all launches dependent" : "cluster launches dependent");
+      const BatchNormResult dependent = run(shape, which);
+      ASSERT_TRUE(dependent.y.defined()) << "the kernels declined";
+      if (reduction == "cluster") {
+        for (const auto& [a, b] : {std::pair{dependent.y, plain.y}, std::pair{dependent.grad_x, plain.grad_x},
+                                   std::pair{dependent.grad_weight, plain.grad_weight},
+                                   std::pair{dependent.running_var, plain.running_var}})
+          EXPECT_TRUE(torch::equal(a, b));
+      } else {
+        expect_close(dependent, plain, 1e-3);
+      }
     }
   }
 #endif

@@ -179,9 +179,12 @@ class KeyReader {
   }
   template <class E, class C, std::enable_if_t<std::is_enum_v<E>, int> = 0>
   bool parse(const Json& v, const std::string&, E& out, const C&) {
-    if (!v.is_string()) return false;
+    std::string spelled;
+    if (v.is_string()) spelled = v.template get<std::string>();
+    else if (spelled_on_off<E>() && v.is_boolean()) spelled = v.template get<bool>() ? "on" : "off";
+    else return false;
     for (const auto& [value, name] : EnumNames<E>::names) {
-      if (v.template get<std::string>() == name) {
+      if (spelled == name) {
         out = value;
         return true;
       }

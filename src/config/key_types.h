@@ -3,6 +3,7 @@
 // integer >= 1", --help's "integer >= 1", the schema's {"type": "integer", "minimum": 1}, and
 // whether a value is within the limits. The reader and the keys table both take them from here.
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -30,6 +31,18 @@ template <class C>
 std::string with_range(const std::string& noun, const C& constraint) {
   const std::string range = describe_range(constraint);
   return range.empty() ? noun : noun + " " + range;
+}
+
+/// Whether enum E has the names "on" and "off": a setting spelled so also takes true and false,
+/// as written while it was a boolean.
+template <class E>
+constexpr bool spelled_on_off() {
+  bool on = false, off = false;
+  for (const auto& [value, name] : EnumNames<E>::names) {
+    on = on || std::string_view(name) == "on";
+    off = off || std::string_view(name) == "off";
+  }
+  return on && off;
 }
 
 template <class E>
@@ -117,7 +130,10 @@ nlohmann::ordered_json key_schema(const C& constraint) {
   else {
     nlohmann::ordered_json names = nlohmann::ordered_json::array();
     for (const auto& [value, name] : EnumNames<T>::names) names.push_back(name);
-    return {{"type", "string"}, {"enum", names}};
+    nlohmann::ordered_json spelled = {{"type", "string"}, {"enum", names}};
+    if constexpr (spelled_on_off<T>())
+      return {{"anyOf", nlohmann::ordered_json::array({spelled, {{"type", "boolean"}}})}};
+    return spelled;
   }
 }
 

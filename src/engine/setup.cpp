@@ -126,6 +126,16 @@ namespace {
 int64_t cpu_cores() { return static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())); }
 /// The most threads run.threads may give on this machine.
 int64_t most_threads() { return kThreadsPerCore * cpu_cores(); }
+
+/// The BatchNorm launches cuda_graph.dependent_launch makes programmatic dependents.
+ops::BatchNormDependentLaunch batch_norm_dependent_launch(config::DependentLaunch setting) {
+  switch (setting) {
+    case config::DependentLaunch::automatic: return ops::BatchNormDependentLaunch::clusters;
+    case config::DependentLaunch::on: return ops::BatchNormDependentLaunch::all;
+    case config::DependentLaunch::off: break;
+  }
+  return ops::BatchNormDependentLaunch::none;
+}
 }  // namespace
 
 void check_threads(const config::LoadedConfig& loaded) {
@@ -153,7 +163,7 @@ void apply_runtime_settings(const config::RunConfig& config) {
   compat::set_cudnn(config.precision.cudnn_benchmark, config.precision.deterministic,
                     static_cast<int>(config.precision.cudnn_benchmark_limit));
   compat::set_deterministic(config.precision.deterministic);
-  ops::set_batch_norm_dependent_launch(config.cuda_graph.dependent_launch);
+  ops::set_batch_norm_dependent_launch(batch_norm_dependent_launch(config.cuda_graph.dependent_launch));
 }
 
 int64_t limit_gpu_memory(const config::RunConfig& config, const torch::Device& device) {

@@ -211,13 +211,20 @@ Accumulators* accumulators_for(cudaStream_t stream) {
   return accumulators;
 }
 
-std::atomic<bool> dependent_launch{false};
+std::atomic<BatchNormDependentLaunch> dependent_launch{BatchNormDependentLaunch::none};
 
-/// Whether `kernel` is launched as a programmatic dependent of the kernel before it: asked for,
-/// on a GPU of sm_90 or later (within the active GPU profile), and from code compiled for sm_90 or
-/// later, which holds the kernel's wait for that kernel (without it, the early start would race).
-bool launches_dependent(const void* kernel) {
-  if (!dependent_launch.load(std::memory_order_relaxed)) return false;
+/// Whether `kernel`, launched with `reduction`, goes as a programmatic dependent of the kernel before
+/// it: asked for launches like it, on a GPU of sm_90 or later (within the active GPU profile), and
+/// from code compiled for sm_90 or later, which holds the kernel's wait for that kernel (without
+/// it, the early start would race).
+bool launches_dependent(const void* kernel, Reduction reduction) {
+  switch (dependent_launch.load(std::memory_order_relaxed)) {
+    case BatchNormDependentLaunch::none: return false;
+    case BatchNormDependentLaunch::clusters:
+      if (reduction != Reduction::cluster) return false;
+      break;
+    case BatchNormDependentLaunch::all: break;
+  }
   return cached_per_device<bool>(kernel, [kernel](int) {
     return current_device_limits().capability.major >= 9 && facts_of(kernel).ptx_version >= 90;
   });
@@ -241,7 +248,7 @@ cudaError_t launch_kernel(const void* kernel, Reduction reduction, dim3 grid, vo
     attributes[count].val.cooperative = 1;
     ++count;
   }
-  if (launches_dependent(kernel)) {
+  if (launches_dependent(kernel, reduction)) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count].val.programmaticStreamSerializationAllowed = 1;
     ++count;
@@ -357,6 +364,8 @@ cudaError_t batch_norm_forward_given_statistics(ElementType type, BatchNormActiv
   return launch_kernel(kernel, Reduction::none, grid, parameters, stream);
 }
 
-void set_batch_norm_dependent_launch(bool on) { dependent_launch.store(on, std::memory_order_relaxed); }
+void set_batch_norm_dependent_launch(BatchNormDependentLaunch which) {
+  dependent_launch.store(which, std::memory_order_relaxed);
+}
 
 }  // namespace ltrain::kernels

@@ -25,7 +25,7 @@ torch::Tensor ltrain_batch_norm(const torch::Tensor&, const torch::Tensor&, bool
 
 std::string ltrain_batch_norm_reduction(const torch::Tensor&, bool, bool) { return {}; }
 
-void set_batch_norm_dependent_launch(bool) {}
+void set_batch_norm_dependent_launch(BatchNormDependentLaunch) {}
 
 #else
 
@@ -229,7 +229,19 @@ std::string ltrain_batch_norm_reduction(const torch::Tensor& x, bool relu, bool 
   return {};
 }
 
-void set_batch_norm_dependent_launch(bool on) { kernels::set_batch_norm_dependent_launch(on); }
+void set_batch_norm_dependent_launch(BatchNormDependentLaunch which) {
+  switch (which) {
+    case BatchNormDependentLaunch::none:
+      kernels::set_batch_norm_dependent_launch(kernels::BatchNormDependentLaunch::none);
+      return;
+    case BatchNormDependentLaunch::clusters:
+      kernels::set_batch_norm_dependent_launch(kernels::BatchNormDependentLaunch::clusters);
+      return;
+    case BatchNormDependentLaunch::all:
+      kernels::set_batch_norm_dependent_launch(kernels::BatchNormDependentLaunch::all);
+      return;
+  }
+}
 
 #endif  // LTRAIN_WITH_CUDA
 

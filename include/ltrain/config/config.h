@@ -462,8 +462,10 @@ struct CudaGraphSection {
   bool updates_in_backward = false;
   /// ltrain's BatchNorm kernels launched as programmatic dependents of the kernel before them, on
   /// GPUs of sm_90 and later (ops/batch_norm.h): each may be placed while that kernel ends, hiding
-  /// part of the gap between the two. The same numbers. Applies to eager steps and evaluation too.
-  bool dependent_launch = false;
+  /// part of the gap between the two. The same numbers. "auto": the launches that reduce within a
+  /// thread-block cluster (tensors of a few thousand rows, whose few blocks find SMs free), "on":
+  /// every launch. Applies to eager steps and evaluation too.
+  DependentLaunch dependent_launch = DependentLaunch::off;
   /// The captured step's and evaluation's images kept with zero channels past their 3 where
   /// cuDNN's first convolution runs faster on 4 (fp16) or 8 (bf16) channels in channels_last
   /// (ops::padded_image_channels); the stem's weight is extended with zero channels to match each
@@ -482,7 +484,8 @@ struct CudaGraphSection {
       "with branches: each convolution weight's SGD update inside the backward pass, as soon as its gradient is "
       "complete (bf16/fp32, ltrain's SGD kernel, one micro-batch, no clipping, one process)");
     v("dependent_launch", dependent_launch,
-      "ltrain's BatchNorm kernels as programmatic dependents of the kernel before them (sm_90 and later)");
+      "ltrain's BatchNorm kernels as programmatic dependents of the kernel before them, sm_90 and later "
+      "(auto: those of small tensors, which reduce within a thread-block cluster)");
     v("padded_images", padded_images,
       "the captured step's and evaluation's images with zero channels up to 4 (fp16) or 8 (bf16) in channels_last, "
       "on which cuDNN's stem convolution runs faster");

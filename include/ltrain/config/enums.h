@@ -36,6 +36,7 @@ enum class BestMetric { none, test_acc, test_loss };
 enum class DistBackend { automatic, gloo, nccl };
 enum class GradientDtype { fp32, bf16, fp16 };
 enum class StepBranches { automatic, on, off };
+enum class DependentLaunch { automatic, on, off };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> names
@@ -98,6 +99,11 @@ template <>
 struct EnumNames<StepBranches> {
   static constexpr std::array<std::pair<StepBranches, const char*>, 3> names{
       {{StepBranches::automatic, "auto"}, {StepBranches::on, "on"}, {StepBranches::off, "off"}}};
+};
+template <>
+struct EnumNames<DependentLaunch> {
+  static constexpr std::array<std::pair<DependentLaunch, const char*>, 3> names{
+      {{DependentLaunch::automatic, "auto"}, {DependentLaunch::on, "on"}, {DependentLaunch::off, "off"}}};
 };
 template <>
 struct EnumNames<DistBackend> {

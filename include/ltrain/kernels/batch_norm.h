@@ -145,11 +145,19 @@ cudaError_t batch_norm_forward_given_statistics(ElementType type, BatchNormActiv
                                                 const BatchNormShape& shape, const BatchNormForward& arguments,
                                                 cudaStream_t stream);
 
-/// Launch the kernels above as programmatic dependents of the kernel before them in the stream,
-/// on GPUs of sm_90 and later where this build's code for them is sm_90 or later: their blocks may
-/// be placed while that kernel's last blocks still run, and wait inside for its results, which
-/// hides part of the gap between the two. The same kernels on the same inputs: the same numbers.
-/// Process-wide; off until set.
-void set_batch_norm_dependent_launch(bool on);
+/// Which of the kernels above launch as programmatic dependents of the kernel before them.
+/// - none: no launch.
+/// - clusters: the launches whose plan is the cluster reduction: few blocks, one an SM at most, which
+///   find SMs free while that kernel's last blocks run.
+/// - all: every launch, also the grid and streaming reductions' cooperative grids, whose blocks fill
+///   the device and may take room from the kernel still running.
+enum class BatchNormDependentLaunch { none, clusters, all };
+
+/// Launch the kernels `which` says as programmatic dependents of the kernel before them in the
+/// stream, on GPUs of sm_90 and later where this build's code for them is sm_90 or later: their
+/// blocks may be placed while that kernel's last blocks still run, and wait inside for its results,
+/// which hides part of the gap between the two. The same kernels on the same inputs: the same
+/// numbers. Process-wide; none until set.
+void set_batch_norm_dependent_launch(BatchNormDependentLaunch which);
 
 }  // namespace ltrain::kernels

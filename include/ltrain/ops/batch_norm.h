@@ -98,10 +98,14 @@ torch::Tensor ltrain_batch_norm(const torch::Tensor& x, const torch::Tensor& res
 /// dtype (or in a CPU build).
 std::string ltrain_batch_norm_reduction(const torch::Tensor& x, bool relu, bool residual);
 
-/// Launch ltrain's kernels as programmatic dependents of the kernel before them (sm_90 and later;
-/// kernels/batch_norm.h): the same numbers, part of the launch gap hidden. Process-wide, as
-/// cuDNN's flags are; nothing in a CPU build.
-void set_batch_norm_dependent_launch(bool on);
+/// Which of ltrain's BatchNorm launches go as programmatic dependents of the kernel before them
+/// (sm_90 and later; kernels/batch_norm.h): none, those that reduce within a cluster (tensors of a
+/// few thousand rows, whose few blocks find SMs free), or all.
+enum class BatchNormDependentLaunch { none, clusters, all };
+
+/// Launch ltrain's kernels `which` says as programmatic dependents: the same numbers, part of the
+/// launch gap hidden. Process-wide, as cuDNN's flags are; nothing in a CPU build.
+void set_batch_norm_dependent_launch(BatchNormDependentLaunch which);
 
 /// Whether this build has cuDNN's fused kernels (a CUDA build that found cuDNN at configure time).
 bool cudnn_batch_norm_built();
