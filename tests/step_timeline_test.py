@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """scripts/report/step_timeline.py on a made-up Chrome trace of two steps with two streams: the busy
 share, the idle stretches, the share of SMs with a block where kernels overlap (summed, at most
-all of them), the overlap, the kernel families' shares of SMs and of time and the busiest stream; host events count
-for nothing, and a kernel with neither blocks per SM nor a grid over a known SM count is refused.
+all of them), the overlap, the kernel families' shares of SMs and of time and the busiest stream, the idle
+stretches by the families around them; host events count for nothing, and a kernel with neither blocks per SM nor a
+grid over a known SM count is refused.
 
     python3 tests/step_timeline_test.py      # exit 0 when all hold
 """
@@ -44,6 +45,10 @@ EXPECTED = {
     "streams": 2,
     "critical_ms": 0.12,       # stream 7: 240 us over 2 steps
 }
+# [160, 200] after the BatchNorm kernel (it ends last, at 160) before the copy; [220, 300] after the
+# copy before the SGD kernel; a step holds half of each.
+EXPECTED_GAPS_BETWEEN = {"copy > optimizer": {"us": 40.0, "stretches": 0.5},
+                         "BatchNorm > copy": {"us": 20.0, "stretches": 0.5}}
 
 
 def write_trace(directory, events):
@@ -63,6 +68,8 @@ def main():
         for key, value in EXPECTED.items():
             if abs(row[key] - value) > 1e-9:
                 problems.append(f"{key} = {row[key]!r}, expected {value!r}")
+        if row["gaps_between"] != EXPECTED_GAPS_BETWEEN or list(row["gaps_between"]) != list(EXPECTED_GAPS_BETWEEN):
+            problems.append(f"gaps_between = {row['gaps_between']!r}, expected {EXPECTED_GAPS_BETWEEN!r}, longest first")
         out = os.path.join(work, "row.json")
         done = subprocess.run([sys.executable, SCRIPT, path, "--steps", str(STEPS), "--sms", "132", "--json", out],
                               capture_output=True, text=True)
@@ -70,6 +77,10 @@ def main():
             problems.append(f"the command printed {done.stdout!r} {done.stderr!r}, exit {done.returncode}")
         elif json.load(open(out))["trace"]["streams"] != 2:
             problems.append(f"--json wrote {open(out).read()!r}")
+        done = subprocess.run([sys.executable, SCRIPT, path, "--steps", str(STEPS), "--sms", "132", "--gaps"],
+                              capture_output=True, text=True)
+        if done.returncode != 0 or "| trace | copy > optimizer | 40.0 | 0.5 |" not in done.stdout:
+            problems.append(f"--gaps printed {done.stdout!r} {done.stderr!r}, exit {done.returncode}")
         done = subprocess.run([sys.executable, SCRIPT, path, "--steps", str(STEPS)], capture_output=True, text=True)
         if done.returncode != 3 or "pass --sms" not in done.stderr:
             problems.append(f"without --sms the grid-only kernel gave exit {done.returncode}: {done.stderr!r}")

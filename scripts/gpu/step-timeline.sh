@@ -4,7 +4,8 @@
 # workload and setting, `ltrain bench step` times steps and profiles 5 more (CUPTI, a Chrome trace),
 # alternating the two settings over the rounds; scripts/report/step_timeline.py turns the traces
 # into the table. Writes OUT/<workload>-branches-<off|on>-r<R>.{json,trace.json}, OUT/rates.md (img/s
-# per round, the ratio on/off) and OUT/timeline.md (the traces of the last round).
+# per round, the ratio on/off) and OUT/timeline.md (the traces of the last round, then their idle
+# stretches by the kernel families around them).
 #
 #   scripts/gpu/step-timeline.sh OUT [--ltrain build-gpu/ltrain] [--rounds 2] [--steps 40]
 #                                [--workloads "imagenet-fp16-b256 imagenet-fp16-b1024 cifar-bf16-b512
@@ -82,4 +83,4 @@ traces=()
 for workload in $workloads; do
   for branches in off on; do traces+=("$out/$workload-branches-$branches-r$rounds.trace.json"); done
 done
-python3 scripts/report/step_timeline.py "${traces[@]}" --steps 5 --json "$out/timeline.json" | tee "$out/timeline.md"
+python3 scripts/report/step_timeline.py "${traces[@]}" --steps 5 --json "$out/timeline.json" --gaps | tee "$out/timeline.md"

@@ -2,7 +2,7 @@
 """How busy a training step keeps the GPU, from a Chrome trace of LibTorch's or PyTorch's profiler
 (CUPTI's kernel records: start, duration, stream, grid and blocks per SM).
 
-    python3 scripts/report/step_timeline.py TRACE.json [TRACE.json ...] --steps 5 [--sms 132] [--json OUT]
+    python3 scripts/report/step_timeline.py TRACE.json [TRACE.json ...] --steps 5 [--sms 132] [--json OUT] [--gaps]
 
 Per step, from the first GPU event of the trace to the last (a trace of `ltrain bench step --profile`
 holds 5 steps and nothing else on the GPU):
@@ -25,6 +25,12 @@ holds 5 steps and nothing else on the GPU):
                  branches runs them on streams the driver picks, not on the captured ones: there the
                  two columns say only that work ran side by side.
 Prints one Markdown row per trace (the file name says which) and, with --json, writes the numbers.
+With --gaps, a second table: the idle stretches a step by the families of the event that ended last
+before each (BatchNorm, convolution, optimizer, copy for copies and sets, other) and of the one that
+starts it, the longest first: what a kernel launched early could hide (a programmatic dependent
+launch hides part of the stretch before it). The stretches before the first step and after the
+last (the batch made, the numbers read back) count with the rest, as copy and other rows. The
+JSON holds them as "gaps_between".
 Blocks per SM come from the trace's "blocks per SM" where the profiler wrote it, else from the
 grid over --sms.
 """
@@ -121,6 +127,32 @@ def has_mark(event, marks):
     return any(mark in name for mark in marks)
 
 
+def family(event):
+    """The family a GPU event belongs to, BatchNorm's marks first, as the time shares count them."""
+    if event.get("cat") != "kernel":
+        return "copy"
+    for name, marks in (("BatchNorm", BATCH_NORM_MARKS), ("convolution", CONVOLUTION_MARKS),
+                        ("optimizer", OPTIMIZER_MARKS)):
+        if has_mark(event, marks):
+            return name
+    return "other"
+
+
+def gaps_between(events, steps):
+    """The idle stretches by (family of the event that reached furthest before, family of the one
+    that ends the stretch): {"before > after": {"us": idle microseconds a step, "stretches": a step}}."""
+    found, reach, reacher = {}, None, None
+    for e in sorted(events, key=lambda e: e["ts"]):
+        end = e["ts"] + e["dur"]
+        if reach is not None and e["ts"] > reach:
+            entry = found.setdefault(f"{family(reacher)} > {family(e)}", {"us": 0.0, "stretches": 0.0})
+            entry["us"] += (e["ts"] - reach) / steps
+            entry["stretches"] += 1 / steps
+        if reach is None or end > reach:
+            reach, reacher = end, e
+    return dict(sorted(found.items(), key=lambda item: -item[1]["us"]))
+
+
 def weighted_share(kernels, sms):
     time = sum(e["dur"] for e in kernels)
     return sum(sm_fraction(e, sms) * e["dur"] for e in kernels) / time if time else float("nan")
@@ -163,6 +195,7 @@ def summarize(events, steps, sms=None):
         "overlap": overlapped / span,
         "streams": len(by_stream),
         "critical_ms": max(union_length(v) for v in by_stream.values()) / steps / 1000,
+        "gaps_between": gaps_between(events, steps),
     }
 
 
@@ -174,6 +207,14 @@ def markdown(rows):
     return "\n".join(lines)
 
 
+def gaps_markdown(rows):
+    lines = ["| trace | idle between | us a step | stretches a step |", "|---|---|---|---|"]
+    for name, row in rows:
+        for between, entry in row["gaps_between"].items():
+            lines.append(f"| {name} | {between} | {entry['us']:.1f} | {entry['stretches']:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -181,6 +222,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=5, help="training steps in each trace")
     p.add_argument("--sms", type=int, help="the GPU's SM count, where the trace has no 'blocks per SM'")
     p.add_argument("--json", metavar="OUT", help="also write the numbers here")
+    p.add_argument("--gaps", action="store_true", help="also print the idle stretches by the kernels around them")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error("--steps must be 1 or more")
@@ -193,6 +235,9 @@ def main(argv=None):
             print(f"step_timeline: {path}: {error}", file=sys.stderr)
             return 3
     print(markdown(rows))
+    if args.gaps:
+        print()
+        print(gaps_markdown(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({name: row for name, row in rows}, f, indent=1)
