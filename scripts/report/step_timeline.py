@@ -91,15 +91,17 @@ def union_length(intervals):
     return total
 
 
-def idle_stretches(intervals):
-    """The stretches between the first start and the last end that no interval covers: (count, length)."""
-    count, length, reach = 0, 0.0, None
-    for start, end in sorted(intervals):
-        if reach is not None and start > reach:
-            count += 1
-            length += start - reach
-        reach = end if reach is None else max(reach, end)
-    return count, length
+def idle_stretches(events):
+    """The stretches between the first start and the last end that no event covers, in order:
+    [(the event that reached furthest before, the event that ends the stretch, its length)]."""
+    stretches, reach, reacher = [], None, None
+    for e in sorted(events, key=lambda e: (e["ts"], e["ts"] + e["dur"])):
+        end = e["ts"] + e["dur"]
+        if reach is not None and e["ts"] > reach:
+            stretches.append((reacher, e, e["ts"] - reach))
+        if reach is None or end > reach:
+            reach, reacher = end, e
+    return stretches
 
 
 def sweep(kernels, sms):
@@ -138,18 +140,14 @@ def family(event):
     return "other"
 
 
-def gaps_between(events, steps):
-    """The idle stretches by (family of the event that reached furthest before, family of the one
-    that ends the stretch): {"before > after": {"us": idle microseconds a step, "stretches": a step}}."""
-    found, reach, reacher = {}, None, None
-    for e in sorted(events, key=lambda e: e["ts"]):
-        end = e["ts"] + e["dur"]
-        if reach is not None and e["ts"] > reach:
-            entry = found.setdefault(f"{family(reacher)} > {family(e)}", {"us": 0.0, "stretches": 0.0})
-            entry["us"] += (e["ts"] - reach) / steps
-            entry["stretches"] += 1 / steps
-        if reach is None or end > reach:
-            reach, reacher = end, e
+def gaps_between(stretches, steps):
+    """idle_stretches' stretches by (family of the event before, family of the one after):
+    {"before > after": {"us": idle microseconds a step, "stretches": a step}}, the longest first."""
+    found = {}
+    for before, after, length in stretches:
+        entry = found.setdefault(f"{family(before)} > {family(after)}", {"us": 0.0, "stretches": 0.0})
+        entry["us"] += length / steps
+        entry["stretches"] += 1 / steps
     return dict(sorted(found.items(), key=lambda item: -item[1]["us"]))
 
 
@@ -170,7 +168,7 @@ def summarize(events, steps, sms=None):
     intervals = [(e["ts"], e["ts"] + e["dur"]) for e in events]
     span = max(end for _, end in intervals) - min(start for start, _ in intervals)
     busy = union_length(intervals)
-    gap_count, gap_length = idle_stretches(intervals)
+    stretches = idle_stretches(events)
     filled, overlapped = sweep(kernels, sms)
     kernel_busy = union_length([(e["ts"], e["ts"] + e["dur"]) for e in kernels])
     by_stream = {}
@@ -184,8 +182,8 @@ def summarize(events, steps, sms=None):
         "kernels": len(kernels) / steps,
         "step_ms": span / steps / 1000,
         "busy": busy / span,
-        "gaps_ms": gap_length / steps / 1000,
-        "gaps": gap_count / steps,
+        "gaps_ms": sum(length for _, _, length in stretches) / steps / 1000,
+        "gaps": len(stretches) / steps,
         "sm_share": filled / kernel_busy,
         "sm_share_conv": weighted_share(conv, sms),
         "sm_share_batch_norm": weighted_share(batch_norm, sms),
@@ -195,7 +193,7 @@ def summarize(events, steps, sms=None):
         "overlap": overlapped / span,
         "streams": len(by_stream),
         "critical_ms": max(union_length(v) for v in by_stream.values()) / steps / 1000,
-        "gaps_between": gaps_between(events, steps),
+        "gaps_between": gaps_between(stretches, steps),
     }
 
 
